@@ -1,0 +1,99 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong while taking, holding or releasing a lock.
+///
+/// Match on the variant to decide what to do; every variant's message says what happened in
+/// words a user can act on.
+///
+/// ```
+/// use zklock_runtime::LockError;
+///
+/// fn retryable(err: &LockError) -> bool {
+///     matches!(err, LockError::Timeout { .. } | LockError::Connection(_) | LockError::SessionExpired)
+/// }
+/// assert!(retryable(&LockError::SessionExpired));
+/// assert!(!retryable(&LockError::InvalidName { name: "".into(), reason: "it is empty" }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock was not granted within the caller's bound.
+    #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    Timeout {
+        /// The lock name as the caller gave it.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The lock was held but can no longer be trusted: the session it was taken in expired,
+    /// or the connection was down long enough that it may have.
+    #[error("lock `{name}` was lost: {reason}")]
+    Lost {
+        /// The lock name.
+        name: String,
+        /// Why it is considered lost.
+        reason: String,
+    },
+    /// The ZooKeeper session ended while the operation was under way.
+    #[error("the ZooKeeper session expired")]
+    SessionExpired,
+    /// No usable connection to the ZooKeeper ensemble.
+    #[error("cannot reach ZooKeeper: {0}")]
+    Connection(String),
+    /// The lock name cannot be used.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A configuration value (session timeout, namespace, duration, ACL…) is unusable.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// Release or renewal of a lock this holder does not hold.
+    #[error("lock `{name}` is not held by this holder")]
+    NotHeld {
+        /// The lock name.
+        name: String,
+    },
+    /// ZooKeeper answered with an error this crate does not translate.
+    #[error("ZooKeeper error on {op}: {source}")]
+    ZooKeeper {
+        /// The operation that failed (`create`, `delete`, …).
+        op: &'static str,
+        /// The server's (or client library's) error, with its code.
+        #[source]
+        source: zookeeper_client::Error,
+    },
+}
+
+impl LockError {
+    /// Builds the error for a ZooKeeper failure, mapping the session- and connection-level
+    /// codes onto their own variants.
+    pub(crate) fn zk(op: &'static str, source: zookeeper_client::Error) -> Self {
+        use zookeeper_client::Error as E;
+        match source {
+            E::SessionExpired | E::ClientClosed | E::AuthFailed => LockError::SessionExpired,
+            E::ConnectionLoss | E::NoHosts | E::Timeout => {
+                LockError::Connection(format!("{op}: {source}"))
+            }
+            source => LockError::ZooKeeper { op, source },
+        }
+    }
+
+    /// The ZooKeeper error code behind this error, if there is one.
+    ///
+    /// ```
+    /// use zklock_runtime::LockError;
+    /// assert_eq!(LockError::SessionExpired.zookeeper_error(), None);
+    /// ```
+    pub fn zookeeper_error(&self) -> Option<&zookeeper_client::Error> {
+        match self {
+            LockError::ZooKeeper { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

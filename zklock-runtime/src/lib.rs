@@ -1,0 +1,53 @@
+//! The lock engine behind `zklock`: ZooKeeper lock recipes with owned guards, fencing tokens,
+//! reentrancy and a loss signal.
+//!
+//! Most users depend on the `zklock` facade crate and write `#[distributed_lock]`; this crate is
+//! what the attribute expands to, and what you use directly for explicit guards.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), zklock_runtime::LockError> {
+//! use std::time::Duration;
+//! use zklock_runtime::LockClient;
+//!
+//! let client = LockClient::connect("127.0.0.1:2181").await?;
+//! let lock = client.mutex("inventory:42")?;
+//! let guard = lock.acquire_timeout(Duration::from_secs(10)).await?;
+//! println!("holding with fencing token {}", guard.fencing_token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Where to look: `client.rs` (sessions, configuration), `lock.rs` (the acquire entry points),
+//! `queue.rs` (the contender queue every recipe shares), `rules.rs` (mutex, read/write and
+//! semaphore rules), `guard.rs` (owned guards, fencing tokens, loss), `reentrancy.rs`,
+//! `cleanup.rs` (releases and abandoned contenders), `testing/` (real servers for tests).
+
+#![warn(missing_docs)]
+
+mod cleanup;
+mod client;
+mod error;
+mod guard;
+mod lock;
+#[doc(hidden)]
+pub mod macro_support;
+mod metrics;
+mod name;
+mod queue;
+mod reentrancy;
+mod rules;
+mod session;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use client::{LockClient, LockClientBuilder};
+pub use error::LockError;
+pub use guard::{FencingToken, LockGuard, LossSignal};
+pub use lock::{Lock, LockKind};
+pub use metrics::MetricsSnapshot;
+pub use name::{validate_name, MAX_NAME_LEN};
+pub use session::SessionStatus;
+
+/// Re-export of the ZooKeeper client crate this engine speaks through, for ACLs and raw access.
+pub use zookeeper_client as zk;

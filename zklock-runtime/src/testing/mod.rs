@@ -1,0 +1,1 @@
+//! Real ZooKeeper servers for tests (feature `testing`).
