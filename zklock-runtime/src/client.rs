@@ -1,1 +1,397 @@
-//! client
+//! The lock client: configuration, the current ZooKeeper session, and the default client.
+
+use std::sync::{Arc, OnceLock, RwLock as StdRwLock};
+use std::time::Duration;
+
+use tokio::sync::{watch, Mutex as AsyncMutex};
+use tracing::{debug, info};
+use zookeeper_client as zk;
+
+use crate::cleanup::Cleanup;
+use crate::lock::{Lock, LockKind};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::name::{validate_name, validate_namespace};
+use crate::reentrancy::Holds;
+use crate::session::{Health, Session, SessionStatus};
+use crate::LockError;
+
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_NAMESPACE: &str = "/zklock";
+
+/// A handle to a ZooKeeper ensemble for taking locks. Cheap to clone; clones share one session.
+///
+/// The client owns one ZooKeeper session at a time. While the session lives, the underlying
+/// library reconnects across server failures (including leader failover) and held locks stay
+/// held. When the session expires, held locks are reported lost and the next acquisition opens
+/// a new session transparently.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+/// use std::time::Duration;
+/// use zklock_runtime::LockClient;
+///
+/// let client = LockClient::builder("zk1:2181,zk2:2181,zk3:2181/apps/shop")
+///     .session_timeout(Duration::from_secs(6))
+///     .namespace("/locks")
+///     .connect()
+///     .await?;
+/// let guard = client.mutex("orders:7")?.acquire().await?;
+/// # drop(guard); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("connect", &self.inner.config.connect)
+            .field("namespace", &self.inner.config.namespace)
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+pub(crate) struct Config {
+    pub connect: String,
+    pub session_timeout: Duration,
+    pub connect_timeout: Option<Duration>,
+    pub namespace: String,
+    pub auth: Vec<(String, Vec<u8>)>,
+    pub acls: Vec<zk::Acl>,
+    pub loss_after: Option<Duration>,
+}
+
+impl Config {
+    pub fn acls(&self) -> zk::Acls<'_> {
+        if self.acls.is_empty() {
+            zk::Acls::anyone_all()
+        } else {
+            zk::Acls::new(&self.acls)
+        }
+    }
+}
+
+pub(crate) struct ClientInner {
+    pub config: Config,
+    /// The session new work goes to. Locked while a session is being opened, so concurrent
+    /// callers share one connect attempt.
+    current: AsyncMutex<Option<Arc<Session>>>,
+    /// The same session, readable without awaiting.
+    latest: StdRwLock<Option<Arc<Session>>>,
+    status: watch::Sender<SessionStatus>,
+    pub metrics: Metrics,
+    pub holds: Holds,
+    pub cleanup: Cleanup,
+}
+
+/// Configures and connects a [`LockClient`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+/// use std::time::Duration;
+/// let client = zklock_runtime::LockClient::builder("127.0.0.1:2181")
+///     .session_timeout(Duration::from_secs(4))
+///     .connect_timeout(Duration::from_secs(2))
+///     .digest("shop", "s3cret")
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockClientBuilder {
+    connect: String,
+    session_timeout: Duration,
+    connect_timeout: Option<Duration>,
+    namespace: String,
+    auth: Vec<(String, Vec<u8>)>,
+    acls: Vec<zk::Acl>,
+    loss_after: Option<Duration>,
+}
+
+impl LockClientBuilder {
+    /// The session timeout to ask the server for (default 10 s). The server clamps it to
+    /// between 2 and 20 times its `tickTime`.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// The longest wait for a new session to open (default: the session timeout). An
+    /// unreachable ensemble gives [`LockError::Connection`] after this long, or earlier when
+    /// the caller's own acquire timeout is shorter.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// The root under which lock directories live (default `/zklock`).
+    pub fn namespace(mut self, root: impl Into<String>) -> Self {
+        self.namespace = root.into();
+        self
+    }
+
+    /// Authenticates with the `digest` scheme and creates lock nodes readable and writable
+    /// only by that identity (`creator_all`), unless [`acls`](Self::acls) says otherwise.
+    pub fn digest(mut self, user: &str, password: &str) -> Self {
+        self.auth
+            .push(("digest".to_owned(), format!("{user}:{password}").into_bytes()));
+        self
+    }
+
+    /// The ACL for lock directories and contender nodes (default: open, or `creator_all`
+    /// after [`digest`](Self::digest)).
+    pub fn acls(mut self, acls: Vec<zk::Acl>) -> Self {
+        self.acls = acls;
+        self
+    }
+
+    /// How long a connection may stay down before held locks are reported lost (default: a
+    /// quarter of the negotiated session timeout). The library notices a dead connection
+    /// within 2/5 of the session timeout, so the default reports loss by about 0.65 × the
+    /// session timeout, before the server could expire the session and grant the lock to
+    /// someone else.
+    pub fn loss_after(mut self, after: Duration) -> Self {
+        self.loss_after = Some(after);
+        self
+    }
+
+    /// Validates the configuration and opens the first session.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        let client = self.build()?;
+        client.session(None).await?;
+        Ok(client)
+    }
+
+    /// Validates the configuration without connecting; the first acquisition connects.
+    pub fn build(self) -> Result<LockClient, LockError> {
+        validate_namespace(&self.namespace)?;
+        if self.connect.trim().is_empty() {
+            return Err(LockError::InvalidConfig("the connect string is empty".into()));
+        }
+        if self.session_timeout.is_zero() {
+            return Err(LockError::InvalidConfig("the session timeout is zero".into()));
+        }
+        if self.connect_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(LockError::InvalidConfig("the connect timeout is zero".into()));
+        }
+        let mut acls = self.acls;
+        if acls.is_empty() && !self.auth.is_empty() {
+            acls = zk::Acls::creator_all().to_vec();
+        }
+        let (status, _) = watch::channel(SessionStatus::Connecting);
+        let config = Config {
+            connect: self.connect,
+            session_timeout: self.session_timeout,
+            connect_timeout: self.connect_timeout,
+            namespace: self.namespace,
+            auth: self.auth,
+            acls,
+            loss_after: self.loss_after,
+        };
+        Ok(LockClient {
+            inner: Arc::new(ClientInner {
+                config,
+                current: AsyncMutex::new(None),
+                latest: StdRwLock::new(None),
+                status,
+                metrics: Metrics::default(),
+                holds: Holds::default(),
+                cleanup: Cleanup::new(),
+            }),
+        })
+    }
+}
+
+static DEFAULT_CLIENT: OnceLock<StdRwLock<Option<LockClient>>> = OnceLock::new();
+
+impl LockClient {
+    /// Connects with default settings: 10 s session timeout, namespace `/zklock`, open ACL.
+    ///
+    /// The connect string is ZooKeeper's: `host:port[,host:port…][/chroot]`.
+    pub async fn connect(connect_string: &str) -> Result<LockClient, LockError> {
+        Self::builder(connect_string).connect().await
+    }
+
+    /// Starts configuring a client for `connect_string`.
+    pub fn builder(connect_string: impl Into<String>) -> LockClientBuilder {
+        LockClientBuilder {
+            connect: connect_string.into(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connect_timeout: None,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            auth: Vec::new(),
+            acls: Vec::new(),
+            loss_after: None,
+        }
+    }
+
+    /// An exclusive lock (Curator's `InterProcessMutex` layout).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("inventory:42")?.acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn mutex(&self, name: &str) -> Result<Lock, LockError> {
+        self.lock(name, LockKind::Mutex)
+    }
+
+    /// The shared side of a read/write lock (Curator's `InterProcessReadWriteLock` layout).
+    pub fn read_lock(&self, name: &str) -> Result<Lock, LockError> {
+        self.lock(name, LockKind::Read)
+    }
+
+    /// The exclusive side of a read/write lock.
+    pub fn write_lock(&self, name: &str) -> Result<Lock, LockError> {
+        self.lock(name, LockKind::Write)
+    }
+
+    /// A semaphore that lets `leases` holders in at once.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let slots = client.semaphore("exports", 3)?;
+    /// let lease = slots.acquire().await?;
+    /// # drop(lease); Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, leases: u32) -> Result<Lock, LockError> {
+        self.lock(name, LockKind::Semaphore { leases })
+    }
+
+    /// A lock of any kind; the other constructors are shorthands for this.
+    pub fn lock(&self, name: &str, kind: LockKind) -> Result<Lock, LockError> {
+        validate_name(name)?;
+        if let LockKind::Semaphore { leases: 0 } = kind {
+            return Err(LockError::InvalidConfig("a semaphore needs at least one lease".into()));
+        }
+        Ok(Lock::new(self.clone(), name, kind))
+    }
+
+    /// The state of the current session.
+    pub fn status(&self) -> SessionStatus {
+        *self.inner.status.borrow()
+    }
+
+    /// A receiver that sees every change of [`status`](Self::status).
+    pub fn watch_status(&self) -> watch::Receiver<SessionStatus> {
+        self.inner.status.subscribe()
+    }
+
+    /// The id of the current session, once one is open.
+    pub fn session_id(&self) -> Option<i64> {
+        self.latest().map(|s| s.id)
+    }
+
+    /// The namespace root lock directories live under.
+    pub fn namespace(&self) -> &str {
+        &self.inner.config.namespace
+    }
+
+    /// Counters of what this client has done so far.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
+    /// Waits until every release and abandoned-contender cleanup handed to the background so
+    /// far has finished (deleted its node, or seen its session end).
+    pub async fn flush(&self) {
+        self.inner.cleanup.flush().await
+    }
+
+    /// The raw ZooKeeper client of the live session (opening one if needed), for adapters
+    /// that keep their own state next to the locks.
+    pub async fn zookeeper(&self) -> Result<zk::Client, LockError> {
+        Ok(self.session(None).await?.zk.clone())
+    }
+
+    /// Makes this client the process-wide default, used by `#[distributed_lock]` without
+    /// `client = …`. Replaces any earlier default.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// zklock_runtime::LockClient::connect("127.0.0.1:2181").await?.install_default();
+    /// let client = zklock_runtime::LockClient::default_client()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn install_default(&self) {
+        let slot = DEFAULT_CLIENT.get_or_init(|| StdRwLock::new(None));
+        *slot.write().unwrap_or_else(|e| e.into_inner()) = Some(self.clone());
+    }
+
+    /// The client installed with [`install_default`](Self::install_default).
+    pub fn default_client() -> Result<LockClient, LockError> {
+        DEFAULT_CLIENT
+            .get()
+            .and_then(|slot| slot.read().unwrap_or_else(|e| e.into_inner()).clone())
+            .ok_or_else(|| {
+                LockError::InvalidConfig(
+                    "no default lock client: call LockClient::install_default() at start-up, \
+                     or pass `client = …` to #[distributed_lock]"
+                        .into(),
+                )
+            })
+    }
+
+    pub(crate) fn latest(&self) -> Option<Arc<Session>> {
+        self.inner.latest.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The session new work should use, opening a new one if there is none or the last one
+    /// ended. `bound` caps the wait (together with the configured connect timeout).
+    pub(crate) async fn session(&self, bound: Option<Duration>) -> Result<Arc<Session>, LockError> {
+        let config = &self.inner.config;
+        let mut limit = config.connect_timeout.unwrap_or(config.session_timeout);
+        if let Some(bound) = bound {
+            limit = limit.min(bound);
+        }
+        let open = async {
+            let mut current = self.inner.current.lock().await;
+            if let Some(session) = current.as_ref().filter(|s| s.is_usable()) {
+                return Ok(session.clone());
+            }
+            let session = self.open_session().await?;
+            *current = Some(session.clone());
+            *self.inner.latest.write().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+            Ok(session)
+        };
+        match tokio::time::timeout(limit, open).await {
+            Ok(result) => result,
+            Err(_) => Err(LockError::Connection(format!(
+                "no ZooKeeper session could be opened to {} within {limit:?}",
+                config.connect
+            ))),
+        }
+    }
+
+    async fn open_session(&self) -> Result<Arc<Session>, LockError> {
+        let config = &self.inner.config;
+        self.inner.status.send_replace(SessionStatus::Connecting);
+        let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+        for (scheme, auth) in &config.auth {
+            connector = connector.with_auth(scheme, auth);
+        }
+        debug!(connect = %config.connect, "opening zookeeper session");
+        let zk = connector.connect(&config.connect).await.map_err(|e| match e {
+            zk::Error::AuthFailed => LockError::Connection("authentication failed".into()),
+            zk::Error::BadArguments(why) => {
+                LockError::InvalidConfig(format!("connect string {:?}: {why}", config.connect))
+            }
+            e => LockError::Connection(format!("cannot open a session to {}: {e}", config.connect)),
+        })?;
+        let negotiated = zk.session_timeout();
+        let loss_after = config.loss_after.unwrap_or(negotiated / 4);
+        info!(
+            session = format_args!("{:#x}", zk.session_id().0),
+            timeout = ?negotiated,
+            ?loss_after,
+            "zookeeper session opened"
+        );
+        let status = self.inner.status.clone();
+        let on_change = Arc::new(move |health: Health| {
+            status.send_replace(health.status);
+        });
+        Ok(Session::start(zk, loss_after, on_change))
+    }
+}

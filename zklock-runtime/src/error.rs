@@ -77,9 +77,7 @@ impl LockError {
         use zookeeper_client::Error as E;
         match source {
             E::SessionExpired | E::ClientClosed | E::AuthFailed => LockError::SessionExpired,
-            E::ConnectionLoss | E::NoHosts | E::Timeout => {
-                LockError::Connection(format!("{op}: {source}"))
-            }
+            E::ConnectionLoss | E::NoHosts | E::Timeout => LockError::Connection(format!("{op}: {source}")),
             source => LockError::ZooKeeper { op, source },
         }
     }

@@ -1,1 +1,291 @@
-//! guard
+//! Owned lock guards, fencing tokens and the loss signal.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::cleanup::finish_delete;
+use crate::metrics::Metrics;
+use crate::reentrancy::HoldKey;
+use crate::session::{Health, Session};
+use crate::{LockClient, LockError};
+
+/// A number that strictly increases across successive holders of one lock, for the protected
+/// resource to check: it should refuse a write carrying a token lower than one it has seen.
+///
+/// The token is the creation zxid (`czxid`) of the holder's contender node. Zxids are global
+/// to the ensemble and only grow, and a contender is granted only after every contender
+/// created before it in the same directory is gone, so grant order follows creation order.
+/// This still holds when an empty lock directory is reaped and recreated: its sequence
+/// numbers restart at 0, but zxids do not. (A sequence number would not survive that.)
+///
+/// The `generation` part orders grants that share one node; it is 0 for every grant made
+/// through ZooKeeper. [`Display`](fmt::Display) gives a fixed-width text that sorts like the
+/// token, handy for a database column; [`FromStr`] reads it back.
+///
+/// ```
+/// use zklock_runtime::FencingToken;
+///
+/// let older: FencingToken = "0000000100000007-00000000".parse().unwrap();
+/// let newer: FencingToken = "0000000100000012-00000000".parse().unwrap();
+/// assert!(older < newer);
+/// assert!(older.to_string() < newer.to_string());
+/// assert_eq!(newer.zxid(), 0x1_0000_0012);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken {
+    zxid: i64,
+    generation: u32,
+}
+
+impl FencingToken {
+    pub(crate) fn new(zxid: i64, generation: u32) -> Self {
+        FencingToken { zxid, generation }
+    }
+
+    /// The creation zxid of the contender node behind this grant.
+    pub fn zxid(&self) -> i64 {
+        self.zxid
+    }
+
+    /// The grant's position among grants sharing one node (0 for grants through ZooKeeper).
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The whole token as one number: `zxid << 32 | generation`.
+    pub fn as_u128(&self) -> u128 {
+        ((self.zxid as u64 as u128) << 32) | u128::from(self.generation)
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}-{:08x}", self.zxid as u64, self.generation)
+    }
+}
+
+/// The error of parsing a [`FencingToken`] from text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a fencing token (expected 16 hex digits, `-`, 8 hex digits): {0:?}")]
+pub struct ParseTokenError(String);
+
+impl FromStr for FencingToken {
+    type Err = ParseTokenError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ParseTokenError(s.to_owned());
+        let (zxid, generation) = s.split_once('-').ok_or_else(bad)?;
+        if zxid.len() != 16 || generation.len() != 8 {
+            return Err(bad());
+        }
+        let zxid = u64::from_str_radix(zxid, 16).map_err(|_| bad())?;
+        let generation = u32::from_str_radix(generation, 16).map_err(|_| bad())?;
+        Ok(FencingToken {
+            zxid: zxid as i64,
+            generation,
+        })
+    }
+}
+
+/// One grant of a lock, shared by the guards of a reentrant hold. Dropping the last guard drops
+/// this, which releases the node.
+pub(crate) struct Holding {
+    pub client: LockClient,
+    pub session: Arc<Session>,
+    pub name: String,
+    pub node_path: String,
+    pub token: FencingToken,
+    pub losses_at_grant: u64,
+    pub key: Option<HoldKey>,
+    pub granted_at: Instant,
+    /// Set once the node is known deleted, so `Drop` does not delete it again.
+    pub released: AtomicBool,
+}
+
+impl Holding {
+    fn is_lost(&self) -> bool {
+        self.session.health().invalidates(self.losses_at_grant)
+    }
+
+    fn loss_signal(&self) -> LossSignal {
+        LossSignal {
+            name: self.name.clone(),
+            rx: self.session.subscribe(),
+            losses_at_grant: self.losses_at_grant,
+        }
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        let inner = &self.client.inner;
+        if let Some(key) = &self.key {
+            inner.holds.remove_dead(key);
+        }
+        if self.is_lost() {
+            Metrics::bump(&inner.metrics.lost);
+            warn!(lock = %self.name, node = %self.node_path, "released a hold that had been lost");
+        }
+        Metrics::bump(&inner.metrics.released);
+        info!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
+        if self.released.load(Ordering::Acquire) {
+            return;
+        }
+        // The request goes on the wire now, ahead of anything this process sends next;
+        // only waiting for the answer (and retrying) is left to the background.
+        let first = self.session.zk.delete(&self.node_path, None);
+        let job = finish_delete(self.session.clone(), self.node_path.clone(), first);
+        inner.cleanup.spawn(&self.session, async move {
+            let _ = job.await;
+        });
+    }
+}
+
+/// Proof of holding a lock. Owned (`Send + 'static`): keep it across `.await`s, move it into
+/// another task, store it in a struct.
+///
+/// Dropping the guard releases the lock without blocking: the delete request is sent at once
+/// and retried in the background through connection losses (see
+/// [`LockClient::flush`](crate::LockClient::flush) to wait for it). Use
+/// [`release`](Self::release) to release and learn the outcome.
+///
+/// A reentrant acquisition returns another guard for the same hold; the node is deleted when
+/// the last of them goes.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// let guard = client.mutex("ledger")?.acquire().await?;
+/// let token = guard.fencing_token();
+/// tokio::select! {
+///     err = guard.lost() => return Err(err),
+///     _ = write_with_token(token) => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// # async fn write_with_token(_: zklock_runtime::FencingToken) {}
+/// ```
+pub struct LockGuard {
+    pub(crate) hold: Arc<Holding>,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.hold.name)
+            .field("node", &self.hold.node_path)
+            .field("token", &self.hold.token)
+            .field("hold_count", &self.hold_count())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    /// The lock name this guard holds.
+    pub fn name(&self) -> &str {
+        &self.hold.name
+    }
+
+    /// The full path of this hold's contender node.
+    pub fn node_path(&self) -> &str {
+        &self.hold.node_path
+    }
+
+    /// The fencing token of this grant; pass it to the resource the lock protects.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.hold.token
+    }
+
+    /// How many guards share this hold (reentrant depth).
+    pub fn hold_count(&self) -> usize {
+        Arc::strong_count(&self.hold)
+    }
+
+    /// Whether the hold can no longer be trusted (see [`lost`](Self::lost)).
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// A signal that can be awaited apart from the guard.
+    pub fn loss_signal(&self) -> LossSignal {
+        self.hold.loss_signal()
+    }
+
+    /// Resolves with [`LockError::Lost`] once the lock can no longer be trusted: the session
+    /// expired, or the connection has been down for the client's `loss_after`, well before
+    /// the server could expire the session and grant the lock elsewhere. Pending otherwise.
+    ///
+    /// Cancel safe.
+    pub async fn lost(&self) -> LockError {
+        self.loss_signal().lost().await
+    }
+
+    /// Releases the hold (the node is deleted when this is the last guard of a reentrant hold)
+    /// and waits until the node is gone or its session has ended.
+    ///
+    /// Cancel safe: if this future is dropped midway, deletion continues in the background.
+    pub async fn release(self) -> Result<(), LockError> {
+        let hold = match Arc::try_unwrap(self.hold) {
+            Ok(hold) => hold,
+            Err(_shared) => return Ok(()),
+        };
+        let first = hold.session.zk.delete(&hold.node_path, None);
+        finish_delete(hold.session.clone(), hold.node_path.clone(), first).await?;
+        hold.released.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Watches one hold for loss, apart from its guard. Clone it into whatever must stop when the
+/// lock is lost.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// let guard = client.mutex("reports")?.acquire().await?;
+/// let mut loss = guard.loss_signal();
+/// tokio::spawn(async move {
+///     let err = loss.lost().await;
+///     eprintln!("stop writing: {err}");
+/// });
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LossSignal {
+    name: String,
+    rx: watch::Receiver<Health>,
+    losses_at_grant: u64,
+}
+
+impl LossSignal {
+    /// Whether the hold has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.rx.borrow().invalidates(self.losses_at_grant)
+    }
+
+    /// Resolves with [`LockError::Lost`] once the hold is lost; pending otherwise. Cancel safe.
+    pub async fn lost(&mut self) -> LockError {
+        loop {
+            let health = *self.rx.borrow_and_update();
+            if health.invalidates(self.losses_at_grant) {
+                let reason = if health.status.is_terminal() {
+                    "the ZooKeeper session ended"
+                } else {
+                    "the connection to ZooKeeper was down long enough that the session may expire"
+                };
+                return LockError::Lost {
+                    name: self.name.clone(),
+                    reason: reason.into(),
+                };
+            }
+            if self.rx.changed().await.is_err() {
+                // The session is gone together with every guard of it; nothing is held.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}

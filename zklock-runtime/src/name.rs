@@ -20,7 +20,12 @@ pub const MAX_NAME_LEN: usize = 200;
 /// assert!(validate_name("tab\there").is_err());
 /// ```
 pub fn validate_name(name: &str) -> Result<(), LockError> {
-    let reject = |reason| Err(LockError::InvalidName { name: name.to_owned(), reason });
+    let reject = |reason| {
+        Err(LockError::InvalidName {
+            name: name.to_owned(),
+            reason,
+        })
+    };
     if name.is_empty() {
         return reject("it is empty");
     }
@@ -64,7 +69,7 @@ pub(crate) fn validate_namespace(root: &str) -> Result<(), LockError> {
 
 /// Characters ZooKeeper refuses in node names (see `PathUtils.validatePath`).
 fn forbidden_char(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{d800}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
 }
 
 #[cfg(test)]

@@ -1,1 +1,393 @@
-//! queue
+//! The contender queue every recipe shares (the ZooKeeper lock recipe).
+//!
+//! 1. Create `<dir>/_c_<uuid>-<node name>` as EPHEMERAL_SEQUENTIAL, and send the listing of
+//!    `<dir>` right behind it without waiting: ZooKeeper answers one session's requests in
+//!    order, so the listing includes the new node and the pair costs one round trip.
+//! 2. Order the children by sequence number and ask the [`Rule`] whether we may go.
+//! 3. If not, watch only the contender the rule names (no herd), and when it is deleted either
+//!    go at once (it was the last blocker) or list again.
+//!
+//! The lock directory is a CONTAINER node, created on demand, so the server reaps it once it is
+//! empty. Everything that can fail midway leaves cleanup to [`Contending`]'s `Drop`.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, Instrument};
+use zookeeper_client as zk;
+
+use crate::cleanup::{remove_contender, Cleanup};
+use crate::guard::{FencingToken, Holding, LockGuard};
+use crate::lock::Lock;
+use crate::metrics::Metrics;
+use crate::rules::{queue_order, Decision};
+use crate::session::Session;
+use crate::LockError;
+
+/// The least time one attempt gets for its round trips, however short the caller's timeout.
+const MIN_ATTEMPT_BUDGET: Duration = Duration::from_secs(2);
+
+/// How often one acquisition starts over on a fresh session before giving up.
+const MAX_SESSION_RESTARTS: u32 = 5;
+
+/// Why one attempt on one session did not produce a guard.
+enum Failed {
+    /// The session ended (or our node vanished with it); start over on a new one.
+    SessionEnded,
+    /// Give up with this error.
+    Error(LockError),
+}
+
+impl From<LockError> for Failed {
+    fn from(err: LockError) -> Self {
+        Failed::Error(err)
+    }
+}
+
+/// Maps a ZooKeeper error inside an attempt.
+fn failed(op: &'static str, err: zk::Error) -> Failed {
+    match err {
+        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::SessionMoved => Failed::SessionEnded,
+        err => Failed::Error(LockError::zk(op, err)),
+    }
+}
+
+pub(crate) async fn acquire(lock: &Lock, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+    let client = &lock.client;
+    let keys = lock.hold_keys();
+    for key in &keys {
+        if let Some(hold) = client.inner.holds.get(key) {
+            let guard = LockGuard { hold };
+            if guard.is_lost() {
+                return Err(guard.lost().await);
+            }
+            Metrics::bump(&client.inner.metrics.reentered);
+            debug!(lock = %lock.name, depth = guard.hold_count(), "reentrant acquire");
+            return Ok(guard);
+        }
+    }
+
+    let started = Instant::now();
+    let span = tracing::info_span!("acquire", lock = %lock.name, kind = ?lock.kind);
+    let contend = contend(lock, timeout.map(|t| started + t), keys.into_iter().next()).instrument(span);
+    let result = match timeout {
+        None => contend.await,
+        Some(timeout) => match tokio::time::timeout(timeout.max(MIN_ATTEMPT_BUDGET), contend).await {
+            Ok(result) => result,
+            Err(_) if client.status().is_connected() => Err(timed_out(lock, started)),
+            Err(_) => Err(LockError::Connection(format!(
+                "no answer from ZooKeeper at {} within {:?}",
+                client.inner.config.connect,
+                started.elapsed()
+            ))),
+        },
+    };
+    let result = match result {
+        Err(LockError::Timeout { .. }) => Err(timed_out(lock, started)),
+        other => other,
+    };
+    let metrics = &client.inner.metrics;
+    match &result {
+        Ok(guard) => {
+            Metrics::bump(&metrics.acquired);
+            info!(
+                lock = %lock.name,
+                node = %guard.node_path(),
+                token = %guard.fencing_token(),
+                waited_ms = started.elapsed().as_millis() as u64,
+                "lock acquired"
+            );
+        }
+        Err(LockError::Timeout { .. }) => {
+            Metrics::bump(&metrics.timed_out);
+            info!(lock = %lock.name, waited_ms = started.elapsed().as_millis() as u64, "lock timed out");
+        }
+        Err(err) => debug!(lock = %lock.name, %err, "acquire failed"),
+    }
+    result
+}
+
+fn timed_out(lock: &Lock, started: Instant) -> LockError {
+    LockError::Timeout {
+        name: lock.name.to_string(),
+        waited: started.elapsed(),
+    }
+}
+
+/// Attempts on successive sessions until one grants the lock or fails for good.
+async fn contend(
+    lock: &Lock,
+    deadline: Option<Instant>,
+    key: Option<crate::reentrancy::HoldKey>,
+) -> Result<LockGuard, LockError> {
+    let started = Instant::now();
+    let mut restarts = 0;
+    loop {
+        let session = lock.client.session(None).await?;
+        match attempt(lock, &session, deadline).await {
+            Ok((node_path, stat)) => return Ok(grant(lock, session, node_path, stat, key)),
+            Err(Failed::Error(err)) => return Err(err),
+            Err(Failed::SessionEnded) => {
+                restarts += 1;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(timed_out(lock, started));
+                }
+                if restarts > MAX_SESSION_RESTARTS {
+                    return Err(LockError::SessionExpired);
+                }
+                debug!(lock = %lock.name, "session ended while contending; starting over");
+            }
+        }
+    }
+}
+
+fn grant(
+    lock: &Lock,
+    session: Arc<Session>,
+    node_path: String,
+    stat: zk::Stat,
+    key: Option<crate::reentrancy::HoldKey>,
+) -> LockGuard {
+    let holding = Arc::new(Holding {
+        client: lock.client.clone(),
+        losses_at_grant: session.health().losses,
+        session,
+        name: lock.name.to_string(),
+        node_path,
+        token: FencingToken::new(stat.czxid, 0),
+        key: key.clone(),
+        granted_at: Instant::now(),
+        released: AtomicBool::new(false),
+    });
+    if let Some(key) = key {
+        lock.client.inner.holds.insert(key, &holding);
+    }
+    LockGuard { hold: holding }
+}
+
+/// A contender node that is ours until granted. Dropping it before [`disarm`](Self::disarm)
+/// (error, timeout, cancellation) hands its removal to the background.
+struct Contending {
+    cleanup: Cleanup,
+    session: Arc<Session>,
+    dir: String,
+    protect: String,
+    node: Option<String>,
+    armed: bool,
+    metrics: Arc<crate::client::ClientInner>,
+}
+
+impl Contending {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Contending {
+    fn drop(&mut self) {
+        if !self.armed || !self.session.is_usable() {
+            return;
+        }
+        Metrics::bump(&self.metrics.metrics.abandoned);
+        let job = remove_contender(
+            self.session.clone(),
+            self.dir.clone(),
+            self.protect.clone(),
+            self.node.take(),
+        );
+        self.cleanup.spawn(&self.session, job);
+    }
+}
+
+/// The data stored in contender nodes, to tell an operator who is queued.
+fn node_data() -> &'static [u8] {
+    static DATA: OnceLock<Vec<u8>> = OnceLock::new();
+    DATA.get_or_init(|| format!("zklock pid={}", std::process::id()).into_bytes())
+}
+
+/// One attempt on one session: returns our node's path and stat once the rule lets us go.
+async fn attempt(lock: &Lock, session: &Arc<Session>, deadline: Option<Instant>) -> Result<(String, zk::Stat), Failed> {
+    let dir: &str = &lock.dir;
+    let protect = format!("_c_{}-", uuid::Uuid::new_v4());
+    let mut contending = Contending {
+        cleanup: lock.client.inner.cleanup.clone(),
+        session: session.clone(),
+        dir: dir.to_owned(),
+        protect: protect.clone(),
+        node: None,
+        armed: true,
+        metrics: lock.client.inner.clone(),
+    };
+    let (ours, stat, mut children) = create_and_list(lock, session, &protect).await?;
+    contending.node = Some(ours.clone());
+    let our_path = format!("{dir}/{ours}");
+
+    loop {
+        let queue = queue_order(children);
+        let Some(index) = queue.iter().position(|c| c.name == ours) else {
+            // Our node is gone: its session ended under us (or an operator deleted it).
+            debug!(node = %our_path, "contender node vanished");
+            return Err(Failed::SessionEnded);
+        };
+        let (on, last_blocker) = match lock.rule.decide(&queue, index) {
+            Decision::Go => {
+                contending.disarm();
+                return Ok((our_path, stat));
+            }
+            Decision::Wait { on, last_blocker } => (on, last_blocker),
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Failed::Error(timed_out_at(lock, deadline)));
+        }
+        let blocker = format!("{dir}/{}", queue[on].name);
+        debug!(node = %our_path, waits_for = %blocker, "waiting");
+        let gone = match session.zk.check_and_watch_stat(&blocker).await {
+            Ok((None, _)) => true,
+            Ok((Some(_), watcher)) => {
+                let sleep = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d.into()).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    event = watcher.changed() => match event.event_type {
+                        zk::EventType::NodeDeleted => true,
+                        zk::EventType::Session => {
+                            if event.session_state.is_terminated() {
+                                return Err(Failed::SessionEnded);
+                            }
+                            false
+                        }
+                        _ => false,
+                    },
+                    _ = sleep => return Err(Failed::Error(timed_out_at(lock, deadline))),
+                }
+            }
+            Err(err) => {
+                retry_after(session, "exists", err).await?;
+                false
+            }
+        };
+        if gone && last_blocker {
+            contending.disarm();
+            return Ok((our_path, stat));
+        }
+        children = list(session, dir).await?;
+    }
+}
+
+/// A timeout inside an attempt; [`acquire`] fills in how long the caller waited.
+fn timed_out_at(lock: &Lock, _deadline: Option<Instant>) -> LockError {
+    LockError::Timeout {
+        name: lock.name.to_string(),
+        waited: Duration::ZERO,
+    }
+}
+
+/// Decides what to do after a failed request: wait out a connection loss (Ok, retry) or fail.
+async fn retry_after(session: &Session, op: &'static str, err: zk::Error) -> Result<(), Failed> {
+    match err {
+        zk::Error::ConnectionLoss | zk::Error::Timeout => {
+            if session.wait_connected().await {
+                Ok(())
+            } else {
+                Err(Failed::SessionEnded)
+            }
+        }
+        err => Err(failed(op, err)),
+    }
+}
+
+/// Lists `dir`, waiting out connection losses.
+async fn list(session: &Session, dir: &str) -> Result<Vec<String>, Failed> {
+    loop {
+        match session.zk.list_children(dir).await {
+            Ok(children) => return Ok(children),
+            Err(err) => retry_after(session, "list children", err).await?,
+        }
+    }
+}
+
+/// Creates our contender node with the listing pipelined behind it. Creates the lock
+/// directory (and namespace) as containers when missing, and finds our node again by its
+/// protected prefix when the create's answer was lost.
+async fn create_and_list(
+    lock: &Lock,
+    session: &Session,
+    protect: &str,
+) -> Result<(String, zk::Stat, Vec<String>), Failed> {
+    let config = &lock.client.inner.config;
+    let dir: &str = &lock.dir;
+    let prefix = format!("{dir}/{protect}{}", lock.rule.node_name());
+    let options = zk::CreateMode::EphemeralSequential.with_acls(config.acls());
+    for _ in 0..8 {
+        let create = session.zk.create(&prefix, node_data(), &options);
+        let listing = session.zk.list_children(dir);
+        let (created, listed) = tokio::join!(create, listing);
+        match created {
+            Ok((stat, sequence)) => {
+                let ours = format!("{protect}{}{sequence}", lock.rule.node_name());
+                let children = match listed {
+                    Ok(children) => children,
+                    Err(_) => list(session, dir).await?,
+                };
+                return Ok((ours, stat, children));
+            }
+            Err(zk::Error::NoNode) => ensure_dir(lock, session).await?,
+            Err(zk::Error::ConnectionLoss | zk::Error::Timeout) => {
+                if !session.wait_connected().await {
+                    return Err(Failed::SessionEnded);
+                }
+                if let Some((ours, stat)) = find_protected(session, dir, protect).await? {
+                    let children = list(session, dir).await?;
+                    return Ok((ours, stat, children));
+                }
+            }
+            Err(err) => return Err(failed("create", err)),
+        }
+    }
+    Err(Failed::Error(LockError::Connection(format!(
+        "could not create a contender node in {dir}"
+    ))))
+}
+
+/// Looks for the node a create with lost answer may have made. Only a node owned by this very
+/// session counts (CURATOR-604): a node of an earlier session is never ours.
+async fn find_protected(session: &Session, dir: &str, protect: &str) -> Result<Option<(String, zk::Stat)>, Failed> {
+    let children = match session.zk.list_children(dir).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(err) => {
+            retry_after(session, "list children", err).await?;
+            return Box::pin(find_protected(session, dir, protect)).await;
+        }
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(protect)) else {
+        return Ok(None);
+    };
+    match session.zk.check_stat(&format!("{dir}/{name}")).await {
+        Ok(Some(stat)) if stat.ephemeral_owner == session.id => {
+            debug!(node = %name, "found our contender after a lost create answer");
+            Ok(Some((name, stat)))
+        }
+        Ok(_) => Ok(None),
+        Err(err) => {
+            retry_after(session, "exists", err).await?;
+            Box::pin(find_protected(session, dir, protect)).await
+        }
+    }
+}
+
+/// Creates the lock directory and its parents as containers (Curator's
+/// `creatingParentContainersIfNeeded`).
+async fn ensure_dir(lock: &Lock, session: &Session) -> Result<(), Failed> {
+    let options = zk::CreateMode::Container.with_acls(lock.client.inner.config.acls());
+    loop {
+        match session.zk.mkdir(&lock.dir, &options).await {
+            Ok(()) | Err(zk::Error::NodeExists) => return Ok(()),
+            Err(err) => retry_after(session, "create lock dir", err).await?,
+        }
+    }
+}

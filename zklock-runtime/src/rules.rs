@@ -1,1 +1,214 @@
-//! rules
+//! The rules that turn the one contender queue into a mutex, a read/write lock or a semaphore.
+//!
+//! Every recipe shares [`crate::queue`]: contenders append ephemeral sequential nodes to the
+//! lock directory and are ordered by sequence number. A rule only answers, for one position in
+//! that order, "may this contender go, and if not, whose deletion should it wait for" — the
+//! shape of Curator's `LockInternalsDriver`.
+
+/// One contender node in a lock directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Contender {
+    /// The node name (no directory).
+    pub name: String,
+    /// The server-assigned sequence number at the end of the name.
+    pub seq: i64,
+}
+
+impl Contender {
+    /// Reads a child name as a contender; names that do not end in a sequence number are not
+    /// contenders and are ignored.
+    pub fn parse(name: String) -> Option<Contender> {
+        let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let seq = name[name.len() - digits..].parse().ok()?;
+        Some(Contender { name, seq })
+    }
+}
+
+/// Sorts a directory listing into queue order.
+pub(crate) fn queue_order(children: Vec<String>) -> Vec<Contender> {
+    let mut queue: Vec<Contender> = children.into_iter().filter_map(Contender::parse).collect();
+    queue.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.name.cmp(&b.name)));
+    queue
+}
+
+/// What a rule decides for one contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// The contender holds the lock.
+    Go,
+    /// Wait for the deletion of the contender at queue index `on`. When `last_blocker` is set,
+    /// that deletion alone proves the turn has come: sequence numbers only grow, so nothing can
+    /// join the queue ahead, and no listing is needed before going.
+    Wait { on: usize, last_blocker: bool },
+}
+
+/// A recipe's admission rule.
+pub(crate) trait Rule: Send + Sync + std::fmt::Debug {
+    /// The name part of this recipe's nodes, between the protected prefix and the sequence
+    /// number (Curator's "lock name").
+    fn node_name(&self) -> &'static str;
+
+    /// Decides for the contender at index `ours` of `queue`.
+    fn decide(&self, queue: &[Contender], ours: usize) -> Decision;
+}
+
+/// Node name of mutex contenders, as Curator's `InterProcessMutex` names them.
+pub(crate) const MUTEX_NODE: &str = "lock-";
+/// Node name of semaphore lease holders.
+pub(crate) const LEASE_NODE: &str = "lease-";
+/// Node names of Curator's `InterProcessReadWriteLock`.
+pub(crate) const READ_NODE: &str = "__READ__";
+pub(crate) const WRITE_NODE: &str = "__WRIT__";
+
+/// The first `leases` contenders go; the others wait for the one `leases` places ahead.
+/// A mutex is one lease; a write lock is one lease counted over readers and writers alike.
+#[derive(Debug)]
+pub(crate) struct Leases {
+    pub leases: u32,
+    pub node: &'static str,
+}
+
+impl Rule for Leases {
+    fn node_name(&self) -> &'static str {
+        self.node
+    }
+
+    fn decide(&self, _queue: &[Contender], ours: usize) -> Decision {
+        let leases = self.leases as usize;
+        if ours < leases {
+            Decision::Go
+        } else {
+            Decision::Wait {
+                on: ours - leases,
+                last_blocker: ours == leases,
+            }
+        }
+    }
+}
+
+/// A reader goes when no writer is ahead of it, and otherwise waits for the nearest writer
+/// ahead (Curator counts any node whose name contains `__WRIT__` as a writer).
+#[derive(Debug)]
+pub(crate) struct Readers;
+
+impl Rule for Readers {
+    fn node_name(&self) -> &'static str {
+        READ_NODE
+    }
+
+    fn decide(&self, queue: &[Contender], ours: usize) -> Decision {
+        let mut writers = queue[..ours]
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.name.contains(WRITE_NODE));
+        match writers.next_back() {
+            None => Decision::Go,
+            Some((on, _)) => Decision::Wait {
+                on,
+                last_blocker: writers.next().is_none(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(names: &[&str]) -> Vec<Contender> {
+        queue_order(names.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn sorts_by_sequence_not_name() {
+        let q = queue(&[
+            "_c_b-lock-0000000003",
+            "_c_a-lock-0000000010",
+            "foreign-0000000001",
+            "junk",
+        ]);
+        let names: Vec<_> = q.iter().map(|c| c.seq).collect();
+        assert_eq!(names, [1, 3, 10]);
+    }
+
+    #[test]
+    fn mutex_watches_predecessor() {
+        let rule = Leases {
+            leases: 1,
+            node: MUTEX_NODE,
+        };
+        let q = queue(&["a-lock-0000000001", "b-lock-0000000002", "c-lock-0000000003"]);
+        assert_eq!(rule.decide(&q, 0), Decision::Go);
+        assert_eq!(
+            rule.decide(&q, 1),
+            Decision::Wait {
+                on: 0,
+                last_blocker: true
+            }
+        );
+        assert_eq!(
+            rule.decide(&q, 2),
+            Decision::Wait {
+                on: 1,
+                last_blocker: false
+            }
+        );
+    }
+
+    #[test]
+    fn semaphore_lets_n_in() {
+        let rule = Leases {
+            leases: 2,
+            node: LEASE_NODE,
+        };
+        let q = queue(&["a-0000000001", "b-0000000002", "c-0000000003"]);
+        assert_eq!(rule.decide(&q, 1), Decision::Go);
+        assert_eq!(
+            rule.decide(&q, 2),
+            Decision::Wait {
+                on: 0,
+                last_blocker: true
+            }
+        );
+    }
+
+    #[test]
+    fn readers_wait_only_for_writers() {
+        let q = queue(&[
+            "_c_1-__READ__0000000001",
+            "_c_2-__WRIT__0000000002",
+            "_c_3-__READ__0000000003",
+            "_c_4-__WRIT__0000000004",
+            "_c_5-__READ__0000000005",
+        ]);
+        assert_eq!(Readers.decide(&q, 0), Decision::Go);
+        assert_eq!(
+            Readers.decide(&q, 2),
+            Decision::Wait {
+                on: 1,
+                last_blocker: true
+            }
+        );
+        assert_eq!(
+            Readers.decide(&q, 4),
+            Decision::Wait {
+                on: 3,
+                last_blocker: false
+            }
+        );
+        let writer = Leases {
+            leases: 1,
+            node: WRITE_NODE,
+        };
+        assert_eq!(
+            writer.decide(&q, 1),
+            Decision::Wait {
+                on: 0,
+                last_blocker: true
+            }
+        );
+    }
+}

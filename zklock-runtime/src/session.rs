@@ -1,1 +1,205 @@
-//! session
+//! One ZooKeeper session and its health, as the lock engine sees it.
+//!
+//! The client library reconnects by itself while the session lives, and reports `Expired`
+//! when it ends. Locks need one more state in between: a connection that has been down long
+//! enough that the server *may* already have expired the session. From that moment a holder
+//! must stop trusting its lock (CURATOR-206), so this module turns "disconnected for
+//! `loss_after`" into a sticky loss count that every guard of the session watches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+use zookeeper_client as zk;
+
+/// The state of a client's ZooKeeper session, as far as held locks are concerned.
+///
+/// ```
+/// use zklock_runtime::SessionStatus;
+/// assert!(SessionStatus::Connected.is_connected());
+/// assert!(!SessionStatus::Suspended.is_connected());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SessionStatus {
+    /// No session yet, or a new one is being opened.
+    Connecting,
+    /// Connected; held locks are safe.
+    Connected,
+    /// The connection dropped; the session may still recover. Held locks are at risk.
+    Suspended,
+    /// Disconnected long enough that the server may expire the session: held locks were
+    /// reported lost. The session may still reconnect; new acquisitions then work again.
+    Lost,
+    /// The session expired; the next acquisition opens a new one.
+    Expired,
+    /// The client was closed.
+    Closed,
+}
+
+impl SessionStatus {
+    /// Whether requests can currently reach the ensemble.
+    pub fn is_connected(self) -> bool {
+        self == SessionStatus::Connected
+    }
+
+    /// Whether this session is over for good.
+    pub(crate) fn is_terminal(self) -> bool {
+        matches!(self, SessionStatus::Expired | SessionStatus::Closed)
+    }
+}
+
+/// What a guard watches: the status, plus how many times the session has been declared lost.
+/// The count makes loss sticky: a guard compares it with the count at grant time, so a quick
+/// Lost → Connected flap cannot slip past a receiver that was not polling at that instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Health {
+    pub status: SessionStatus,
+    pub losses: u64,
+}
+
+impl Health {
+    /// Whether a hold granted when `losses_at_grant` was current is no longer trustworthy.
+    pub fn invalidates(&self, losses_at_grant: u64) -> bool {
+        self.losses > losses_at_grant || self.status.is_terminal()
+    }
+}
+
+/// A live (or finished) ZooKeeper session shared by every contender and guard created in it.
+pub(crate) struct Session {
+    pub zk: zk::Client,
+    pub id: i64,
+    /// The runtime the session was opened on; background cleanup runs there, so a guard can be
+    /// dropped anywhere.
+    pub runtime: tokio::runtime::Handle,
+    health: watch::Sender<Health>,
+    /// Dropping the session drops this and so ends its monitor task.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &format_args!("{:#x}", self.id))
+            .finish()
+    }
+}
+
+impl Session {
+    /// Wraps a freshly connected client and starts the task that tracks its health.
+    pub fn start(zk: zk::Client, loss_after: Duration, on_change: Arc<dyn Fn(Health) + Send + Sync>) -> Arc<Session> {
+        let id = zk.session_id().0;
+        let (health, _) = watch::channel(Health {
+            status: SessionStatus::Connected,
+            losses: 0,
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let session = Arc::new(Session {
+            zk,
+            id,
+            runtime: tokio::runtime::Handle::current(),
+            health,
+            _stop: stop,
+        });
+        let states = session.zk.state_watcher();
+        let sender = session.health.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = monitor(id, states, sender, loss_after, on_change) => {}
+                _ = stopped => {}
+            }
+        });
+        session
+    }
+
+    pub fn health(&self) -> Health {
+        *self.health.borrow()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Health> {
+        self.health.subscribe()
+    }
+
+    /// Whether new work may still be started in this session.
+    pub fn is_usable(&self) -> bool {
+        !self.health().status.is_terminal() && !self.zk.state().is_terminated()
+    }
+
+    /// Waits until the session is connected again (true) or over (false).
+    pub async fn wait_connected(&self) -> bool {
+        let mut rx = self.subscribe();
+        loop {
+            let status = rx.borrow_and_update().status;
+            if status.is_terminal() {
+                return false;
+            }
+            if status.is_connected() {
+                return true;
+            }
+            if rx.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
+/// Follows the client library's session states and derives [`Health`].
+async fn monitor(
+    id: i64,
+    mut states: zk::StateWatcher,
+    health: watch::Sender<Health>,
+    loss_after: Duration,
+    on_change: Arc<dyn Fn(Health) + Send + Sync>,
+) {
+    let set = |status: SessionStatus, lost: bool| {
+        health.send_if_modified(|h| {
+            let next = Health {
+                status,
+                losses: h.losses + u64::from(lost),
+            };
+            let changed = *h != next;
+            *h = next;
+            changed
+        });
+        on_change(*health.borrow());
+    };
+    let mut state = states.state();
+    loop {
+        match state {
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                info!(session = format_args!("{id:#x}"), "zookeeper session connected");
+                set(SessionStatus::Connected, false);
+                state = states.changed().await;
+            }
+            zk::SessionState::Disconnected => {
+                warn!(
+                    session = format_args!("{id:#x}"),
+                    "zookeeper connection lost; held locks are at risk"
+                );
+                set(SessionStatus::Suspended, false);
+                tokio::select! {
+                    next = states.changed() => state = next,
+                    _ = tokio::time::sleep(loss_after) => {
+                        warn!(
+                            session = format_args!("{id:#x}"),
+                            after = ?loss_after,
+                            "still disconnected; the session may expire, held locks are lost"
+                        );
+                        set(SessionStatus::Lost, true);
+                        state = states.changed().await;
+                    }
+                }
+            }
+            zk::SessionState::Expired | zk::SessionState::AuthFailed => {
+                warn!(session = format_args!("{id:#x}"), ?state, "zookeeper session ended");
+                set(SessionStatus::Expired, false);
+                return;
+            }
+            zk::SessionState::Closed => {
+                set(SessionStatus::Closed, false);
+                return;
+            }
+        }
+    }
+}
