@@ -8,6 +8,7 @@ use tracing::{debug, info};
 use zookeeper_client as zk;
 
 use crate::cleanup::Cleanup;
+use crate::local_queue::Gates;
 use crate::lock::{Lock, LockKind};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::name::{validate_name, validate_namespace};
@@ -83,6 +84,7 @@ pub(crate) struct ClientInner {
     status: watch::Sender<SessionStatus>,
     pub metrics: Metrics,
     pub holds: Holds,
+    pub gates: Gates,
     pub cleanup: Cleanup,
 }
 
@@ -198,6 +200,7 @@ impl LockClientBuilder {
                 status,
                 metrics: Metrics::default(),
                 holds: Holds::default(),
+                gates: Gates::default(),
                 cleanup: Cleanup::new(),
             }),
         })

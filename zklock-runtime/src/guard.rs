@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cleanup::finish_delete;
+use crate::local_queue::{Turn, Warm, MAX_LOCAL_HANDOFFS};
 use crate::metrics::Metrics;
 use crate::reentrancy::HoldKey;
 use crate::session::{Health, Session};
@@ -106,11 +107,21 @@ pub(crate) struct Holding {
     pub granted_at: Instant,
     /// Set once the node is known deleted, so `Drop` does not delete it again.
     pub released: AtomicBool,
+    /// The front of this process's queue for the lock (exclusive locks only), kept while held.
+    pub turn: Option<Turn>,
 }
 
 impl Holding {
     fn is_lost(&self) -> bool {
         self.session.health().invalidates(self.losses_at_grant)
+    }
+
+    /// Whether releasing should hand the node to the next task of this process.
+    fn can_hand_off(&self) -> bool {
+        self.turn.as_ref().is_some_and(|t| t.gate.has_waiters())
+            && self.token.generation() < MAX_LOCAL_HANDOFFS
+            && self.session.is_usable()
+            && !self.is_lost()
     }
 
     fn loss_signal(&self) -> LossSignal {
@@ -136,6 +147,19 @@ impl Drop for Holding {
         info!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
         if self.released.load(Ordering::Acquire) {
             return;
+        }
+        if self.can_hand_off() {
+            if let Some(turn) = self.turn.as_mut() {
+                turn.slot.warm = Some(Warm::new(
+                    self.session.clone(),
+                    std::mem::take(&mut self.node_path),
+                    self.token.zxid(),
+                    self.token.generation(),
+                    self.losses_at_grant,
+                    inner.cleanup.clone(),
+                ));
+                return;
+            }
         }
         // The request goes on the wire now, ahead of anything this process sends next;
         // only waiting for the answer (and retrying) is left to the background.
@@ -234,6 +258,10 @@ impl LockGuard {
             Ok(hold) => hold,
             Err(_shared) => return Ok(()),
         };
+        if hold.can_hand_off() {
+            // Dropping hands the node to the next task of this process.
+            return Ok(());
+        }
         let first = hold.session.zk.delete(&hold.node_path, None);
         finish_delete(hold.session.clone(), hold.node_path.clone(), first).await?;
         hold.released.store(true, Ordering::Release);

@@ -18,7 +18,8 @@
 //! ```
 //!
 //! Where to look: `client.rs` (sessions, configuration), `lock.rs` (the acquire entry points),
-//! `queue.rs` (the contender queue every recipe shares), `rules.rs` (mutex, read/write and
+//! `queue.rs` (the contender queue every recipe shares), `local_queue.rs` (in-process
+//! waiters and node handoff), `rules.rs` (mutex, read/write and
 //! semaphore rules), `guard.rs` (owned guards, fencing tokens, loss), `reentrancy.rs`,
 //! `cleanup.rs` (releases and abandoned contenders), `testing/` (real servers for tests).
 
@@ -28,6 +29,7 @@ mod cleanup;
 mod client;
 mod error;
 mod guard;
+mod local_queue;
 mod lock;
 #[doc(hidden)]
 pub mod macro_support;

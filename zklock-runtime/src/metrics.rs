@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub(crate) struct Metrics {
     pub acquired: AtomicU64,
     pub reentered: AtomicU64,
+    pub handed_off: AtomicU64,
     pub timed_out: AtomicU64,
     pub lost: AtomicU64,
     pub released: AtomicU64,
@@ -21,6 +22,7 @@ impl Metrics {
         MetricsSnapshot {
             acquired: self.acquired.load(Relaxed),
             reentered: self.reentered.load(Relaxed),
+            handed_off: self.handed_off.load(Relaxed),
             timed_out: self.timed_out.load(Relaxed),
             lost: self.lost.load(Relaxed),
             released: self.released.load(Relaxed),
@@ -44,6 +46,9 @@ pub struct MetricsSnapshot {
     pub acquired: u64,
     /// Reentrant grants served without a round trip.
     pub reentered: u64,
+    /// Grants served by handing a held node to the next waiting task of this process
+    /// (included in `acquired`).
+    pub handed_off: u64,
     /// Acquisitions that gave up at their timeout.
     pub timed_out: u64,
     /// Holds that were reported lost.

@@ -19,8 +19,10 @@ use zookeeper_client as zk;
 
 use crate::cleanup::{remove_contender, Cleanup};
 use crate::guard::{FencingToken, Holding, LockGuard};
+use crate::local_queue::Turn;
 use crate::lock::Lock;
 use crate::metrics::Metrics;
+use crate::reentrancy::HoldKey;
 use crate::rules::{queue_order, Decision};
 use crate::session::Session;
 use crate::LockError;
@@ -69,8 +71,9 @@ pub(crate) async fn acquire(lock: &Lock, timeout: Option<Duration>) -> Result<Lo
     }
 
     let started = Instant::now();
+    let deadline = timeout.map(|t| started + t);
     let span = tracing::info_span!("acquire", lock = %lock.name, kind = ?lock.kind);
-    let contend = contend(lock, timeout.map(|t| started + t), keys.into_iter().next()).instrument(span);
+    let contend = queue_up(lock, deadline, keys.into_iter().next()).instrument(span);
     let result = match timeout {
         None => contend.await,
         Some(timeout) => match tokio::time::timeout(timeout.max(MIN_ATTEMPT_BUDGET), contend).await {
@@ -115,18 +118,56 @@ fn timed_out(lock: &Lock, started: Instant) -> LockError {
     }
 }
 
+/// Waits for the front of this process's queue (exclusive locks), takes over a node handed
+/// over by the previous local holder, or else contends in ZooKeeper.
+async fn queue_up(lock: &Lock, deadline: Option<Instant>, key: Option<HoldKey>) -> Result<LockGuard, LockError> {
+    let Some(gate) = lock.client.inner.gates.gate(&lock.dir, lock.kind) else {
+        return contend(lock, deadline, key, None).await;
+    };
+    let mut turn = match deadline {
+        None => gate.enter().await,
+        Some(d) => match tokio::time::timeout_at(d.into(), gate.enter()).await {
+            Ok(turn) => turn,
+            Err(_) => return Err(timed_out_at(lock, deadline)),
+        },
+    };
+    if let Some(mut warm) = turn.slot.warm.take() {
+        if warm.is_sound() {
+            let node_path = warm.claim();
+            let token = FencingToken::new(warm.czxid, warm.generation + 1);
+            Metrics::bump(&lock.client.inner.metrics.handed_off);
+            return Ok(hold(
+                lock,
+                warm.session.clone(),
+                node_path,
+                token,
+                warm.losses_at_grant,
+                key,
+                Some(turn),
+            ));
+        }
+        // Dropping an unsound node deletes it; contend afresh.
+    }
+    contend(lock, deadline, key, Some(turn)).await
+}
+
 /// Attempts on successive sessions until one grants the lock or fails for good.
 async fn contend(
     lock: &Lock,
     deadline: Option<Instant>,
-    key: Option<crate::reentrancy::HoldKey>,
+    key: Option<HoldKey>,
+    turn: Option<Turn>,
 ) -> Result<LockGuard, LockError> {
     let started = Instant::now();
     let mut restarts = 0;
     loop {
         let session = lock.client.session(None).await?;
         match attempt(lock, &session, deadline).await {
-            Ok((node_path, stat)) => return Ok(grant(lock, session, node_path, stat, key)),
+            Ok((node_path, stat)) => {
+                let losses = session.health().losses;
+                let token = FencingToken::new(stat.czxid, 0);
+                return Ok(hold(lock, session, node_path, token, losses, key, turn));
+            }
             Err(Failed::Error(err)) => return Err(err),
             Err(Failed::SessionEnded) => {
                 restarts += 1;
@@ -142,23 +183,26 @@ async fn contend(
     }
 }
 
-fn grant(
+fn hold(
     lock: &Lock,
     session: Arc<Session>,
     node_path: String,
-    stat: zk::Stat,
-    key: Option<crate::reentrancy::HoldKey>,
+    token: FencingToken,
+    losses_at_grant: u64,
+    key: Option<HoldKey>,
+    turn: Option<Turn>,
 ) -> LockGuard {
     let holding = Arc::new(Holding {
         client: lock.client.clone(),
-        losses_at_grant: session.health().losses,
+        losses_at_grant,
         session,
         name: lock.name.to_string(),
         node_path,
-        token: FencingToken::new(stat.czxid, 0),
+        token,
         key: key.clone(),
         granted_at: Instant::now(),
         released: AtomicBool::new(false),
+        turn,
     });
     if let Some(key) = key {
         lock.client.inner.holds.insert(key, &holding);
@@ -389,5 +433,69 @@ async fn ensure_dir(lock: &Lock, session: &Session) -> Result<(), Failed> {
             Ok(()) | Err(zk::Error::NodeExists) => return Ok(()),
             Err(err) => retry_after(session, "create lock dir", err).await?,
         }
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::testing::ZkServer;
+    use crate::LockClient;
+
+    /// CURATOR-604: after a reconnect with a new session, a node of the old session carrying
+    /// our protected prefix must not be adopted as ours.
+    #[tokio::test]
+    async fn curator_604_node_of_another_session_is_never_ours() {
+        let server = ZkServer::start().unwrap();
+        let client = LockClient::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .connect()
+            .await
+            .unwrap();
+        let lock = client.mutex("adopt").unwrap();
+        // Another session (standing in for our previous one) owns a node with our prefix.
+        let other = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(&server.connect_string())
+            .await
+            .unwrap();
+        let protect = format!("_c_{}-", uuid::Uuid::new_v4());
+        other
+            .mkdir(
+                "/zklock/adopt",
+                &zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .unwrap();
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        other
+            .create(&format!("/zklock/adopt/{protect}lock-"), b"", &options)
+            .await
+            .unwrap();
+        let session = client.session(None).await.unwrap();
+        assert_ne!(session.id, other.session_id().0);
+        let found = match find_protected(&session, &lock.dir, &protect).await {
+            Ok(found) => found,
+            Err(_) => panic!("lookup failed"),
+        };
+        assert!(
+            found.is_none(),
+            "adopted a node owned by session {:#x}",
+            other.session_id().0
+        );
+        // The same lookup does adopt a node our own session created.
+        session
+            .zk
+            .create(&format!("/zklock/adopt/{protect}x-lock-"), b"", &options)
+            .await
+            .unwrap();
+        let own_protect = format!("{protect}x-");
+        let found = match find_protected(&session, &lock.dir, &own_protect).await {
+            Ok(found) => found,
+            Err(_) => panic!("lookup failed"),
+        };
+        assert_eq!(found.map(|(_, stat)| stat.ephemeral_owner), Some(session.id));
     }
 }

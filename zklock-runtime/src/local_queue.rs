@@ -1,0 +1,171 @@
+//! The in-process queue in front of the ZooKeeper queue, for exclusive locks.
+//!
+//! Tasks of one process that want the same exclusive lock line up here, in FIFO order, and only
+//! the task at the front contends in ZooKeeper. When it releases while others are waiting here,
+//! it hands its contender node to the next one instead of deleting it: that grant costs no round
+//! trip, and its fencing token keeps the node's zxid with the next `generation`, so tokens still
+//! strictly increase.
+//!
+//! Fairness across processes: a remote contender queued behind our node waits for at most
+//! [`MAX_LOCAL_HANDOFFS`] local grants in a row before the node is deleted and our waiters
+//! queue in ZooKeeper again, behind it. Within the process, waiters are served in FIFO order.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+use crate::cleanup::{finish_delete, Cleanup};
+use crate::session::Session;
+use crate::LockKind;
+
+/// How many grants in a row one contender node may serve before it goes back to the end of the
+/// ZooKeeper queue.
+pub(crate) const MAX_LOCAL_HANDOFFS: u32 = 16;
+
+/// A node kept alive for the next local waiter. Dropping it unclaimed deletes the node.
+pub(crate) struct Warm {
+    pub session: Arc<Session>,
+    /// `None` once claimed.
+    node_path: Option<String>,
+    pub czxid: i64,
+    pub generation: u32,
+    pub losses_at_grant: u64,
+    cleanup: Cleanup,
+}
+
+impl Warm {
+    pub fn new(
+        session: Arc<Session>,
+        node_path: String,
+        czxid: i64,
+        generation: u32,
+        losses_at_grant: u64,
+        cleanup: Cleanup,
+    ) -> Warm {
+        Warm {
+            session,
+            node_path: Some(node_path),
+            czxid,
+            generation,
+            losses_at_grant,
+            cleanup,
+        }
+    }
+
+    /// Whether the node can still be trusted for another grant.
+    pub fn is_sound(&self) -> bool {
+        self.session.is_usable() && !self.session.health().invalidates(self.losses_at_grant)
+    }
+
+    /// Takes the node over (its path); it is no longer deleted when this value drops.
+    pub fn claim(&mut self) -> String {
+        self.node_path.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Warm {
+    fn drop(&mut self) {
+        let Some(path) = self.node_path.take() else { return };
+        if !self.session.is_usable() {
+            return;
+        }
+        let first = self.session.zk.delete(&path, None);
+        let job = finish_delete(self.session.clone(), path, first);
+        self.cleanup.spawn(&self.session, async move {
+            let _ = job.await;
+        });
+    }
+}
+
+/// What the front of the local queue owns: possibly a node handed over by the previous holder.
+#[derive(Default)]
+pub(crate) struct Slot {
+    pub warm: Option<Warm>,
+}
+
+/// The local queue for one exclusive lock.
+#[derive(Default)]
+pub(crate) struct Gate {
+    slot: Arc<AsyncMutex<Slot>>,
+    waiting: AtomicUsize,
+}
+
+/// The front of a local queue: held for as long as the lock is held in this process.
+pub(crate) struct Turn {
+    pub gate: Arc<Gate>,
+    pub slot: OwnedMutexGuard<Slot>,
+}
+
+impl Gate {
+    /// Waits for the front of the queue. Cancel safe: a dropped wait leaves the queue.
+    pub async fn enter(self: Arc<Self>) -> Turn {
+        /// Leaves the count of waiters; a waiter that gives up last also deletes a node that
+        /// was kept for it, unless someone is at the front of the queue (who will use it).
+        struct Waiting<'a>(&'a Gate);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                if self.0.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    if let Ok(mut slot) = self.0.slot.try_lock() {
+                        slot.warm = None;
+                    }
+                }
+            }
+        }
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let waiting = Waiting(&self);
+        let slot = self.slot.clone().lock_owned().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        std::mem::forget(waiting);
+        Turn { gate: self, slot }
+    }
+
+    /// Whether another task of this process is waiting for the lock.
+    pub fn has_waiters(&self) -> bool {
+        self.waiting.load(Ordering::SeqCst) > 0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct GateKey {
+    dir: String,
+    kind: LockKind,
+}
+
+/// The client's local queues, one per exclusive lock in use. Entries are weak, so per-key locks
+/// do not accumulate: dead entries are swept as the map grows.
+#[derive(Default)]
+pub(crate) struct Gates {
+    map: Mutex<GateMap>,
+}
+
+#[derive(Default)]
+struct GateMap {
+    gates: HashMap<GateKey, Weak<Gate>>,
+    sweep_at: usize,
+}
+
+impl Gates {
+    /// The local queue for `dir`, if locks of `kind` use one (exclusive kinds do).
+    pub fn gate(&self, dir: &str, kind: LockKind) -> Option<Arc<Gate>> {
+        if !matches!(kind, LockKind::Mutex | LockKind::Write) {
+            return None;
+        }
+        let key = GateKey {
+            dir: dir.to_owned(),
+            kind,
+        };
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gate) = map.gates.get(&key).and_then(Weak::upgrade) {
+            return Some(gate);
+        }
+        if map.gates.len() >= map.sweep_at {
+            map.gates.retain(|_, gate| gate.strong_count() > 0);
+            map.sweep_at = (map.gates.len() * 2).max(64);
+        }
+        let gate = Arc::new(Gate::default());
+        map.gates.insert(key, Arc::downgrade(&gate));
+        Some(gate)
+    }
+}
