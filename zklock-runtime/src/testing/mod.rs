@@ -1,1 +1,2 @@
 //! Real ZooKeeper servers for tests (feature `testing`).
+pub mod curator;

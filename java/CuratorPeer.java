@@ -1,0 +1,349 @@
+// A small Apache Curator program driven line by line over stdin/stdout.
+//
+// zklock's interoperability tests and its benchmark run this peer next to zklock contenders on
+// the same ZooKeeper server, so that a real InterProcessMutex / InterProcessReadWriteLock takes
+// part in the same queue. Every command is answered with exactly one line; lock events
+// (ACQUIRED, TIMEOUT, RELEASED, ERROR) are printed when they happen, so acquires never block the
+// command loop.
+//
+// Protocol (one command per line, words separated by spaces):
+//   connect <connectString> <sessionMs>            -> CONNECTED <sessionIdHex> | ERROR - <msg>
+//   mutex <id> <path>                              -> OK <id>
+//   rwlock <id> <path>                             -> OK <id>
+//   acquire <id> [read|write] <timeoutMs>          -> (later) ACQUIRED <id> <nodePath> | TIMEOUT <id>
+//                                                     (timeoutMs < 0 waits without bound)
+//   release <id>                                   -> (later) RELEASED <id>
+//   bench-uncontended <path> <warmup> <cycles>     -> RESULT <json>
+//   bench-contended <path> <threads> <startEpochMs> <endEpochMs>
+//                                                  -> RESULT <json>
+//   bench-reentrant <path> <warmup> <cycles>       -> RESULT <json>
+//   ping                                           -> PONG
+//   quit                                           -> BYE (and exit)
+// Errors are reported as "ERROR <id|-> <message>". Ids are chosen by the driver.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+
+public final class CuratorPeer {
+    private static final PrintStream OUT =
+            new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), false, StandardCharsets.UTF_8);
+
+    /** One lock the driver named: a recipe plus the single thread that acquires and releases it. */
+    private static final class Contender {
+        final String id;
+        final InterProcessMutex mutex;
+        final InterProcessReadWriteLock rw;
+        // Curator ties a hold to the thread that acquired it, so release must run on that thread.
+        final ExecutorService thread;
+        volatile InterProcessMutex held;
+
+        Contender(String id, InterProcessMutex mutex, InterProcessReadWriteLock rw) {
+            this.id = id;
+            this.mutex = mutex;
+            this.rw = rw;
+            this.thread = Executors.newSingleThreadExecutor(r -> {
+                Thread t = new Thread(r, "contender-" + id);
+                t.setDaemon(true);
+                return t;
+            });
+        }
+    }
+
+    private static CuratorFramework client;
+    private static final Map<String, Contender> CONTENDERS = new ConcurrentHashMap<>();
+    private static Method lockPathMethod;
+
+    static synchronized void say(String line) {
+        OUT.println(line);
+        OUT.flush();
+    }
+
+    public static void main(String[] args) throws Exception {
+        lockPathMethod = InterProcessMutex.class.getDeclaredMethod("getLockPath");
+        lockPathMethod.setAccessible(true);
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            line = line.trim();
+            if (line.isEmpty()) {
+                continue;
+            }
+            String[] w = line.split("\\s+");
+            try {
+                if (!handle(w)) {
+                    break;
+                }
+            } catch (Exception e) {
+                // Commands about one lock report failures under its id, the rest under "-".
+                boolean aboutLock = w.length > 1 && Arrays.asList("mutex", "rwlock", "acquire", "release").contains(w[0]);
+                say("ERROR " + (aboutLock ? w[1] : "-") + " " + describe(e));
+            }
+        }
+        if (client != null) {
+            client.close();
+        }
+        say("BYE");
+        System.exit(0);
+    }
+
+    private static String describe(Throwable e) {
+        String msg = e.getMessage();
+        return (e.getClass().getSimpleName() + (msg == null ? "" : ": " + msg)).replace('\n', ' ');
+    }
+
+    private static void need(String[] w, int n, String usage) {
+        if (w.length < n) {
+            throw new IllegalArgumentException("usage: " + usage);
+        }
+    }
+
+    private static CuratorFramework client() {
+        if (client == null) {
+            throw new IllegalStateException("not connected (send connect first)");
+        }
+        return client;
+    }
+
+    private static Contender contender(String id) {
+        Contender c = CONTENDERS.get(id);
+        if (c == null) {
+            throw new IllegalArgumentException("no lock with id " + id);
+        }
+        return c;
+    }
+
+    private static boolean handle(String[] w) throws Exception {
+        switch (w[0]) {
+            case "ping":
+                say("PONG");
+                return true;
+            case "quit":
+                return false;
+            case "connect": {
+                need(w, 3, "connect <connectString> <sessionMs>");
+                int sessionMs = Integer.parseInt(w[2]);
+                CuratorFramework c = CuratorFrameworkFactory.builder()
+                        .connectString(w[1])
+                        .sessionTimeoutMs(sessionMs)
+                        .connectionTimeoutMs(Math.max(sessionMs, 5000))
+                        .retryPolicy(new ExponentialBackoffRetry(100, 5))
+                        .build();
+                c.start();
+                if (!c.blockUntilConnected(30, TimeUnit.SECONDS)) {
+                    c.close();
+                    say("ERROR - could not connect to " + w[1] + " within 30 s");
+                    return true;
+                }
+                client = c;
+                long sid = c.getZookeeperClient().getZooKeeper().getSessionId();
+                say("CONNECTED " + Long.toHexString(sid));
+                return true;
+            }
+            case "mutex":
+            case "rwlock": {
+                need(w, 3, w[0] + " <id> <path>");
+                if (CONTENDERS.containsKey(w[1])) {
+                    say("ERROR " + w[1] + " id already in use");
+                    return true;
+                }
+                Contender c = w[0].equals("mutex")
+                        ? new Contender(w[1], new InterProcessMutex(client(), w[2]), null)
+                        : new Contender(w[1], null, new InterProcessReadWriteLock(client(), w[2]));
+                CONTENDERS.put(w[1], c);
+                say("OK " + w[1]);
+                return true;
+            }
+            case "acquire": {
+                need(w, 3, "acquire <id> [read|write] <timeoutMs>");
+                Contender c = contender(w[1]);
+                InterProcessMutex which;
+                long timeoutMs;
+                if (c.rw != null) {
+                    need(w, 4, "acquire <id> read|write <timeoutMs>");
+                    if (w[2].equals("read")) {
+                        which = c.rw.readLock();
+                    } else if (w[2].equals("write")) {
+                        which = c.rw.writeLock();
+                    } else {
+                        throw new IllegalArgumentException("mode must be read or write, got " + w[2]);
+                    }
+                    timeoutMs = Long.parseLong(w[3]);
+                } else {
+                    which = c.mutex;
+                    timeoutMs = Long.parseLong(w[w.length - 1]);
+                }
+                c.thread.submit(() -> acquire(c, which, timeoutMs));
+                return true;
+            }
+            case "release": {
+                need(w, 2, "release <id>");
+                Contender c = contender(w[1]);
+                c.thread.submit(() -> {
+                    InterProcessMutex held = c.held;
+                    if (held == null) {
+                        say("ERROR " + c.id + " not held");
+                        return;
+                    }
+                    try {
+                        held.release();
+                        c.held = null;
+                        say("RELEASED " + c.id);
+                    } catch (Exception e) {
+                        say("ERROR " + c.id + " " + describe(e));
+                    }
+                });
+                return true;
+            }
+            case "bench-uncontended": {
+                need(w, 4, "bench-uncontended <path> <warmup> <cycles>");
+                say("RESULT " + benchUncontended(w[1], Integer.parseInt(w[2]), Integer.parseInt(w[3])));
+                return true;
+            }
+            case "bench-reentrant": {
+                need(w, 4, "bench-reentrant <path> <warmup> <cycles>");
+                say("RESULT " + benchReentrant(w[1], Integer.parseInt(w[2]), Integer.parseInt(w[3])));
+                return true;
+            }
+            case "bench-contended": {
+                need(w, 5, "bench-contended <path> <threads> <startEpochMs> <endEpochMs>");
+                say("RESULT " + benchContended(w[1], Integer.parseInt(w[2]), Long.parseLong(w[3]), Long.parseLong(w[4])));
+                return true;
+            }
+            default:
+                say("ERROR - unknown command " + w[0]);
+                return true;
+        }
+    }
+
+    private static void acquire(Contender c, InterProcessMutex which, long timeoutMs) {
+        try {
+            boolean ok;
+            if (timeoutMs < 0) {
+                which.acquire();
+                ok = true;
+            } else {
+                ok = which.acquire(timeoutMs, TimeUnit.MILLISECONDS);
+            }
+            if (ok) {
+                c.held = which;
+                say("ACQUIRED " + c.id + " " + lockPathMethod.invoke(which));
+            } else {
+                say("TIMEOUT " + c.id);
+            }
+        } catch (Exception e) {
+            say("ERROR " + c.id + " " + describe(e));
+        }
+    }
+
+    // ---- benchmark modes -------------------------------------------------------------------
+
+    /** Acquire+release cycles of one uncontended mutex; latencies in nanoseconds. */
+    private static String benchUncontended(String path, int warmup, int cycles) throws Exception {
+        InterProcessMutex m = new InterProcessMutex(client(), path);
+        for (int i = 0; i < warmup; i++) {
+            m.acquire();
+            m.release();
+        }
+        long[] ns = new long[cycles];
+        long t0 = System.nanoTime();
+        for (int i = 0; i < cycles; i++) {
+            long s = System.nanoTime();
+            m.acquire();
+            m.release();
+            ns[i] = System.nanoTime() - s;
+        }
+        long total = System.nanoTime() - t0;
+        return "{\"total_ns\":" + total + ",\"latencies_ns\":" + Arrays.toString(ns).replace(" ", "") + "}";
+    }
+
+    /** Re-acquire cost of a mutex this thread already holds (Curator counts it in process). */
+    private static String benchReentrant(String path, int warmup, int cycles) throws Exception {
+        InterProcessMutex m = new InterProcessMutex(client(), path);
+        m.acquire();
+        try {
+            for (int i = 0; i < warmup; i++) {
+                m.acquire();
+                m.release();
+            }
+            long t0 = System.nanoTime();
+            for (int i = 0; i < cycles; i++) {
+                m.acquire();
+                m.release();
+            }
+            long total = System.nanoTime() - t0;
+            return "{\"total_ns\":" + total + ",\"cycles\":" + cycles + "}";
+        } finally {
+            m.release();
+        }
+    }
+
+    /**
+     * {@code threads} threads share one InterProcessMutex and loop acquire / tiny critical
+     * section / release. Only acquisitions completed in [start, end] count; every thread
+     * stops at end. A holder overlap (two threads inside) is counted as a violation.
+     */
+    private static String benchContended(String path, int threads, long startEpochMs, long endEpochMs)
+            throws Exception {
+        InterProcessMutex m = new InterProcessMutex(client(), path);
+        AtomicLong counted = new AtomicLong();
+        AtomicInteger inside = new AtomicInteger();
+        AtomicLong overlaps = new AtomicLong();
+        AtomicLong shared = new AtomicLong();
+        List<Thread> ts = new ArrayList<>();
+        List<Throwable> errors = java.util.Collections.synchronizedList(new ArrayList<>());
+        for (int t = 0; t < threads; t++) {
+            Thread th = new Thread(() -> {
+                try {
+                    long wait = startEpochMs - System.currentTimeMillis();
+                    if (wait > 0) {
+                        Thread.sleep(wait);
+                    }
+                    while (System.currentTimeMillis() < endEpochMs) {
+                        m.acquire();
+                        if (inside.incrementAndGet() != 1) {
+                            overlaps.incrementAndGet();
+                        }
+                        shared.incrementAndGet(); // the tiny critical section
+                        inside.decrementAndGet();
+                        m.release();
+                        long now = System.currentTimeMillis();
+                        if (now >= startEpochMs && now <= endEpochMs) {
+                            counted.incrementAndGet();
+                        }
+                    }
+                } catch (Throwable e) {
+                    errors.add(e);
+                }
+            });
+            th.start();
+            ts.add(th);
+        }
+        for (Thread th : ts) {
+            th.join();
+        }
+        if (!errors.isEmpty()) {
+            throw new IllegalStateException("contender failed: " + describe(errors.get(0)));
+        }
+        return "{\"acquisitions\":" + counted.get() + ",\"window_ms\":" + (endEpochMs - startEpochMs)
+                + ",\"overlaps\":" + overlaps.get() + ",\"threads\":" + threads + "}";
+    }
+}
