@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Installs what the tests and demos need, and only what is missing:
+#   - Apache ZooKeeper 3.8 server jars   (Debian package `zookeeper`)
+#   - Apache Curator jars                (Debian package `libcurator-recipes-java`)
+#   - an SLF4J log backend for the server (Debian package `libslf4j-java`)
+#   - a JDK compiler `javac`             (Debian package `openjdk-17-jdk-headless`)
+#   - a C compiler for crates that build bundled C code (`gcc`, `libc6-dev`)
+# Safe to run repeatedly: when everything is present it changes nothing and needs no network.
+# ZOOKEEPER_HOME pointing at an unpacked Apache ZooKeeper release (lib/*.jar) satisfies the server.
+set -euo pipefail
+
+missing=()
+why=()
+
+need() { # need <package> <reason>
+    missing+=("$1")
+    why+=("  $1  ($2)")
+}
+
+have_zookeeper_jars() {
+    if [[ -n "${ZOOKEEPER_HOME:-}" ]] && compgen -G "${ZOOKEEPER_HOME}/lib/zookeeper-*.jar" >/dev/null; then
+        return 0
+    fi
+    [[ -f /usr/share/java/zookeeper.jar ]]
+}
+
+have_zookeeper_jars || need zookeeper "ZooKeeper server jars: /usr/share/java/zookeeper.jar"
+[[ -f /usr/share/java/curator-recipes.jar ]] || need libcurator-recipes-java "Curator jars: /usr/share/java/curator-recipes.jar"
+if [[ -z "${ZOOKEEPER_HOME:-}" ]]; then
+    [[ -f /usr/share/java/slf4j-simple.jar ]] || need libslf4j-java "server log backend: /usr/share/java/slf4j-simple.jar"
+fi
+command -v javac >/dev/null 2>&1 || need openjdk-17-jdk-headless "JDK: javac (and java)"
+if ! command -v cc >/dev/null 2>&1; then
+    need gcc "C compiler: cc"
+    need libc6-dev "C library headers"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "install-deps: no Rust toolchain (cargo) found; install one from https://rustup.rs and re-run." >&2
+    toolchain_missing=1
+else
+    toolchain_missing=0
+fi
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "install-deps: ZooKeeper, Curator, JDK and C compiler already present; nothing to install."
+    exit "$toolchain_missing"
+fi
+
+echo "install-deps: missing:"
+printf '%s\n' "${why[@]}"
+
+sudo_cmd=()
+if [[ "$(id -u)" -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        sudo_cmd=(sudo -n)
+    else
+        sudo_cmd=(unavailable)
+    fi
+fi
+
+if ! command -v apt-get >/dev/null 2>&1 || [[ "${sudo_cmd[*]:-}" == unavailable ]]; then
+    cat >&2 <<MSG
+install-deps: cannot install automatically (this needs apt-get and root or password-less sudo).
+Install these by hand, then re-run:
+
+    sudo apt-get update
+    sudo apt-get install --no-install-recommends ${missing[*]}
+
+On a system without apt: install a JDK 17 (javac), unpack an Apache ZooKeeper 3.8 release and
+export ZOOKEEPER_HOME=<its directory>, and put the Apache Curator 5.x jars (curator-client,
+curator-framework, curator-recipes) in /usr/share/java.
+MSG
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# Verify, so a partial install fails here rather than in the middle of the test suite.
+failed=0
+have_zookeeper_jars || { echo "install-deps: ZooKeeper jars still missing" >&2; failed=1; }
+[[ -f /usr/share/java/curator-recipes.jar ]] || { echo "install-deps: Curator jars still missing" >&2; failed=1; }
+command -v javac >/dev/null 2>&1 || { echo "install-deps: javac still missing" >&2; failed=1; }
+if [[ $failed -ne 0 ]]; then
+    exit 1
+fi
+echo "install-deps: installed ${missing[*]}"
+exit "$toolchain_missing"
