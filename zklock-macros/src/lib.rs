@@ -1,2 +1,217 @@
+//! The `#[distributed_lock]` attribute of [`zklock`](https://docs.rs/zklock): run an async
+//! function only while a ZooKeeper lock is held. Use it through the `zklock` crate
+//! (`use zklock::distributed_lock;`).
+//!
+//! ```no_run
+//! use zklock::{distributed_lock, LockClient, LockError};
+//!
+//! #[derive(Debug)]
+//! enum AppError {
+//!     Lock(LockError),
+//!     OutOfStock,
+//! }
+//! impl From<LockError> for AppError {
+//!     fn from(err: LockError) -> Self {
+//!         AppError::Lock(err)
+//!     }
+//! }
+//!
+//! struct Inventory {
+//!     locks: LockClient,
+//! }
+//!
+//! impl Inventory {
+//!     #[distributed_lock("inventory:{sku}", timeout = "10s", client = self.locks)]
+//!     async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
+//!         // Runs only while this process holds the lock `inventory:<sku>`.
+//!         if qty > 100 {
+//!             return Err(AppError::OutOfStock);
+//!         }
+//!         Ok(100 - qty)
+//!     }
+//! }
+//! ```
+//!
+//! # The lock name
+//!
+//! The first argument is a string literal. `{arg}` inserts the `Display` of a function
+//! argument, `{arg.field}` a field of it, `{self.field}` a field of the receiver; a format spec
+//! works as in `format!` (`{id:08}`), and `{{`/`}}` are literal braces. Placeholders are checked
+//! at compile time: a name that is not a parameter is a compile error pointing at the literal.
+//! The filled-in name must be a valid lock name ([`validate_name`]); if an argument makes it
+//! invalid (a `/`, say), the call returns `LockError::InvalidName` through the error type.
+//!
+//! # Options
+//!
+//! | option | values | default |
+//! |---|---|---|
+//! | `timeout` | `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1m30s"`; `"0s"` tries once; `"forever"` | `"30s"` |
+//! | `mode` | `"mutex"`, `"read"`, `"write"`, `"semaphore"` (with `leases = N`) | `"mutex"` |
+//! | `leases` | a positive integer, with `mode = "semaphore"` | — |
+//! | `client` | an expression yielding a `LockClient`, `&LockClient` or `Arc<LockClient>` | the process-wide default |
+//! | `on_lost` | `"abort"`, `"continue"` | `"abort"` |
+//! | `token` | an identifier, bound to the hold's `FencingToken` in the body | — |
+//!
+//! * **`timeout`**: the longest wait for the lock; past it, the function returns
+//!   `LockError::Timeout` through its error type without running the body.
+//! * **`mode`**: `"read"` holders share the lock with each other and exclude `"write"`
+//!   holders; `"semaphore"` lets up to `leases` holders in at once.
+//! * **`client`**: evaluated once per call, before the lock is taken. Without it, the client
+//!   installed with `LockClient::install_default()` at start-up is used; if none is installed,
+//!   the call returns `LockError::InvalidConfig` saying so (it does not panic).
+//! * **`on_lost`**: with `"abort"`, if the lock is lost while the body runs (session expired,
+//!   or connection down past the client's `loss_after`), the body's future is dropped at its
+//!   next `.await` and the function returns `LockError::Lost`. With `"continue"` the body runs
+//!   to its end; it can check `zklock::current_loss_signal()`.
+//! * **`token`**: names a binding for the fencing token, to pass to the protected resource.
+//!   `zklock::current_fencing_token()` returns the same value anywhere in the body's task.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use zklock::{distributed_lock, FencingToken, LockClient, LockError};
+//!
+//! struct Store {
+//!     locks: Arc<LockClient>,
+//! }
+//!
+//! impl Store {
+//!     // Readers share the lock; at most 2 s of waiting.
+//!     #[distributed_lock("catalog", mode = "read", timeout = "2s", client = self.locks)]
+//!     async fn read_catalog(&self) -> Result<Vec<String>, LockError> {
+//!         Ok(vec![])
+//!     }
+//!
+//!     // One writer at a time, which sees its fencing token as `fence`.
+//!     #[distributed_lock("catalog", mode = "write", token = fence, client = self.locks)]
+//!     async fn write_catalog(&self, entry: String) -> Result<FencingToken, LockError> {
+//!         println!("writing {entry} fenced by {fence}");
+//!         Ok(fence)
+//!     }
+//! }
+//!
+//! // At most 4 concurrent exports across the cluster; try once, do not wait.
+//! #[distributed_lock("exports", mode = "semaphore", leases = 4, timeout = "0s")]
+//! async fn export(batch: u64) -> Result<(), LockError> {
+//!     Ok(())
+//! }
+//!
+//! // Finish the report even if the lock is lost midway, but notice it.
+//! #[distributed_lock("report:{day}", on_lost = "continue", timeout = "forever")]
+//! async fn build_report(day: u32) -> Result<bool, LockError> {
+//!     let lost = zklock::current_loss_signal().is_some_and(|loss| loss.is_lost());
+//!     Ok(!lost)
+//! }
+//!
+//! # async fn start() -> Result<(), LockError> {
+//! // Functions without `client = …` use the default client.
+//! LockClient::connect("127.0.0.1:2181").await?.install_default();
+//! export(7).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Errors
+//!
+//! The function must return `Result<T, E>` (or an alias of one) where `E: From<LockError>`:
+//! timeouts, loss and connection failures come out as `E`. Anything else is a compile error
+//! saying so.
+//!
+//! # Reentrancy
+//!
+//! A locked function that calls another function locked on the same name (and kind), in the
+//! same task, re-enters the hold at once: no deadlock, no ZooKeeper round trip. Recursive calls
+//! work the same way (box the recursive future, as any recursive `async fn` must).
+//!
+//! # Where it goes
+//!
+//! Any `async fn`: free functions, inherent methods and trait-impl methods (`async fn` in
+//! traits) taking `&self`, `&mut self` or `self`, with generics, lifetimes, `where` clauses and
+//! `impl Trait` arguments. It stacks with other attributes such as `#[tracing::instrument]` in
+//! either order. `return` and `?` in the body work as in any function.
+//!
+//! # What it expands to
+//!
+//! The body moves into a closure handed to the runtime; the lock logic lives in the runtime,
+//! not in the expansion. The first example above expands to (identifiers simplified):
+//!
+//! ```ignore
+//! async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
+//!     let name = ::std::format!("inventory:{}", sku);
+//!     let client = ::zklock::__private::explicit_client(&(self.locks));
+//!     ::zklock::__private::run_locked(
+//!         client,
+//!         name,
+//!         ::zklock::__private::LockOptions {
+//!             kind: ::zklock::LockKind::Mutex,
+//!             timeout: ::zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
+//!             on_lost: ::zklock::__private::OnLost::Abort,
+//!         },
+//!         ::zklock::__private::result_converter::<_, AppError>(),
+//!         move |_: ::zklock::FencingToken| async move {
+//!             let out: Result<u32, AppError> = {
+//!                 if qty > 100 {
+//!                     return Err(AppError::OutOfStock);
+//!                 }
+//!                 Ok(100 - qty)
+//!             };
+//!             out
+//!         },
+//!     )
+//!     .await
+//! }
+//! ```
+//!
+//! (`tests/macro_expansion.rs` in the `zklock` repository keeps this sample compiling.)
+//!
+//! [`validate_name`]: https://docs.rs/zklock/latest/zklock/fn.validate_name.html
+
+mod args;
+mod duration;
+mod expand;
+mod template;
+
+use proc_macro::TokenStream;
+use quote::ToTokens;
+
+use crate::args::LockArgs;
+use crate::expand::MaybeItemFn;
+
+/// Runs the async function only while a ZooKeeper lock is held.
+///
+/// `#[distributed_lock("name {arg}", timeout = "10s", mode = "mutex", client = expr,
+/// on_lost = "abort", token = ident)]`; every option but the name may be left out. See the
+/// [crate documentation](crate) for the options, the name template and the errors.
+///
+/// ```no_run
+/// use zklock::{distributed_lock, LockError};
+///
+/// #[distributed_lock("nightly-cleanup", timeout = "0s")]
+/// async fn cleanup() -> Result<(), LockError> {
+///     // Only one process of the cluster gets here at a time; the others return
+///     // `Err(LockError::Timeout { .. })` at once.
+///     Ok(())
+/// }
+/// ```
 #[proc_macro_attribute]
-pub fn distributed_lock(_a: proc_macro::TokenStream, i: proc_macro::TokenStream) -> proc_macro::TokenStream { i }
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let original: proc_macro2::TokenStream = item.clone().into();
+    let args = match syn::parse::<LockArgs>(args) {
+        Ok(args) => args,
+        Err(err) => return with_original(err, original),
+    };
+    let item = match syn::parse::<MaybeItemFn>(item) {
+        Ok(item) => item,
+        Err(err) => return with_original(err, original),
+    };
+    match expand::expand(args, item) {
+        Ok(tokens) => tokens.into(),
+        Err(err) => with_original(err, original),
+    }
+}
+
+/// The error, followed by the item unchanged, so the rest of the crate (and an IDE) still sees
+/// the function.
+fn with_original(err: syn::Error, original: proc_macro2::TokenStream) -> TokenStream {
+    let mut tokens = err.to_compile_error();
+    original.to_tokens(&mut tokens);
+    tokens.into()
+}

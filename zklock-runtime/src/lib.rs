@@ -47,6 +47,7 @@ pub use client::{LockClient, LockClientBuilder};
 pub use error::LockError;
 pub use guard::{FencingToken, LockGuard, LossSignal};
 pub use lock::{Lock, LockKind};
+pub use macro_support::{current_fencing_token, current_loss_signal, fencing_token};
 pub use metrics::MetricsSnapshot;
 pub use name::{validate_name, MAX_NAME_LEN};
 pub use session::SessionStatus;

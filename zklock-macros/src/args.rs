@@ -1,0 +1,284 @@
+//! Parsing and checking the attribute's arguments:
+//! `("name", timeout = "10s", mode = "read", leases = 3, client = expr, on_lost = "continue", token = ident)`.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::parse::{Parse, ParseStream};
+use syn::{Expr, Ident, LitInt, LitStr, Token};
+
+use crate::duration::parse_duration;
+use crate::template::Template;
+
+/// The option names, for "unknown option" errors.
+const OPTIONS: &str = "`timeout`, `mode`, `leases`, `client`, `on_lost`, `token`";
+
+/// `timeout = …`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutArg {
+    /// Not given: the runtime's documented default.
+    Default,
+    After(Duration),
+    /// `"forever"`.
+    Forever,
+}
+
+/// `mode = …` (with `leases = …` for a semaphore).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeArg {
+    Mutex,
+    Read,
+    Write,
+    Semaphore(u32),
+}
+
+/// `on_lost = …`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLostArg {
+    Abort,
+    Continue,
+}
+
+/// The checked arguments of one `#[distributed_lock(…)]`.
+pub struct LockArgs {
+    pub name: Template,
+    pub timeout: TimeoutArg,
+    pub mode: ModeArg,
+    pub client: Option<Expr>,
+    pub on_lost: OnLostArg,
+    pub token: Option<Ident>,
+}
+
+impl Parse for LockArgs {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        if input.is_empty() {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "#[distributed_lock] needs a lock name, as in #[distributed_lock(\"orders:{id}\")]",
+            ));
+        }
+        let name: LitStr = input.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                "expected the lock name as a string literal first, as in #[distributed_lock(\"orders:{id}\")]",
+            )
+        })?;
+        let name = Template::parse(name)?;
+
+        let mut seen: Vec<Ident> = Vec::new();
+        let mut timeout = TimeoutArg::Default;
+        let mut mode: Option<(LitStr, &'static str)> = None;
+        let mut leases: Option<LitInt> = None;
+        let mut client = None;
+        let mut on_lost = OnLostArg::Abort;
+        let mut token = None;
+
+        while !input.is_empty() {
+            input.parse::<Token![,]>()?;
+            if input.is_empty() {
+                break;
+            }
+            let key: Ident = input.call(syn::ext::IdentExt::parse_any).map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    format!("expected an option such as `timeout = \"10s\"` ({OPTIONS})"),
+                )
+            })?;
+            let key_name = key.to_string();
+            if let Some(first) = seen.iter().find(|k| **k == key) {
+                let mut err = syn::Error::new(key.span(), format!("duplicate option `{key_name}`"));
+                err.combine(syn::Error::new(first.span(), format!("`{key_name}` first given here")));
+                return Err(err);
+            }
+            if !["timeout", "mode", "leases", "client", "on_lost", "token"].contains(&key_name.as_str()) {
+                return Err(syn::Error::new(
+                    key.span(),
+                    format!("unknown option `{key_name}` of #[distributed_lock]; expected one of {OPTIONS}"),
+                ));
+            }
+            input
+                .parse::<Token![=]>()
+                .map_err(|e| syn::Error::new(e.span(), format!("expected `=` and a value after `{key_name}`")))?;
+            match key_name.as_str() {
+                "timeout" => timeout = parse_timeout(&expect_str(input, &key_name, "\"10s\"")?)?,
+                "mode" => {
+                    let lit = expect_str(input, &key_name, "\"read\"")?;
+                    let value = match lit.value().as_str() {
+                        "mutex" => "mutex",
+                        "read" => "read",
+                        "write" => "write",
+                        "semaphore" => "semaphore",
+                        other => {
+                            return Err(syn::Error::new(
+                                lit.span(),
+                                format!(
+                                    "unknown mode {other:?}; expected \"mutex\" (the default), \"read\", \"write\" \
+                                     or \"semaphore\" (with `leases = N`)"
+                                ),
+                            ))
+                        }
+                    };
+                    mode = Some((lit, value));
+                }
+                "leases" => {
+                    let lit: LitInt = input.parse().map_err(|e| {
+                        syn::Error::new(e.span(), "`leases` takes a positive integer, as in `leases = 4`")
+                    })?;
+                    match lit.base10_parse::<u32>() {
+                        Ok(n) if n > 0 => leases = Some(lit),
+                        _ => {
+                            return Err(syn::Error::new(
+                                lit.span(),
+                                "`leases` must be a whole number from 1 to 4294967295",
+                            ))
+                        }
+                    }
+                }
+                "client" => client = Some(input.parse::<Expr>()?),
+                "on_lost" => {
+                    let lit = expect_str(input, &key_name, "\"continue\"")?;
+                    on_lost = match lit.value().as_str() {
+                        "abort" => OnLostArg::Abort,
+                        "continue" => OnLostArg::Continue,
+                        other => {
+                            return Err(syn::Error::new(
+                                lit.span(),
+                                format!("unknown on_lost {other:?}; expected \"abort\" (the default) or \"continue\""),
+                            ))
+                        }
+                    };
+                }
+                "token" => {
+                    let ident: Ident = input.parse().map_err(|e| {
+                        syn::Error::new(
+                            e.span(),
+                            "`token` takes the name of a binding for the fencing token, as in `token = fence`",
+                        )
+                    })?;
+                    token = Some(ident);
+                }
+                _ => unreachable!("checked above"),
+            }
+            seen.push(key);
+        }
+
+        let mode = match (mode, leases) {
+            (None | Some((_, "mutex")), None) => ModeArg::Mutex,
+            (Some((_, "read")), None) => ModeArg::Read,
+            (Some((_, "write")), None) => ModeArg::Write,
+            (Some((_, "semaphore")), Some(n)) => ModeArg::Semaphore(n.base10_parse()?),
+            (Some((lit, "semaphore")), None) => {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "mode \"semaphore\" needs the number of leases: add `leases = N`",
+                ))
+            }
+            (_, Some(n)) => {
+                return Err(syn::Error::new(
+                    n.span(),
+                    "`leases` applies only to mode = \"semaphore\"",
+                ))
+            }
+            (Some((lit, _)), None) => unreachable!("mode {:?} checked above", lit.value()),
+        };
+
+        Ok(LockArgs {
+            name,
+            timeout,
+            mode,
+            client,
+            on_lost,
+            token,
+        })
+    }
+}
+
+fn expect_str(input: ParseStream<'_>, key: &str, example: &str) -> syn::Result<LitStr> {
+    input.parse::<LitStr>().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            format!("`{key}` takes a string literal, as in `{key} = {example}`"),
+        )
+    })
+}
+
+fn parse_timeout(lit: &LitStr) -> syn::Result<TimeoutArg> {
+    let value = lit.value();
+    if value.trim() == "forever" {
+        return Ok(TimeoutArg::Forever);
+    }
+    parse_duration(&value)
+        .map(TimeoutArg::After)
+        .map_err(|why| syn::Error::new(lit.span(), format!("bad timeout {value:?}: {why}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<LockArgs> {
+        syn::parse2(tokens)
+    }
+
+    fn err(tokens: proc_macro2::TokenStream) -> String {
+        match parse(tokens) {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let args = parse(quote::quote!("jobs")).unwrap();
+        assert_eq!(args.timeout, TimeoutArg::Default);
+        assert_eq!(args.mode, ModeArg::Mutex);
+        assert_eq!(args.on_lost, OnLostArg::Abort);
+        assert!(args.client.is_none() && args.token.is_none());
+    }
+
+    #[test]
+    fn every_option() {
+        let args = parse(quote::quote!(
+            "inventory:{sku}",
+            timeout = "500ms",
+            mode = "semaphore",
+            leases = 3,
+            client = self.locks.clone(),
+            on_lost = "continue",
+            token = fence,
+        ))
+        .unwrap();
+        assert_eq!(args.timeout, TimeoutArg::After(Duration::from_millis(500)));
+        assert_eq!(args.mode, ModeArg::Semaphore(3));
+        assert_eq!(args.on_lost, OnLostArg::Continue);
+        assert_eq!(args.token.unwrap().to_string(), "fence");
+        assert!(args.client.is_some());
+        assert_eq!(parse(quote::quote!("a", mode = "read")).unwrap().mode, ModeArg::Read);
+        assert_eq!(parse(quote::quote!("a", mode = "write")).unwrap().mode, ModeArg::Write);
+        assert_eq!(
+            parse(quote::quote!("a", timeout = "0s")).unwrap().timeout,
+            TimeoutArg::After(Duration::ZERO)
+        );
+        assert_eq!(
+            parse(quote::quote!("a", timeout = "forever")).unwrap().timeout,
+            TimeoutArg::Forever
+        );
+    }
+
+    #[test]
+    fn misuse() {
+        assert!(err(quote::quote!()).contains("needs a lock name"));
+        assert!(err(quote::quote!(timeout = "1s")).contains("string literal first"));
+        assert!(err(quote::quote!("a", retries = 3)).contains("unknown option `retries`"));
+        assert!(err(quote::quote!("a", timeout = "1s", timeout = "2s")).contains("duplicate option `timeout`"));
+        assert!(err(quote::quote!("a", timeout = "soon")).contains("bad timeout"));
+        assert!(err(quote::quote!("a", timeout = 10)).contains("takes a string literal"));
+        assert!(err(quote::quote!("a", mode = "exclusive")).contains("unknown mode"));
+        assert!(err(quote::quote!("a", mode = "semaphore")).contains("leases = N"));
+        assert!(err(quote::quote!("a", leases = 2)).contains("only to mode"));
+        assert!(err(quote::quote!("a", mode = "semaphore", leases = 0)).contains("from 1"));
+        assert!(err(quote::quote!("a", on_lost = "ignore")).contains("unknown on_lost"));
+        assert!(err(quote::quote!("a", token = "t")).contains("name of a binding"));
+        assert!(err(quote::quote!("")).contains("empty"));
+    }
+}

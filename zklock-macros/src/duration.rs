@@ -1,0 +1,88 @@
+//! Durations written in attribute strings: `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1m30s"`, `"0s"`.
+
+use std::time::Duration;
+
+/// Parses a duration such as `"500ms"`, `"10s"`, `"1m30s"` or `"0s"`.
+///
+/// The text is one or more `<digits><unit>` parts, units `ms`, `s`, `m`, `h` (also spelled
+/// `msec`, `sec`, `secs`, `min`, `mins`, `hr`), optionally separated by spaces. The error says
+/// what is wrong, for the compile error.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("the duration is empty; write it like \"500ms\", \"10s\" or \"1m\"".into());
+    }
+    let mut total_ms: u128 = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!(
+                "expected a number at `{rest}`; write the duration like \"500ms\", \"10s\" or \"1m\""
+            ));
+        }
+        let number: u128 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("the number `{}` is too large", &rest[..digits]))?;
+        rest = rest[digits..].trim_start();
+        let unit_len = rest.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        let scale: u128 = match unit {
+            "ms" | "msec" | "millis" => 1,
+            "s" | "sec" | "secs" => 1_000,
+            "m" | "min" | "mins" => 60_000,
+            "h" | "hr" | "hrs" => 3_600_000,
+            "" if rest.starts_with('.') => {
+                return Err("fractions are not supported; use a smaller unit, like \"1500ms\"".into())
+            }
+            "" => {
+                return Err(format!(
+                    "`{number}` has no unit; write \"{number}ms\", \"{number}s\", \"{number}m\" or \"{number}h\""
+                ))
+            }
+            other => return Err(format!("unknown unit `{other}`; use `ms`, `s`, `m` or `h`")),
+        };
+        total_ms = number
+            .checked_mul(scale)
+            .and_then(|ms| ms.checked_add(total_ms))
+            .filter(|ms| *ms <= u128::from(u64::MAX))
+            .ok_or_else(|| format!("the duration {text:?} is too large"))?;
+        rest = rest[unit_len..].trim_start();
+    }
+    Ok(Duration::from_millis(total_ms as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_documented_forms() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration(" 2sec "), Ok(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn rejects_malformed_text_with_a_reason() {
+        assert!(parse_duration("").unwrap_err().contains("empty"));
+        assert!(parse_duration("10").unwrap_err().contains("no unit"));
+        assert!(parse_duration("10 parsecs")
+            .unwrap_err()
+            .contains("unknown unit `parsecs`"));
+        assert!(parse_duration("ten seconds").unwrap_err().contains("expected a number"));
+        assert!(parse_duration("-1s").unwrap_err().contains("expected a number"));
+        assert!(parse_duration("1.5s").unwrap_err().contains("fractions"));
+        assert!(parse_duration("99999999999999999999999999999999999999999h")
+            .unwrap_err()
+            .contains("too large"));
+        assert!(parse_duration("18446744073709551615h")
+            .unwrap_err()
+            .contains("too large"));
+    }
+}
