@@ -1,0 +1,292 @@
+//! Finding the ZooKeeper jars and a `java` binary, and running server JVMs that cannot outlive the
+//! process that started them.
+
+use std::env;
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::error::TestingError;
+
+/// Where Debian's `zookeeper`/`libzookeeper-java` packages put the server jar. Its manifest
+/// `Class-Path` pulls in netty, jute, slf4j-api and the rest.
+const DEBIAN_ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// SLF4J backend that writes to stderr, which we send to the server's own log file.
+const DEBIAN_SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+
+/// The class path of a ZooKeeper server: the installed jars and a log backend.
+pub(crate) fn server_classpath() -> Result<String, TestingError> {
+    let mut searched = Vec::new();
+    if let Some(home) = env::var_os("ZOOKEEPER_HOME").filter(|h| !h.is_empty()) {
+        let home = PathBuf::from(home);
+        let mut jars = jars_in(&home.join("lib"));
+        // Release tarballs keep the server jar in lib/; source builds keep it at the top.
+        jars.extend(
+            jars_in(&home)
+                .into_iter()
+                .filter(|j| file_name(j).starts_with("zookeeper-")),
+        );
+        let has_server = jars.iter().any(|j| file_name(j).starts_with("zookeeper-"));
+        if has_server {
+            let has_backend = jars.iter().any(|j| {
+                let n = file_name(j);
+                n.starts_with("logback-classic") || n.starts_with("slf4j-simple") || n.starts_with("slf4j-log4j")
+            });
+            if !has_backend && Path::new(DEBIAN_SLF4J_SIMPLE_JAR).is_file() {
+                jars.push(PathBuf::from(DEBIAN_SLF4J_SIMPLE_JAR));
+            }
+            return Ok(join_classpath(&jars));
+        }
+        searched.push(format!("{}/lib/zookeeper-*.jar (ZOOKEEPER_HOME)", home.display()));
+    }
+    if Path::new(DEBIAN_ZOOKEEPER_JAR).is_file() {
+        let mut jars = vec![PathBuf::from(DEBIAN_ZOOKEEPER_JAR)];
+        if Path::new(DEBIAN_SLF4J_SIMPLE_JAR).is_file() {
+            jars.push(PathBuf::from(DEBIAN_SLF4J_SIMPLE_JAR));
+        }
+        return Ok(join_classpath(&jars));
+    }
+    searched.push(DEBIAN_ZOOKEEPER_JAR.to_string());
+    Err(TestingError::ServerNotInstalled {
+        searched: searched.join(", "),
+    })
+}
+
+fn jars_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut jars: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jar"))
+        .collect();
+    jars.sort();
+    jars
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn join_classpath(jars: &[PathBuf]) -> String {
+    jars.iter()
+        .map(|j| j.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The `java` launcher: `$JAVA_HOME/bin/java` when set, else `java` from `PATH`.
+pub(crate) fn java_binary() -> Result<PathBuf, TestingError> {
+    if let Some(home) = env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
+        let java = PathBuf::from(home).join("bin/java");
+        if java.is_file() {
+            return Ok(java);
+        }
+    }
+    let path = env::var_os("PATH").unwrap_or_default();
+    for dir in env::split_paths(&path) {
+        let java = dir.join("java");
+        if java.is_file() {
+            return Ok(java);
+        }
+    }
+    Err(TestingError::JavaNotFound)
+}
+
+type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// Spawns `command` so that the child is SIGKILLed by the kernel when this process dies, however
+/// it dies.
+///
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process. Test
+/// harnesses run each test on its own short-lived thread, and a server may be started on one
+/// thread and used from others, so every fork happens on one thread that lives as long as the
+/// process.
+pub(crate) fn spawn_tied_to_process(command: Command) -> io::Result<Child> {
+    static SPAWNER: OnceLock<Option<Mutex<mpsc::Sender<SpawnRequest>>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        thread::Builder::new()
+            .name("zklock-testing-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(spawn_with_death_signal(&mut command));
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    let Some(spawner) = spawner else {
+        return Err(io::Error::other("could not start the process-spawner thread"));
+    };
+    let (reply_tx, reply_rx) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .send((command, reply_tx))
+        .map_err(|_| io::Error::other("process-spawner thread is gone"))?;
+    reply_rx
+        .recv()
+        .map_err(|_| io::Error::other("process-spawner thread is gone"))?
+}
+
+fn spawn_with_death_signal(command: &mut Command) -> io::Result<Child> {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe functions
+    // (prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before the prctl took effect.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
+}
+
+/// A running JVM. Killed (and reaped) on drop.
+#[derive(Debug)]
+pub(crate) struct JvmProcess {
+    child: Child,
+    paused: bool,
+}
+
+impl JvmProcess {
+    /// Starts `java <jvm_args> <main_class> <args>` with stdout and stderr appended to `log`.
+    pub(crate) fn spawn(
+        jvm_args: &[String],
+        main_class: &str,
+        args: &[String],
+        log: &Path,
+        cwd: &Path,
+    ) -> Result<JvmProcess, TestingError> {
+        let java = java_binary()?;
+        let log_file = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| TestingError::io(format!("open log file {}", log.display()), e))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| TestingError::io(format!("open log file {}", log.display()), e))?;
+        let mut command = Command::new(&java);
+        command
+            .args(jvm_args)
+            .arg(main_class)
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file))
+            .stderr(Stdio::from(log_err));
+        let child = spawn_tied_to_process(command)
+            .map_err(|e| TestingError::io(format!("spawn {} {main_class}", java.display()), e))?;
+        Ok(JvmProcess { child, paused: false })
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `Some(description)` once the process has exited.
+    pub(crate) fn exit_status(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(format!("unknown ({e})")),
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        // SAFETY: plain syscall on a pid we own and have not reaped yet.
+        if unsafe { libc::kill(self.child.id() as libc::pid_t, signal) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// SIGSTOP: the process keeps its sockets but answers nothing.
+    pub(crate) fn pause(&mut self) -> Result<(), TestingError> {
+        self.signal(libc::SIGSTOP)
+            .map_err(|e| TestingError::io("SIGSTOP server", e))?;
+        self.paused = true;
+        Ok(())
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub(crate) fn resume(&mut self) -> Result<(), TestingError> {
+        self.signal(libc::SIGCONT)
+            .map_err(|e| TestingError::io("SIGCONT server", e))?;
+        self.paused = false;
+        Ok(())
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// SIGKILL and reap.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, wait up to `grace` for a clean exit, then SIGKILL.
+    pub(crate) fn terminate(&mut self, grace: Duration) {
+        if self.exit_status().is_some() {
+            return;
+        }
+        let _ = self.signal(libc::SIGTERM);
+        if self.paused {
+            let _ = self.signal(libc::SIGCONT);
+            self.paused = false;
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if self.exit_status().is_some() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+    }
+}
+
+impl Drop for JvmProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The last `lines` lines of a log file (empty if it cannot be read).
+pub(crate) fn tail_of_file(path: &Path, lines: usize) -> String {
+    const MAX_BYTES: u64 = 256 * 1024;
+    let Ok(mut file) = File::open(path) else {
+        return String::new();
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(MAX_BYTES);
+    if file.seek(SeekFrom::Start(start)).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    if file.read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
