@@ -1,0 +1,370 @@
+//! The seckill HTTP service: routes, the locked buy path, and JSON errors.
+//!
+//! | method and path            | body                             | answers |
+//! |----------------------------|----------------------------------|---------|
+//! | `GET /health`              |                                  | 200 |
+//! | `POST /items`              | `{"id": 1, "stock": 100}`        | 201 item · 409 `item_exists` |
+//! | `GET /items/{id}`          |                                  | 200 item · 404 `no_such_item` |
+//! | `POST /items/{id}/buy`     | `{"request_id": "r-1", "qty": 1}` | 201 order · 200 the order an earlier request with this id placed · 409 `sold_out` / `fenced` · 503 `lock_timeout` / `lock_unavailable` |
+//! | `GET /items/{id}/orders`   |                                  | 200 orders · 404 |
+//!
+//! Every error is a JSON object `{"error": "<code>", "message": "<text>"}`; bad input
+//! (malformed JSON, a missing field, a quantity below 1, a non-numeric id) is a 4xx.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::json;
+use zklock::{distributed_lock, FencingToken, LockClient, LockError};
+
+use crate::store::{Item, Order, Store, StoreError};
+
+/// The largest quantity one request may buy (keeps arithmetic far from overflow).
+pub const MAX_QTY: i64 = 1_000_000;
+
+/// How a `serve` process is configured (the `serve` subcommand's options).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port. The bound address is printed on stdout
+    /// as `SECKILL_LISTENING <addr>`.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// ZooKeeper connect string (`host:port[,host:port…]`).
+    #[arg(long, default_value = "127.0.0.1:2181")]
+    pub zk: String,
+    /// Database URL: `sqlite://<file>?mode=rwc` or `postgres://…`.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database: String,
+    /// ZooKeeper session timeout; also bounds how long opening a session may take, so an
+    /// unreachable ensemble is reported (503) within this time.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub zk_timeout: Duration,
+    /// Pause between reading the stock and writing it back, widening the race window that the
+    /// lock closes (the same pause is taken with and without the lock).
+    #[arg(long, default_value = "2ms", value_parser = humantime::parse_duration)]
+    pub race_window: Duration,
+    /// Run the buy path without the distributed lock (to show the oversell it prevents).
+    #[arg(long)]
+    pub unsafe_no_lock: bool,
+    /// Exit when standard input closes (set by the demo driver, so instances never outlive it).
+    #[arg(long)]
+    pub exit_with_stdin: bool,
+}
+
+/// A buy request's body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BuyRequest {
+    /// Client-chosen id; a retry with the same id gets the first order back instead of a
+    /// second one.
+    pub request_id: String,
+    /// Units to buy, at least 1.
+    pub qty: i64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct NewItem {
+    id: i64,
+    stock: i64,
+}
+
+/// What a successful buy returns.
+#[derive(Debug, Clone)]
+pub enum Purchase {
+    /// A new order was written.
+    Placed(Order),
+    /// This request id had already placed this order; nothing new was written.
+    AlreadyPlaced(Order),
+}
+
+/// Why a request failed; each variant maps to one HTTP status and error code.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the body or path could not be read.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 404.
+    #[error("no item {0}")]
+    NoSuchItem(i64),
+    /// 409.
+    #[error("item {0} already exists")]
+    ItemExists(i64),
+    /// 409: fewer units left than asked for.
+    #[error("item {item_id} has {stock} units left, {qty} asked for")]
+    SoldOut {
+        /// The item.
+        item_id: i64,
+        /// Units left when the request was checked.
+        stock: i64,
+        /// Units asked for.
+        qty: i64,
+    },
+    /// 409: the database refused the write because a newer lock holder already wrote.
+    #[error("write refused by the fence: {0}")]
+    Fenced(String),
+    /// 503: the lock was not granted within the timeout.
+    #[error("the lock was not granted in time: {0}")]
+    LockTimeout(LockError),
+    /// 503: ZooKeeper is unreachable, or the lock was lost while the purchase ran.
+    #[error("the lock service is unavailable: {0}")]
+    LockUnavailable(LockError),
+    /// 503: the database failed; nothing was written.
+    #[error("database unavailable: {0}")]
+    Database(String),
+}
+
+impl From<LockError> for ApiError {
+    fn from(err: LockError) -> Self {
+        match err {
+            LockError::Timeout { .. } => ApiError::LockTimeout(err),
+            other => ApiError::LockUnavailable(other),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::NoSuchItem(id) => ApiError::NoSuchItem(id),
+            StoreError::ItemExists(id) => ApiError::ItemExists(id),
+            err @ StoreError::Fenced { .. } => ApiError::Fenced(err.to_string()),
+            StoreError::Database(err) => ApiError::Database(err.to_string()),
+        }
+    }
+}
+
+impl ApiError {
+    /// The HTTP status and the machine-readable error code.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::NoSuchItem(_) => (StatusCode::NOT_FOUND, "no_such_item"),
+            ApiError::ItemExists(_) => (StatusCode::CONFLICT, "item_exists"),
+            ApiError::SoldOut { .. } => (StatusCode::CONFLICT, "sold_out"),
+            ApiError::Fenced(_) => (StatusCode::CONFLICT, "fenced"),
+            ApiError::LockTimeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_timeout"),
+            ApiError::LockUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_unavailable"),
+            ApiError::Database(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        (status, Json(json!({ "error": code, "message": self.to_string() }))).into_response()
+    }
+}
+
+/// The inventory logic shared by all handlers of one process.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    store: Store,
+    /// The lock client. Built without connecting: the first buy opens the session, so the
+    /// service starts (and answers 503) even while ZooKeeper is down.
+    locks: LockClient,
+    use_lock: bool,
+    race_window: Duration,
+}
+
+impl Inventory {
+    /// Wraps a store and a lock client. With `use_lock == false` the buy path runs unlocked.
+    pub fn new(store: Store, locks: LockClient, use_lock: bool, race_window: Duration) -> Self {
+        Inventory {
+            store,
+            locks,
+            use_lock,
+            race_window,
+        }
+    }
+
+    /// Buys `req.qty` units of `item_id`.
+    pub async fn buy(&self, item_id: i64, req: &BuyRequest) -> Result<Purchase, ApiError> {
+        if req.qty < 1 || req.qty > MAX_QTY {
+            return Err(ApiError::BadRequest(format!(
+                "qty must be between 1 and {MAX_QTY}, got {}",
+                req.qty
+            )));
+        }
+        if req.request_id.is_empty() || req.request_id.len() > 128 {
+            return Err(ApiError::BadRequest("request_id must have 1 to 128 characters".into()));
+        }
+        // Fast refusal without the lock once the item is sold out: stock never grows, so a
+        // stock below qty read now stays below it. (A retry of a request that did buy still
+        // gets its order back.)
+        let item = self.store.item(item_id).await?.ok_or(ApiError::NoSuchItem(item_id))?;
+        if item.stock < req.qty {
+            if let Some(order) = self.store.order_for_request(item_id, &req.request_id).await? {
+                return Ok(Purchase::AlreadyPlaced(order));
+            }
+            return Err(ApiError::SoldOut {
+                item_id,
+                stock: item.stock,
+                qty: req.qty,
+            });
+        }
+        if self.use_lock {
+            self.buy_locked(item_id, req).await
+        } else {
+            self.read_check_write(item_id, req, None).await
+        }
+    }
+
+    /// The buy path under the cluster-wide lock `seckill:{item_id}`: at most one process in
+    /// the cluster runs the read-check-write for one item at a time, and its write carries
+    /// the lock's fencing token.
+    #[distributed_lock("seckill:{item_id}", timeout = "10s", client = self.locks)]
+    async fn buy_locked(&self, item_id: i64, req: &BuyRequest) -> Result<Purchase, ApiError> {
+        let token = zklock::current_fencing_token();
+        self.read_check_write(item_id, req, token).await
+    }
+
+    /// Read the stock, check it, write the new value back: correct only while nobody else
+    /// does the same for this item in between.
+    async fn read_check_write(
+        &self,
+        item_id: i64,
+        req: &BuyRequest,
+        token: Option<FencingToken>,
+    ) -> Result<Purchase, ApiError> {
+        if let Some(order) = self.store.order_for_request(item_id, &req.request_id).await? {
+            return Ok(Purchase::AlreadyPlaced(order));
+        }
+        let item = self.store.item(item_id).await?.ok_or(ApiError::NoSuchItem(item_id))?;
+        if item.stock < req.qty {
+            return Err(ApiError::SoldOut {
+                item_id,
+                stock: item.stock,
+                qty: req.qty,
+            });
+        }
+        // Business work between the check and the write (pricing, risk checks…), stood in
+        // for by a short pause. It widens the window in which an unlocked competitor can
+        // read the same stock.
+        if !self.race_window.is_zero() {
+            tokio::time::sleep(self.race_window).await;
+        }
+        let order = self
+            .store
+            .commit_purchase(item_id, item.stock - req.qty, req.qty, &req.request_id, token)
+            .await?;
+        Ok(Purchase::Placed(order))
+    }
+}
+
+/// Parses a JSON body, turning every failure into a 400 with a JSON error.
+fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|err| ApiError::BadRequest(format!("invalid JSON body: {err}")))
+}
+
+fn item_id(path: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
+    path.map(|Path(id)| id)
+        .map_err(|err| ApiError::BadRequest(format!("item id must be an integer: {err}")))
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn create_item(State(inv): State<Arc<Inventory>>, body: Bytes) -> Result<Response, ApiError> {
+    let new: NewItem = parse_body(&body)?;
+    if new.stock < 0 {
+        return Err(ApiError::BadRequest(format!(
+            "stock must not be negative, got {}",
+            new.stock
+        )));
+    }
+    let item = inv.store.create_item(new.id, new.stock).await?;
+    Ok((StatusCode::CREATED, Json(item)).into_response())
+}
+
+async fn get_item(
+    State(inv): State<Arc<Inventory>>,
+    path: Result<Path<i64>, PathRejection>,
+) -> Result<Json<Item>, ApiError> {
+    let id = item_id(path)?;
+    inv.store.item(id).await?.map(Json).ok_or(ApiError::NoSuchItem(id))
+}
+
+async fn get_orders(
+    State(inv): State<Arc<Inventory>>,
+    path: Result<Path<i64>, PathRejection>,
+) -> Result<Json<Vec<Order>>, ApiError> {
+    let id = item_id(path)?;
+    if inv.store.item(id).await?.is_none() {
+        return Err(ApiError::NoSuchItem(id));
+    }
+    Ok(Json(inv.store.orders(id).await?))
+}
+
+async fn buy(
+    State(inv): State<Arc<Inventory>>,
+    path: Result<Path<i64>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let id = item_id(path)?;
+    let req: BuyRequest = parse_body(&body)?;
+    Ok(match inv.buy(id, &req).await? {
+        Purchase::Placed(order) => (StatusCode::CREATED, Json(order)).into_response(),
+        Purchase::AlreadyPlaced(order) => (StatusCode::OK, Json(order)).into_response(),
+    })
+}
+
+async fn not_found() -> ApiError {
+    ApiError::BadRequest("no such route".into())
+}
+
+/// The service's routes.
+pub fn router(inventory: Arc<Inventory>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/items", post(create_item))
+        .route("/items/{id}", get(get_item))
+        .route("/items/{id}/orders", get(get_orders))
+        .route("/items/{id}/buy", post(buy))
+        .fallback(not_found)
+        .with_state(inventory)
+}
+
+/// Builds the inventory a `serve` process runs: opens the database and configures (without
+/// connecting) the lock client.
+pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error::Error + Send + Sync>> {
+    let store = Store::open(&args.database).await?;
+    let locks = LockClient::builder(args.zk.clone())
+        .session_timeout(args.zk_timeout)
+        .connect_timeout(args.zk_timeout)
+        .build()?;
+    Ok(Inventory::new(store, locks, !args.unsafe_no_lock, args.race_window))
+}
+
+/// Runs one service instance until it is stopped (or, with `--exit-with-stdin`, until its
+/// standard input closes).
+pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let inventory = Arc::new(inventory(&args).await?);
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let addr = listener.local_addr()?;
+    println!("SECKILL_LISTENING {addr}");
+    eprintln!(
+        "seckill: serving on http://{addr} (lock: {}, zookeeper: {})",
+        if args.unsafe_no_lock { "OFF" } else { "on" },
+        args.zk
+    );
+    if args.exit_with_stdin {
+        std::thread::spawn(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+            std::process::exit(0);
+        });
+    }
+    axum::serve(listener, router(inventory)).await?;
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! Inventory and orders in a real database: a SQLite file (default) or PostgreSQL.
+//!
+//! The purchase is split the way a careless service would write it, on purpose: the stock is
+//! read first ([`Store::item`]), checked by the caller, and then written back as an absolute
+//! value computed from that read ([`Store::commit_purchase`]). Two buyers that read the same
+//! stock both succeed and both write `stock - 1`: a lost update, and the orders outnumber the
+//! units sold. The database does not hide this race, because the write is `SET stock = $new`,
+//! not `SET stock = stock - 1`. The distributed lock around the read and the write is what
+//! makes the sequence safe.
+//!
+//! The write is also *fenced*: it carries the lock's [`FencingToken`] and the database refuses
+//! it when the item has already accepted a write with a newer token. A holder that was paused
+//! (GC, swap, a stalled VM) past the loss of its lock, and whose lock was then granted to
+//! someone else who wrote, cannot overwrite that newer write when it wakes up.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, Row};
+use zklock::FencingToken;
+
+/// Which database engine a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// An embedded SQLite file (WAL mode, shared by several processes).
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+/// One item on sale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Item {
+    /// The item's id.
+    pub id: i64,
+    /// Units left.
+    pub stock: i64,
+    /// Units the item was created with.
+    pub initial_stock: i64,
+    /// The newest fencing token a write to this item carried (`None` before the first fenced
+    /// write).
+    pub last_token: Option<String>,
+}
+
+/// One order: `qty` units of `item_id` bought by the request `request_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Order {
+    /// Database-assigned order number.
+    pub id: i64,
+    /// The item bought.
+    pub item_id: i64,
+    /// The client-chosen id of the buy request (a retried request reuses it).
+    pub request_id: String,
+    /// Units bought.
+    pub qty: i64,
+    /// The fencing token the write carried (`None` when the service runs without the lock).
+    pub token: Option<String>,
+    /// When the order was written, in milliseconds since the Unix epoch.
+    pub created_ms: i64,
+}
+
+/// Why a database operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The item does not exist.
+    #[error("no item {0}")]
+    NoSuchItem(i64),
+    /// An item with this id already exists.
+    #[error("item {0} already exists")]
+    ItemExists(i64),
+    /// The write carried a token older than the one the item last accepted.
+    #[error("write for item {item_id} carried fencing token {offered}, older than the accepted {accepted}")]
+    Fenced {
+        /// The item written.
+        item_id: i64,
+        /// The token the refused write carried.
+        offered: String,
+        /// The newest token the item has accepted.
+        accepted: String,
+    },
+    /// The database itself failed (unreachable, busy past its timeout, I/O error…).
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// A connection pool plus the schema and queries of the seckill service.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+/// The database URL of a SQLite file at `path` (created if missing).
+pub fn sqlite_url(path: &std::path::Path) -> String {
+    format!("sqlite://{}?mode=rwc", path.display())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Opens a pool on `url` (`sqlite://…` or `postgres://…`) and creates the tables if they
+    /// are missing.
+    ///
+    /// SQLite connections use WAL mode and a 10 s busy timeout, so several service processes
+    /// can share one file: readers never block, and writers queue instead of failing.
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                format!("unsupported database URL {url:?} (expected sqlite://… or postgres://…)").into(),
+            )));
+        };
+        let options: AnyConnectOptions = url.parse()?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // Set busy_timeout first: switching to WAL needs the write lock,
+                        // which another process may be holding.
+                        sqlx::query("PRAGMA busy_timeout = 10000").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        let store = Store { pool, backend };
+        store.create_schema().await?;
+        Ok(store)
+    }
+
+    /// The engine behind this store.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn create_schema(&self) -> Result<(), StoreError> {
+        let statements: &[&str] = match self.backend {
+            Backend::Sqlite => &[
+                "CREATE TABLE IF NOT EXISTS items (
+                    id INTEGER PRIMARY KEY,
+                    stock INTEGER NOT NULL,
+                    initial_stock INTEGER NOT NULL,
+                    last_token TEXT)",
+                "CREATE TABLE IF NOT EXISTS orders (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    item_id INTEGER NOT NULL REFERENCES items(id),
+                    request_id TEXT NOT NULL,
+                    qty INTEGER NOT NULL,
+                    token TEXT,
+                    created_ms INTEGER NOT NULL)",
+                "CREATE INDEX IF NOT EXISTS orders_by_request ON orders (item_id, request_id)",
+            ],
+            // COLLATE "C": tokens compare byte by byte, whatever the database's locale.
+            Backend::Postgres => &[
+                "CREATE TABLE IF NOT EXISTS items (
+                    id BIGINT PRIMARY KEY,
+                    stock BIGINT NOT NULL,
+                    initial_stock BIGINT NOT NULL,
+                    last_token TEXT COLLATE \"C\")",
+                "CREATE TABLE IF NOT EXISTS orders (
+                    id BIGSERIAL PRIMARY KEY,
+                    item_id BIGINT NOT NULL REFERENCES items(id),
+                    request_id TEXT NOT NULL,
+                    qty BIGINT NOT NULL,
+                    token TEXT COLLATE \"C\",
+                    created_ms BIGINT NOT NULL)",
+                "CREATE INDEX IF NOT EXISTS orders_by_request ON orders (item_id, request_id)",
+            ],
+        };
+        for statement in statements {
+            sqlx::query(statement).execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates item `id` with `stock` units; [`StoreError::ItemExists`] if the id is taken.
+    pub async fn create_item(&self, id: i64, stock: i64) -> Result<Item, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO items (id, stock, initial_stock, last_token) VALUES ($1, $2, $3, NULL)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(stock)
+        .bind(stock)
+        .execute(&self.pool)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::ItemExists(id));
+        }
+        Ok(Item {
+            id,
+            stock,
+            initial_stock: stock,
+            last_token: None,
+        })
+    }
+
+    /// Reads item `id`, or `None` if there is no such item.
+    pub async fn item(&self, id: i64) -> Result<Option<Item>, StoreError> {
+        let row = sqlx::query("SELECT id, stock, initial_stock, last_token FROM items WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            Ok(Item {
+                id: row.try_get("id")?,
+                stock: row.try_get("stock")?,
+                initial_stock: row.try_get("initial_stock")?,
+                last_token: row.try_get("last_token")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// All orders of item `id`, oldest first.
+    pub async fn orders(&self, item_id: i64) -> Result<Vec<Order>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, item_id, request_id, qty, token, created_ms FROM orders
+             WHERE item_id = $1 ORDER BY id",
+        )
+        .bind(item_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(order_from_row).collect()
+    }
+
+    /// The order a request already placed, if any (so a retried request is not sold twice).
+    pub async fn order_for_request(&self, item_id: i64, request_id: &str) -> Result<Option<Order>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, item_id, request_id, qty, token, created_ms FROM orders
+             WHERE item_id = $1 AND request_id = $2 ORDER BY id LIMIT 1",
+        )
+        .bind(item_id)
+        .bind(request_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(order_from_row).transpose()
+    }
+
+    /// Writes a purchase in one transaction: sets the item's stock to `new_stock` and inserts
+    /// the order. Either both happen or neither does.
+    ///
+    /// With `token`, the write is fenced: it only applies if the item has not accepted a newer
+    /// token ([`StoreError::Fenced`] otherwise), and the item remembers `token` as the newest.
+    /// Equal tokens pass: they come from one hold of the lock, whose body may write twice.
+    /// Without `token` (the service running without the lock) nothing is checked.
+    pub async fn commit_purchase(
+        &self,
+        item_id: i64,
+        new_stock: i64,
+        qty: i64,
+        request_id: &str,
+        token: Option<FencingToken>,
+    ) -> Result<Order, StoreError> {
+        let token_text = token.map(|t| t.to_string());
+        let mut tx = self.pool.begin().await?;
+        // The UPDATE comes first in the transaction, so SQLite takes its write lock at once
+        // (waiting out other writers with busy_timeout) instead of upgrading from a read lock,
+        // which could fail with SQLITE_BUSY when two processes race.
+        let updated = match &token_text {
+            Some(token) => {
+                sqlx::query(
+                    "UPDATE items SET stock = $1, last_token = $2
+                     WHERE id = $3 AND (last_token IS NULL OR last_token <= $4)",
+                )
+                .bind(new_stock)
+                .bind(token.as_str())
+                .bind(item_id)
+                .bind(token.as_str())
+                .execute(&mut *tx)
+                .await?
+            }
+            None => {
+                sqlx::query("UPDATE items SET stock = $1 WHERE id = $2")
+                    .bind(new_stock)
+                    .bind(item_id)
+                    .execute(&mut *tx)
+                    .await?
+            }
+        };
+        if updated.rows_affected() == 0 {
+            let accepted: Option<Option<String>> = sqlx::query_scalar("SELECT last_token FROM items WHERE id = $1")
+                .bind(item_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            tx.rollback().await?;
+            return Err(match (accepted, token_text) {
+                (Some(Some(accepted)), Some(offered)) => StoreError::Fenced {
+                    item_id,
+                    offered,
+                    accepted,
+                },
+                _ => StoreError::NoSuchItem(item_id),
+            });
+        }
+        let created_ms = now_ms();
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO orders (item_id, request_id, qty, token, created_ms)
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        )
+        .bind(item_id)
+        .bind(request_id)
+        .bind(qty)
+        .bind(token_text.clone())
+        .bind(created_ms)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Order {
+            id,
+            item_id,
+            request_id: request_id.to_owned(),
+            qty,
+            token: token_text,
+            created_ms,
+        })
+    }
+}
+
+fn order_from_row(row: &sqlx::any::AnyRow) -> Result<Order, StoreError> {
+    Ok(Order {
+        id: row.try_get("id")?,
+        item_id: row.try_get("item_id")?,
+        request_id: row.try_get("request_id")?,
+        qty: row.try_get("qty")?,
+        token: row.try_get("token")?,
+        created_ms: row.try_get("created_ms")?,
+    })
+}
