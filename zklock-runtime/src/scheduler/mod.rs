@@ -1,0 +1,336 @@
+//! Singleton cron jobs: a [tokio-cron-scheduler](tokio_cron_scheduler) job added on every node
+//! of a cluster runs on one node per fire.
+//!
+//! Build the job with [`SingletonJob::new_async`] (the counterpart of
+//! `Job::new_async`, plus a lock client and a job name), then add it to the node's
+//! `JobScheduler`, directly or through [`JobSchedulerExt::add_singleton`]:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use zklock_runtime::scheduler::tokio_cron_scheduler::JobScheduler;
+//! use zklock_runtime::scheduler::{JobSchedulerExt, Policy, SingletonJob};
+//! use zklock_runtime::LockClient;
+//!
+//! let client = LockClient::connect("127.0.0.1:2181").await?;
+//! let job = SingletonJob::new_async("0 */5 * * * *", &client, "nightly-report", |run| async move {
+//!     println!("building the report for {:?}", run.tick());
+//!     Ok::<(), std::io::Error>(())
+//! })?
+//! .policy(Policy::OncePerTick);
+//!
+//! let scheduler = JobScheduler::new().await?;
+//! let (_id, stats) = scheduler.add_singleton(job).await?;
+//! scheduler.start().await?;
+//! // later: stats.runs(), stats.skips(), stats.failures(), stats.lost(), stats.last_tick()
+//! # Ok(()) }
+//! ```
+//!
+//! The job name is validated like a lock name; the job's lock is the mutex of that name, so
+//! Curator peers and `#[distributed_lock("nightly-report")]` exclude it too.
+//!
+//! # Policies
+//!
+//! * [`Policy::OncePerTick`] (default): each scheduled tick runs exactly once in the cluster.
+//! * [`Policy::Skip`]: ShedLock's behaviour; a fire runs if nobody is running the job right now
+//!   and is skipped otherwise.
+//!
+//! # Once per tick without synchronized clocks
+//!
+//! Each node maps a fire to a *tick*: the latest time of the schedule at or before its own
+//! clock ([`Clock`]). Under the job's lock it reads the last tick taken, kept in a persistent
+//! znode (`<namespace>.jobs/<job>`), and runs only a later tick, after writing that tick to the
+//! record (fenced: the write fails unless this node's lock node still exists and the record is
+//! unchanged since it was read). ShedLock instead holds the lock for at least a fixed time
+//! (`lockAtLeastFor`) and needs the nodes' clocks to agree to within it; here nothing depends on
+//! how long a run takes or on the lock being held past it.
+//!
+//! Why each tick runs once when the nodes' clocks disagree by less than the period:
+//!
+//! * **At most once** needs no clock at all: the record only grows, every run first writes its
+//!   tick under the lock, and a tick at or before the record is never run. A node whose clock is
+//!   behind fires late, possibly after the run on a faster node has finished and the lock is
+//!   free; it reads the record and skips.
+//! * **At least once**: every node walks the ticks of its own clock in order (a fire landing one
+//!   tick further than the last one handled on the node first offers the tick in between), and
+//!   a node's fires queue in order on the lock. So the first node to reach tick *T* on its clock
+//!   finds the record below *T*: any node that could have recorded *T+1* or later already went
+//!   through its own *T* before. That node runs *T*. A node whose clock is ahead simply runs the
+//!   ticks a little early, once each.
+//!
+//! What it does not cover: a node that joins while another node's clock is more than a tick
+//! ahead may find its first tick already passed; a cluster that is down (or whose lock is busy
+//! for longer than the wait, by default one period) misses the ticks in between, like cron.
+//!
+//! # Failed runs, lost locks, dead nodes
+//!
+//! A tick is taken when its run starts. A run that returns an error or panics is counted in
+//! [`JobStats::failures`], logged, and recorded as `state=failed`; it is **not** retried by
+//! another node, because the run may have had effects before it failed and a second run of the
+//! same tick is exactly what this policy promises not to do. The next tick is the retry.
+//!
+//! If the node running a job dies, its session expires, its lock node disappears and the next
+//! tick runs on another node; the dead node's tick stays recorded as `state=running`. If a node
+//! loses the lock while its run is still going (see [`LockGuard::lost`](crate::LockGuard::lost)),
+//! the run is cancelled ([`OnLoss::Cancel`], the default) or let finish ([`OnLoss::Flag`]); either
+//! way it is counted in [`JobStats::lost`] and reported at `warn` level.
+//!
+//! # Visibility
+//!
+//! [`JobStats`] counts runs, skips, failures and lost runs per job and per node and keeps the
+//! last tick run here and the last tick seen recorded. Every decision is also a `tracing` event
+//! with target `zklock::scheduler` and fields `job` and `tick`.
+
+mod clock;
+mod policy;
+mod record;
+mod run;
+mod stats;
+mod ticks;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+pub use clock::{Clock, OffsetClock, SystemClock};
+pub use policy::{OnLoss, Policy};
+pub use run::JobRun;
+pub use stats::{JobStats, StatsSnapshot};
+/// The scheduler this adapter plugs into, re-exported so `zklock` users need no extra
+/// dependency.
+pub use tokio_cron_scheduler;
+
+use tokio_cron_scheduler::{Job, JobScheduler, JobSchedulerError};
+
+use crate::{LockClient, LockError};
+use record::RecordStore;
+use run::{RunFn, Shared};
+use ticks::Ticks;
+
+/// Why a singleton job could not be built or added.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchedulerError {
+    /// The job name is not a valid lock name.
+    #[error("invalid job name: {0}")]
+    InvalidName(LockError),
+    /// The cron expression does not parse.
+    #[error("invalid schedule {schedule:?}: {reason} (six or seven fields, seconds first)")]
+    InvalidSchedule {
+        /// The schedule as given.
+        schedule: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// tokio-cron-scheduler refused the job.
+    #[error("tokio-cron-scheduler: {0}")]
+    Scheduler(#[from] JobSchedulerError),
+}
+
+/// What a job's run may return: `()` or any `Result` whose error can be displayed.
+///
+/// An `Err` counts as a failed run (see the [module docs](self#failed-runs-lost-locks-dead-nodes)).
+pub trait RunResult: Send + 'static {
+    /// `Err` with a description when the run failed.
+    fn into_run_result(self) -> Result<(), String>;
+}
+
+impl RunResult for () {
+    fn into_run_result(self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl<T: Send + 'static, E: std::fmt::Display + Send + 'static> RunResult for Result<T, E> {
+    fn into_run_result(self) -> Result<(), String> {
+        self.map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// A cron job that runs on one node of the cluster per fire; the counterpart of
+/// tokio-cron-scheduler's `Job::new_async`.
+///
+/// Build it with [`new_async`](Self::new_async), adjust it with the builder methods, then turn
+/// it into a tokio-cron-scheduler [`Job`] with [`into_job`](Self::into_job) or add it with
+/// [`JobSchedulerExt::add_singleton`].
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use zklock_runtime::scheduler::{OnLoss, Policy, SingletonJob};
+///
+/// let job = SingletonJob::new_async("*/10 * * * * *", &client, "cleanup", |run| async move {
+///     // do the work; run.fencing_token() fences writes, run.loss_signal() reports a lost lock
+///     let _ = run;
+/// })?
+/// .policy(Policy::Skip)
+/// .on_loss(OnLoss::Cancel)
+/// .lock_wait(Duration::from_secs(2));
+/// let stats = job.stats();
+/// let job = job.into_job()?; // a tokio_cron_scheduler::Job
+/// # let _ = (stats, job); Ok(()) }
+/// ```
+pub struct SingletonJob {
+    schedule: String,
+    name: Arc<str>,
+    client: LockClient,
+    ticks: Ticks,
+    policy: Policy,
+    on_loss: OnLoss,
+    clock: Arc<dyn Clock>,
+    lock_wait: Option<Duration>,
+    stats: JobStats,
+    run: RunFn,
+}
+
+impl std::fmt::Debug for SingletonJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SingletonJob")
+            .field("name", &self.name)
+            .field("schedule", &self.schedule)
+            .field("policy", &self.policy)
+            .field("on_loss", &self.on_loss)
+            .field("lock_wait", &self.lock_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SingletonJob {
+    /// A job running `run` on `schedule` (a cron expression with seconds, in UTC, as
+    /// `Job::new_async` takes it) on one node at a time, under the lock `name` of `client`.
+    ///
+    /// `run` is called once per run, after this node has won the tick, with a [`JobRun`]; it
+    /// returns `()` or a `Result` (see [`RunResult`]). The run executes in its own task, so a
+    /// panic counts as a failed run.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) {
+    /// use zklock_runtime::scheduler::{SchedulerError, SingletonJob};
+    ///
+    /// let bad = SingletonJob::new_async("*/1 * * * * *", &client, "a/b", |_run| async {});
+    /// assert!(matches!(bad, Err(SchedulerError::InvalidName(_))));
+    /// let bad = SingletonJob::new_async("every minute", &client, "ok", |_run| async {});
+    /// assert!(matches!(bad, Err(SchedulerError::InvalidSchedule { .. })));
+    /// # }
+    /// ```
+    pub fn new_async<S, F, Fut>(
+        schedule: S,
+        client: &LockClient,
+        name: &str,
+        mut run: F,
+    ) -> Result<SingletonJob, SchedulerError>
+    where
+        S: ToString,
+        F: FnMut(JobRun) -> Fut + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: RunResult,
+    {
+        crate::validate_name(name).map_err(SchedulerError::InvalidName)?;
+        let schedule = schedule.to_string();
+        let ticks = Ticks::parse(&schedule).map_err(|reason| SchedulerError::InvalidSchedule {
+            schedule: schedule.clone(),
+            reason,
+        })?;
+        let run: RunFn = Box::new(move |job_run| {
+            let future = run(job_run);
+            Box::pin(async move { future.await.into_run_result() })
+        });
+        Ok(SingletonJob {
+            schedule,
+            name: Arc::from(name),
+            client: client.clone(),
+            ticks,
+            policy: Policy::default(),
+            on_loss: OnLoss::default(),
+            clock: Arc::new(SystemClock),
+            lock_wait: None,
+            stats: JobStats::new(name),
+            run,
+        })
+    }
+
+    /// Chooses the cluster policy (default [`Policy::OncePerTick`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Chooses what happens to a run whose lock is lost (default [`OnLoss::Cancel`]).
+    pub fn on_loss(mut self, on_loss: OnLoss) -> Self {
+        self.on_loss = on_loss;
+        self
+    }
+
+    /// The clock used to map fires to ticks (default [`SystemClock`]); tests inject skew here.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// How long a once-per-tick fire waits for the job's lock while another node holds it
+    /// (default: the gap to the next tick). A fire that waits in vain is counted as a skip.
+    pub fn lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = Some(wait);
+        self
+    }
+
+    /// The job name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The job's counters on this node; stays live after [`into_job`](Self::into_job).
+    pub fn stats(&self) -> JobStats {
+        self.stats.clone()
+    }
+
+    /// The tokio-cron-scheduler job to add to this node's `JobScheduler`.
+    pub fn into_job(self) -> Result<Job, SchedulerError> {
+        let store = RecordStore::for_job(self.client.namespace(), &self.name);
+        let lock = self.client.mutex(&self.name).map_err(SchedulerError::InvalidName)?;
+        let shared = Arc::new(Shared {
+            name: self.name,
+            client: self.client,
+            lock,
+            ticks: self.ticks,
+            policy: self.policy,
+            on_loss: self.on_loss,
+            clock: self.clock,
+            lock_wait: self.lock_wait,
+            store,
+            stats: self.stats,
+            serial: tokio::sync::Mutex::new(None),
+            run: StdMutex::new(self.run),
+        });
+        Ok(Job::new_async(self.schedule, move |_id, _scheduler| {
+            Box::pin(run::fire(shared.clone()))
+        })?)
+    }
+}
+
+/// Adds singleton jobs to a tokio-cron-scheduler `JobScheduler`.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), Box<dyn std::error::Error>> {
+/// use zklock_runtime::scheduler::tokio_cron_scheduler::JobScheduler;
+/// use zklock_runtime::scheduler::{JobSchedulerExt, SingletonJob};
+///
+/// let scheduler = JobScheduler::new().await?;
+/// let job = SingletonJob::new_async("0 * * * * *", &client, "minutely", |_run| async {})?;
+/// let (id, stats) = scheduler.add_singleton(job).await?;
+/// # let _ = (id, stats); Ok(()) }
+/// ```
+pub trait JobSchedulerExt {
+    /// Adds `job`; returns its tokio-cron-scheduler id and its live counters.
+    fn add_singleton(
+        &self,
+        job: SingletonJob,
+    ) -> impl Future<Output = Result<(uuid::Uuid, JobStats), SchedulerError>> + Send;
+}
+
+impl JobSchedulerExt for JobScheduler {
+    async fn add_singleton(&self, job: SingletonJob) -> Result<(uuid::Uuid, JobStats), SchedulerError> {
+        let stats = job.stats();
+        let id = self.add(job.into_job()?).await?;
+        Ok((id, stats))
+    }
+}

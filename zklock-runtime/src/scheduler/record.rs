@@ -1,0 +1,235 @@
+//! The tick record of a once-per-tick job: one persistent znode whose data says which tick was
+//! taken last, and how its run ended.
+//!
+//! The record lives outside the lock namespace (`<namespace>.jobs/<job>` by default): a lock
+//! directory is a container node that the server reaps when empty, and its children must be
+//! contenders only. Its data is one line of `key=value` words, readable in `zkCli.sh`:
+//!
+//! ```text
+//! tick=1718000000000 state=done session=0x1000a2b3c4d0001
+//! ```
+//!
+//! Writes are fenced: a multi-operation checks that this node's lock contender node still exists
+//! and that the record has the version read under the lock, so a node that lost the lock cannot
+//! overwrite the record.
+
+use crate::zk;
+
+/// How the run of the recorded tick ended (as far as the node that took it could tell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunState {
+    /// Taken; the run started and has not reported back (or its node died).
+    Running,
+    /// The run finished successfully.
+    Done,
+    /// The run returned an error or panicked.
+    Failed,
+    /// The node lost the lock during the run.
+    Lost,
+}
+
+impl RunState {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Done => "done",
+            RunState::Failed => "failed",
+            RunState::Lost => "lost",
+        }
+    }
+}
+
+/// The content of the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TickRecord {
+    pub tick: i64,
+    pub state: RunState,
+    pub session: Option<i64>,
+}
+
+impl TickRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut text = format!("tick={} state={}", self.tick, self.state.as_str());
+        if let Some(session) = self.session {
+            text.push_str(&format!(" session={session:#x}"));
+        }
+        text.into_bytes()
+    }
+
+    /// Parses a record; `Ok(None)` for an empty node (no tick taken yet).
+    pub fn decode(data: &[u8]) -> Result<Option<TickRecord>, String> {
+        let text = std::str::from_utf8(data).map_err(|_| "the record is not UTF-8".to_owned())?;
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        let mut tick = None;
+        let mut state = RunState::Running;
+        let mut session = None;
+        for word in text.split_whitespace() {
+            let (key, value) = word
+                .split_once('=')
+                .ok_or_else(|| format!("`{word}` is not key=value"))?;
+            match key {
+                "tick" => {
+                    tick = Some(
+                        value
+                            .parse::<i64>()
+                            .map_err(|_| format!("tick `{value}` is not a number"))?,
+                    )
+                }
+                "state" => {
+                    state = match value {
+                        "running" => RunState::Running,
+                        "done" => RunState::Done,
+                        "failed" => RunState::Failed,
+                        "lost" => RunState::Lost,
+                        other => return Err(format!("unknown state `{other}`")),
+                    }
+                }
+                "session" => {
+                    session = i64::from_str_radix(value.trim_start_matches("0x"), 16).ok();
+                }
+                _ => {} // later versions may add keys
+            }
+        }
+        let tick = tick.ok_or_else(|| "the record has no tick".to_owned())?;
+        Ok(Some(TickRecord { tick, state, session }))
+    }
+}
+
+/// Why a fenced write did not happen.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    /// Our contender node is gone or the record changed since we read it: we no longer hold
+    /// the lock, or someone writes without it.
+    Fenced,
+    /// ZooKeeper could not be asked.
+    ZooKeeper(zk::Error),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Fenced => {
+                f.write_str("the lock node is gone or the record changed since it was read under the lock")
+            }
+            WriteError::ZooKeeper(e) => write!(f, "ZooKeeper: {e}"),
+        }
+    }
+}
+
+/// Where one job's record lives.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordStore {
+    pub path: String,
+}
+
+impl RecordStore {
+    /// The record of `job` for a client whose lock namespace is `namespace`.
+    pub fn for_job(namespace: &str, job: &str) -> RecordStore {
+        let ns = namespace.trim_end_matches('/');
+        let root = if ns.is_empty() {
+            "/zklock.jobs".to_owned()
+        } else {
+            format!("{ns}.jobs")
+        };
+        RecordStore {
+            path: format!("{root}/{job}"),
+        }
+    }
+
+    /// Reads the record with its version, creating the (empty) node and its parents first if
+    /// it does not exist.
+    pub async fn read(
+        &self,
+        zk: &zk::Client,
+        acls: zk::Acls<'_>,
+    ) -> Result<(Result<Option<TickRecord>, String>, i32), zk::Error> {
+        loop {
+            match zk.get_data(&self.path).await {
+                Ok((data, stat)) => return Ok((TickRecord::decode(&data), stat.version)),
+                Err(zk::Error::NoNode) => self.create(zk, acls.clone()).await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn create(&self, zk: &zk::Client, acls: zk::Acls<'_>) -> Result<(), zk::Error> {
+        let options = zk::CreateMode::Persistent.with_acls(acls);
+        let mut at = 0;
+        while let Some(next) = self.path[at + 1..].find('/') {
+            at += 1 + next;
+            match zk.create(&self.path[..at], b"", &options).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match zk.create(&self.path, b"", &options).await {
+            Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes `record` if our lock node `lock_node` still exists and the record still has
+    /// `version`; returns the new version.
+    pub async fn write(
+        &self,
+        zk: &zk::Client,
+        lock_node: &str,
+        record: &TickRecord,
+        version: i32,
+    ) -> Result<i32, WriteError> {
+        let data = record.encode();
+        let mut multi = zk.new_multi_writer();
+        multi.add_check_version(lock_node, -1).map_err(WriteError::ZooKeeper)?;
+        multi
+            .add_set_data(&self.path, &data, Some(version))
+            .map_err(WriteError::ZooKeeper)?;
+        match multi.commit().await {
+            Ok(results) => match results.into_iter().nth(1) {
+                Some(zk::MultiWriteResult::SetData { stat }) => Ok(stat.version),
+                _ => Err(WriteError::ZooKeeper(zk::Error::UnexpectedError(
+                    "multi-operation answered without the set-data result".into(),
+                ))),
+            },
+            Err(zk::MultiWriteError::OperationFailed { source, .. })
+                if matches!(source, zk::Error::NoNode | zk::Error::BadVersion) =>
+            {
+                Err(WriteError::Fenced)
+            }
+            Err(e) => Err(WriteError::ZooKeeper(e.into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_survives_encoding() {
+        let rec = TickRecord {
+            tick: 1_718_000_000_000,
+            state: RunState::Failed,
+            session: Some(0x1000a2b3c4d0001),
+        };
+        assert_eq!(TickRecord::decode(&rec.encode()), Ok(Some(rec)));
+        assert_eq!(TickRecord::decode(b""), Ok(None));
+    }
+
+    #[test]
+    fn a_damaged_record_is_an_error_not_a_panic() {
+        assert!(TickRecord::decode(b"tick=abc").is_err());
+        assert!(TickRecord::decode(b"state=done").is_err());
+        assert!(TickRecord::decode(b"garbage").is_err());
+        assert!(TickRecord::decode(&[0xff, 0xfe]).is_err());
+        assert!(TickRecord::decode(b"tick=5 state=weird").is_err());
+    }
+
+    #[test]
+    fn records_live_beside_the_lock_namespace() {
+        assert_eq!(RecordStore::for_job("/zklock", "report").path, "/zklock.jobs/report");
+        assert_eq!(RecordStore::for_job("/apps/locks/", "r").path, "/apps/locks.jobs/r");
+        assert_eq!(RecordStore::for_job("/", "r").path, "/zklock.jobs/r");
+    }
+}

@@ -1,0 +1,150 @@
+//! What one node did with one singleton job: counters readable while the job runs.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::ticks::tick_time;
+
+const NONE: i64 = i64::MIN;
+
+#[derive(Debug)]
+struct Counters {
+    job: String,
+    runs: AtomicU64,
+    skips: AtomicU64,
+    failures: AtomicU64,
+    lost: AtomicU64,
+    last_tick: AtomicI64,
+    last_recorded_tick: AtomicI64,
+}
+
+/// Live counters of one singleton job on this node; cheap to clone, readable at any time.
+///
+/// Returned by [`SingletonJob::stats`](super::SingletonJob::stats) and
+/// [`JobSchedulerExt::add_singleton`](super::JobSchedulerExt::add_singleton). Every change is
+/// also emitted as a `tracing` event with target `zklock::scheduler`.
+///
+/// ```
+/// # fn demo(job: &zklock_runtime::scheduler::SingletonJob) {
+/// let stats = job.stats();
+/// let s = stats.snapshot();
+/// println!("{}: {} runs, {} skips, {} failures, {} lost", s.job, s.runs, s.skips, s.failures, s.lost);
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct JobStats {
+    inner: Arc<Counters>,
+}
+
+/// A copy of a job's counters at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// The job name.
+    pub job: String,
+    /// Runs started on this node.
+    pub runs: u64,
+    /// Fires on this node that ran nothing (tick already taken, job busy elsewhere).
+    pub skips: u64,
+    /// Runs on this node that returned an error or panicked, and fires that could not decide
+    /// (ZooKeeper unreachable, unreadable tick record).
+    pub failures: u64,
+    /// Runs on this node whose lock was lost while they ran.
+    pub lost: u64,
+    /// The scheduled tick of the latest run started on this node.
+    pub last_tick: Option<SystemTime>,
+    /// The latest tick this node saw recorded as taken in ZooKeeper (once-per-tick policy).
+    pub last_recorded_tick: Option<SystemTime>,
+}
+
+impl JobStats {
+    pub(crate) fn new(job: &str) -> JobStats {
+        JobStats {
+            inner: Arc::new(Counters {
+                job: job.to_owned(),
+                runs: AtomicU64::new(0),
+                skips: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+                lost: AtomicU64::new(0),
+                last_tick: AtomicI64::new(NONE),
+                last_recorded_tick: AtomicI64::new(NONE),
+            }),
+        }
+    }
+
+    /// The job name.
+    pub fn job(&self) -> &str {
+        &self.inner.job
+    }
+
+    /// Runs started on this node.
+    pub fn runs(&self) -> u64 {
+        self.inner.runs.load(Ordering::Relaxed)
+    }
+
+    /// Fires on this node that ran nothing.
+    pub fn skips(&self) -> u64 {
+        self.inner.skips.load(Ordering::Relaxed)
+    }
+
+    /// Failed runs and undecidable fires on this node.
+    pub fn failures(&self) -> u64 {
+        self.inner.failures.load(Ordering::Relaxed)
+    }
+
+    /// Runs on this node whose lock was lost while they ran.
+    pub fn lost(&self) -> u64 {
+        self.inner.lost.load(Ordering::Relaxed)
+    }
+
+    /// The scheduled tick of the latest run started on this node.
+    pub fn last_tick(&self) -> Option<SystemTime> {
+        load_tick(&self.inner.last_tick)
+    }
+
+    /// The latest tick this node saw recorded in ZooKeeper.
+    pub fn last_recorded_tick(&self) -> Option<SystemTime> {
+        load_tick(&self.inner.last_recorded_tick)
+    }
+
+    /// All counters at once.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            job: self.inner.job.clone(),
+            runs: self.runs(),
+            skips: self.skips(),
+            failures: self.failures(),
+            lost: self.lost(),
+            last_tick: self.last_tick(),
+            last_recorded_tick: self.last_recorded_tick(),
+        }
+    }
+
+    pub(crate) fn ran(&self, tick: i64) {
+        self.inner.runs.fetch_add(1, Ordering::Relaxed);
+        self.inner.last_tick.fetch_max(tick, Ordering::Relaxed);
+    }
+
+    pub(crate) fn skipped(&self) {
+        self.inner.skips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn failed(&self) {
+        self.inner.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lost_lock(&self) {
+        self.inner.lost.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn saw_recorded(&self, tick: i64) {
+        self.inner.last_recorded_tick.fetch_max(tick, Ordering::Relaxed);
+    }
+}
+
+fn load_tick(cell: &AtomicI64) -> Option<SystemTime> {
+    match cell.load(Ordering::Relaxed) {
+        NONE => None,
+        tick => Some(tick_time(tick)),
+    }
+}
