@@ -30,7 +30,9 @@ impl Ticks {
 
     /// The latest tick at or before `now`: the tick a fire seen at `now` belongs to.
     pub fn tick_at(&self, now: SystemTime) -> Option<i64> {
+        // Cron resolution is one second: drop the fraction, or the moment itself would match.
         let now: DateTime<Utc> = now.into();
+        let now = DateTime::<Utc>::from_timestamp(now.timestamp(), 0)?;
         self.cron
             .find_previous_occurrence(&now, true)
             .ok()
@@ -87,6 +89,9 @@ mod tests {
         let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
         assert_eq!(ticks.tick_at(at(1_700_000_004_999)), Some(1_700_000_000_000));
         assert_eq!(ticks.tick_at(at(1_700_000_005_000)), Some(1_700_000_005_000));
+        let every_second = Ticks::parse("* * * * * *").unwrap();
+        assert_eq!(every_second.tick_at(at(1_700_000_005_731)), Some(1_700_000_005_000));
+        assert_eq!(every_second.before(1_700_000_005_000), Some(1_700_000_004_000));
         assert_eq!(ticks.before(1_700_000_005_000), Some(1_700_000_000_000));
         assert_eq!(ticks.after(1_700_000_005_000), Some(1_700_000_010_000));
         assert_eq!(ticks.period_after(1_700_000_005_000), Some(Duration::from_secs(5)));

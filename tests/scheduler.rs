@@ -1,0 +1,305 @@
+//! Singleton cron jobs across three scheduler instances, each with its own ZooKeeper session,
+//! against a real server: every tick once (also with a skewed clock), no overlap under the skip
+//! policy, and failover when the node running the job dies.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use zklock::scheduler::tokio_cron_scheduler::JobScheduler;
+use zklock::scheduler::{Clock, JobSchedulerExt, JobStats, OffsetClock, Policy, SingletonJob, SystemClock};
+use zklock::testing::FaultProxy;
+use zklock::LockClient;
+
+const EVERY_SECOND: &str = "* * * * * *";
+
+/// One run as the job itself saw it.
+#[derive(Debug, Clone)]
+struct Run {
+    node: usize,
+    tick: SystemTime,
+    start: Instant,
+    end: Option<Instant>,
+}
+
+type Log = Arc<Mutex<Vec<Run>>>;
+
+/// One scheduler instance with its own lock client.
+struct Node {
+    scheduler: JobScheduler,
+    stats: JobStats,
+    running: Arc<Mutex<bool>>,
+}
+
+impl Node {
+    async fn start(
+        connect: &str,
+        index: usize,
+        job: &str,
+        policy: Policy,
+        clock: impl Clock,
+        run_for: Duration,
+        log: &Log,
+    ) -> Node {
+        let client = support::client_with(connect, Duration::from_secs(2)).await;
+        Node::start_with(client, index, job, policy, clock, run_for, log).await
+    }
+
+    async fn start_with(
+        client: LockClient,
+        index: usize,
+        job: &str,
+        policy: Policy,
+        clock: impl Clock,
+        run_for: Duration,
+        log: &Log,
+    ) -> Node {
+        let running = Arc::new(Mutex::new(false));
+        let (log, flag) = (log.clone(), running.clone());
+        let job = SingletonJob::new_async(EVERY_SECOND, &client, job, move |run| {
+            let (log, flag) = (log.clone(), flag.clone());
+            async move {
+                let at = {
+                    let mut log = log.lock().unwrap();
+                    log.push(Run {
+                        node: index,
+                        tick: run.tick(),
+                        start: Instant::now(),
+                        end: None,
+                    });
+                    log.len() - 1
+                };
+                *flag.lock().unwrap() = true;
+                tokio::time::sleep(run_for).await;
+                *flag.lock().unwrap() = false;
+                log.lock().unwrap()[at].end = Some(Instant::now());
+            }
+        })
+        .expect("valid job")
+        .policy(policy)
+        .clock(clock);
+        let scheduler = JobScheduler::new().await.expect("scheduler");
+        let (_, stats) = scheduler.add_singleton(job).await.expect("add job");
+        scheduler.start().await.expect("start scheduler");
+        Node {
+            scheduler,
+            stats,
+            running,
+        }
+    }
+
+    async fn stop(mut self) -> JobStats {
+        self.scheduler.shutdown().await.expect("shutdown");
+        self.stats
+    }
+}
+
+/// Waits until the log holds `count` runs, or panics after `within`.
+async fn wait_for_runs(log: &Log, count: usize, within: Duration) {
+    let reached = support::eventually(within, || async { log.lock().unwrap().len() >= count }).await;
+    assert!(reached, "only {} runs within {within:?}", log.lock().unwrap().len());
+}
+
+fn millis(t: SystemTime) -> u128 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()
+}
+
+/// Every tick between the first and the last run ran exactly once.
+fn assert_each_tick_once(runs: &[Run]) {
+    let mut ticks: Vec<u128> = runs.iter().map(|r| millis(r.tick)).collect();
+    ticks.sort_unstable();
+    for pair in ticks.windows(2) {
+        assert_ne!(pair[0], pair[1], "tick {} ran twice: {runs:?}", pair[0]);
+        assert_eq!(
+            pair[1] - pair[0],
+            1000,
+            "ticks between {} and {} never ran: {runs:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+async fn once_per_tick_with(skewed: impl Clock, label: &str) {
+    let server = support::server();
+    let log: Log = Arc::default();
+    let job = format!("report-{label}");
+    let short = Duration::from_millis(50);
+    let a = Node::start(
+        &server.connect_string(),
+        0,
+        &job,
+        Policy::OncePerTick,
+        SystemClock,
+        short,
+        &log,
+    )
+    .await;
+    let b = Node::start(
+        &server.connect_string(),
+        1,
+        &job,
+        Policy::OncePerTick,
+        SystemClock,
+        short,
+        &log,
+    )
+    .await;
+    let c = Node::start(
+        &server.connect_string(),
+        2,
+        &job,
+        Policy::OncePerTick,
+        skewed,
+        short,
+        &log,
+    )
+    .await;
+    wait_for_runs(&log, 8, Duration::from_secs(40)).await;
+    let stats = [a.stop().await, b.stop().await, c.stop().await];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let runs = log.lock().unwrap().clone();
+    assert!(runs.len() >= 8);
+    assert_each_tick_once(&runs);
+    let total: u64 = stats.iter().map(|s| s.runs()).sum();
+    assert_eq!(total as usize, runs.len(), "the counters agree with the runs seen");
+    let skewed = &stats[2];
+    assert!(
+        skewed.runs() + skewed.skips() >= 4,
+        "the skewed node took part: {:?}",
+        skewed.snapshot()
+    );
+    assert!(stats.iter().all(|s| s.failures() == 0 && s.lost() == 0), "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn once_per_tick_runs_every_tick_exactly_once_across_three_nodes() {
+    once_per_tick_with(SystemClock, "plain").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn once_per_tick_holds_with_one_clock_ahead_by_most_of_the_period() {
+    once_per_tick_with(OffsetClock::ahead(Duration::from_millis(750)), "ahead").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn once_per_tick_holds_with_one_clock_behind_by_most_of_the_period() {
+    once_per_tick_with(OffsetClock::behind(Duration::from_millis(750)), "behind").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skip_policy_never_overlaps_runs_and_skips_busy_fires() {
+    let server = support::server();
+    let log: Log = Arc::default();
+    // Runs longer than the period, so fires on other nodes land while the job runs.
+    let long = Duration::from_millis(1500);
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        nodes.push(
+            Node::start(
+                &server.connect_string(),
+                i,
+                "sweep",
+                Policy::Skip,
+                SystemClock,
+                long,
+                &log,
+            )
+            .await,
+        );
+    }
+    wait_for_runs(&log, 4, Duration::from_secs(40)).await;
+    let mut stats = Vec::new();
+    for node in nodes {
+        stats.push(node.stop().await);
+    }
+    // Let the last run finish so its end is known.
+    tokio::time::sleep(long + Duration::from_millis(500)).await;
+    let mut runs = log.lock().unwrap().clone();
+    runs.sort_by_key(|r| r.start);
+    for pair in runs.windows(2) {
+        let end = pair[0].end.expect("run finished");
+        assert!(pair[1].start >= end, "runs overlap: {:?} and {:?}", pair[0], pair[1]);
+    }
+    let skips: u64 = stats.iter().map(|s| s.skips()).sum();
+    assert!(skips >= 2, "fires during a run were skipped: {stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_running_node_moves_the_job_to_another() {
+    let server = support::server();
+    let log: Log = Arc::default();
+    let run_for = Duration::from_millis(3000);
+    let mut proxies = Vec::new();
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let proxy = FaultProxy::start(server.addr()).expect("proxy");
+        let node = Node::start(
+            &proxy.connect_string(),
+            i,
+            "failover",
+            Policy::OncePerTick,
+            SystemClock,
+            run_for,
+            &log,
+        )
+        .await;
+        proxies.push(proxy);
+        nodes.push(node);
+    }
+    // Wait until some node is in the middle of a run, then cut it off for good.
+    let victim = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(i) = nodes.iter().position(|n| *n.running.lock().unwrap()) {
+                break i;
+            }
+            assert!(Instant::now() < deadline, "no node started a run");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    proxies[victim].blackhole();
+    let killed_at = Instant::now();
+    let victim_stats = nodes[victim].stats.clone();
+
+    // The victim's run is cancelled when its lock is reported lost.
+    let lost = support::eventually(Duration::from_secs(15), || async { victim_stats.lost() == 1 }).await;
+    assert!(
+        lost,
+        "the cut-off node reported its run lost: {:?}",
+        victim_stats.snapshot()
+    );
+
+    // Two later ticks run on the other nodes.
+    let moved = support::eventually(Duration::from_secs(40), || async {
+        let log = log.lock().unwrap();
+        log.iter().filter(|r| r.node != victim && r.start > killed_at).count() >= 2
+    })
+    .await;
+    let runs = log.lock().unwrap().clone();
+    assert!(moved, "the job moved to another node: {runs:?}");
+    for node in nodes {
+        node.stop().await;
+    }
+    let mut ticks: Vec<u128> = runs.iter().map(|r| millis(r.tick)).collect();
+    ticks.sort_unstable();
+    ticks.dedup();
+    assert_eq!(ticks.len(), runs.len(), "no tick ran twice: {runs:?}");
+    assert!(
+        runs.iter().all(|r| r.node != victim || r.start <= killed_at),
+        "the cut-off node ran nothing afterwards"
+    );
+}
+
+#[tokio::test]
+async fn bad_job_names_and_schedules_are_rejected_up_front() {
+    let server = support::server();
+    let client = support::client(&server.connect_string()).await;
+    let err = SingletonJob::new_async(EVERY_SECOND, &client, "a/b", |_run| async {}).unwrap_err();
+    assert!(err.to_string().contains("invalid job name"), "{err}");
+    let err = SingletonJob::new_async("every minute", &client, "ok", |_run| async {}).unwrap_err();
+    assert!(err.to_string().contains("invalid schedule"), "{err}");
+    let err = SingletonJob::new_async("", &client, "ok", |_run| async {}).unwrap_err();
+    assert!(err.to_string().contains("invalid schedule"), "{err}");
+}
