@@ -1,0 +1,134 @@
+//! Chaos run: many contenders in several processes against a 3-member ensemble, with faults
+//! injected, a recorded history, and a safety checker (issue #8).
+//!
+//! ```text
+//! ./scripts/chaos.sh --duration 10m          # or:
+//! cargo run --release --features testing --example chaos -- run --duration 10m
+//! ```
+//!
+//! Prints a summary and, as its last line, a JSON object with `operations`, `faults`,
+//! `overlaps_unexplained`, `stale_writes_accepted`, `leaked_nodes` and `max_unavailable_ms`.
+//! Exits with status 1 when the checker finds a violation.
+
+#[path = "mod.rs"]
+mod chaos;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use chaos::runner::{run, ChildCommand, RunConfig};
+
+#[derive(Debug, Parser)]
+#[command(about = "Fault-injection run of zklock with a history checker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the experiment (the default).
+    Run(RunArgs),
+    /// Internal: one contender process, configured through the environment.
+    #[command(hide = true)]
+    Contender,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct RunArgs {
+    /// How long to keep injecting faults (humantime, e.g. `90s`, `10m`); at least one round of
+    /// every fault kind runs.
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Contender processes.
+    #[arg(long, default_value_t = 3)]
+    processes: usize,
+    /// Contender tasks per process.
+    #[arg(long, default_value_t = 3)]
+    tasks: usize,
+    /// Session timeout of the contenders (at most 20 ticks).
+    #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
+    session_timeout: Duration,
+    /// Server tickTime.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    tick: Duration,
+    /// Seed for the fault order and the contenders' choices (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Percentage of critical sections that ignore the loss signal and keep writing.
+    #[arg(long, default_value_t = 25)]
+    misbehave_percent: u32,
+    /// Where to write the history (JSON lines).
+    #[arg(long, default_value = "target/chaos/history.jsonl")]
+    history: PathBuf,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Cmd::Contender) => std::process::exit(chaos::contender::main_from_env()),
+        Some(Cmd::Run(args)) => args,
+        None => cli.run,
+    };
+    if args.processes < 2 || args.tasks == 0 || args.misbehave_percent > 100 {
+        eprintln!("chaos: need --processes >= 2, --tasks >= 1, --misbehave-percent <= 100");
+        std::process::exit(2);
+    }
+    let program = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("chaos: cannot find my own executable: {e}");
+            std::process::exit(2);
+        }
+    };
+    let seed = args.seed.unwrap_or_else(chaos::clock::now_ns);
+    let config = RunConfig {
+        duration: args.duration,
+        processes: args.processes,
+        tasks_per_process: args.tasks,
+        session_timeout: args.session_timeout,
+        tick_time: args.tick,
+        seed,
+        misbehave_percent: args.misbehave_percent,
+        child: ChildCommand {
+            program,
+            args: vec!["contender".into()],
+        },
+        history_path: Some(args.history),
+        verbose: !args.quiet,
+    };
+    eprintln!(
+        "chaos: duration {:?}, {} processes x {} tasks, session timeout {:?}, tick {:?}, seed {seed}",
+        config.duration, config.processes, config.tasks_per_process, config.session_timeout, config.tick_time
+    );
+    let outcome = match run(&config) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("chaos: the run failed: {e}");
+            std::process::exit(2);
+        }
+    };
+    print!("{}", outcome.report.summary());
+    println!("  faults in order:");
+    for f in &outcome.history.faults {
+        println!("    {:<17} {}", f.kind.name(), f.note);
+    }
+    if !outcome.history.leaked_node_names.is_empty() {
+        println!("  leaked: {:?}", outcome.history.leaked_node_names);
+    }
+    println!(
+        "  bound on unavailability after a fault: 2 x session timeout + 10 s = {} ms",
+        config.availability_bound().as_millis()
+    );
+    println!("{}", outcome.report.json_line());
+    if !outcome.report.passed() {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,645 @@
+//! The chaos runner: ensemble, register, contender processes, fault schedule, history.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use zklock_runtime::testing::{FaultProxy, ZkEnsemble};
+use zklock_runtime::zk;
+
+use super::checker::{check, Report};
+use super::clock::{ms_between, now_ns};
+use super::contender::ContenderConfig;
+use super::history::{Event, FaultKind, FaultRecord, History, Section, Token, EVENT_PREFIX};
+use super::register::Register;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How to start a contender process: a program and its arguments; the configuration travels
+/// in environment variables ([`ContenderConfig::to_env`]).
+#[derive(Debug, Clone)]
+pub struct ChildCommand {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+/// Settings of a run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// How long to keep injecting faults (at least one round of every kind is injected).
+    pub duration: Duration,
+    /// Contender processes.
+    pub processes: usize,
+    /// Contender tasks per process.
+    pub tasks_per_process: usize,
+    /// Session timeout of every contender (the server clamps it to 2..20 ticks).
+    pub session_timeout: Duration,
+    /// Server tick.
+    pub tick_time: Duration,
+    /// Seed of the fault schedule and of the contenders' choices.
+    pub seed: u64,
+    /// Share of sections (percent) that ignore the loss signal and keep writing.
+    pub misbehave_percent: u32,
+    /// How to start a contender process.
+    pub child: ChildCommand,
+    /// Where to write the history as JSON lines, if anywhere.
+    pub history_path: Option<PathBuf>,
+    /// Print progress to stderr.
+    pub verbose: bool,
+}
+
+impl RunConfig {
+    /// The bound on "granted again after a fault": two session timeouts (a dead holder's
+    /// session must expire; a whole ensemble restart or failover must be noticed and every
+    /// session re-established) plus 10 s of margin for a loaded 2-core machine.
+    pub fn availability_bound(&self) -> Duration {
+        self.session_timeout * 2 + Duration::from_secs(10)
+    }
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The recorded history.
+    pub history: History,
+    /// The checker's verdict.
+    pub report: Report,
+}
+
+/// What the runner knows about the contenders, fed by their stdout.
+#[derive(Debug, Default)]
+struct Observed {
+    sections: Vec<Section>,
+    open: HashMap<(String, Token), (usize, u64, bool)>,
+    grants: Vec<(u64, usize)>,
+    attempts: u64,
+    ready: Vec<usize>,
+    exited: Vec<usize>,
+    release_failures: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Shared(Arc<Mutex<Observed>>);
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Observed> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One contender process; SIGCONT + SIGKILL on drop, so none outlives the runner.
+#[derive(Debug)]
+struct Contender {
+    index: usize,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    proxies: Vec<FaultProxy>,
+    reader: Option<thread::JoinHandle<()>>,
+}
+
+impl Contender {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn send(&mut self, line: &str) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = writeln!(stdin, "{line}");
+            let _ = stdin.flush();
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+        unsafe {
+            libc::kill(self.pid(), signal);
+        }
+    }
+}
+
+impl Drop for Contender {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.signal(libc::SIGCONT);
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// Progress output.
+struct Log {
+    verbose: bool,
+    t0: u64,
+}
+
+impl Log {
+    fn say(&self, what: impl AsRef<str>) {
+        if self.verbose {
+            eprintln!(
+                "[chaos {:>7.1}s] {}",
+                ms_between(self.t0, now_ns()) as f64 / 1000.0,
+                what.as_ref()
+            );
+        }
+    }
+}
+
+const NAMESPACE: &str = "/zklock-chaos";
+const LOCK: &str = "chaos";
+
+/// Runs the whole experiment and checks its history.
+pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
+    let log = Log {
+        verbose: config.verbose,
+        t0: now_ns(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let ensemble = ZkEnsemble::builder(3)
+        .tick_time(config.tick_time)
+        .system_property("znode.container.checkIntervalMs", "100")
+        // A whole-ensemble restart elects a leader in seconds, not after minute-long backoffs.
+        .system_property("zookeeper.fastleader.maxNotificationInterval", "1000")
+        .start_timeout(Duration::from_secs(90))
+        .start()?;
+    log.say(format!("ensemble up: {}", ensemble.connect_string()));
+    let register = Register::start()?;
+    let shared = Shared::default();
+    let mut rng = config.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+    let mut contenders = Vec::new();
+    for p in 0..config.processes {
+        contenders.push(spawn_contender(config, p, &ensemble, &register, &shared)?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while shared.lock().ready.len() < config.processes || shared.lock().grants.is_empty() {
+        if Instant::now() > deadline {
+            return Err("contenders did not start and take the lock within 90 s".into());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    log.say(format!(
+        "{} contender processes x {} tasks running",
+        config.processes, config.tasks_per_process
+    ));
+    thread::sleep(Duration::from_secs(2));
+
+    let started = Instant::now();
+    let mut faults = Vec::new();
+    let mut round = 0usize;
+    loop {
+        let mut kinds = FaultKind::ALL.to_vec();
+        if round > 0 {
+            // Later rounds shuffle the order (Fisher-Yates on the run's seed).
+            for i in (1..kinds.len()).rev() {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                kinds.swap(i, (rng % (i as u64 + 1)) as usize);
+            }
+        }
+        for kind in kinds {
+            let record = inject(kind, config, &ensemble, &mut contenders, &shared, &rt, &log)?;
+            log.say(format!("{}: {}", kind.name(), record.note));
+            let measure_from = record.measure_from_ns;
+            let target = record.target_process;
+            faults.push(record);
+            wait_for_grant(&shared, measure_from, target, config.availability_bound());
+            thread::sleep(Duration::from_millis(1000 + (rng % 1000)));
+        }
+        round += 1;
+        if started.elapsed() >= config.duration {
+            break;
+        }
+    }
+
+    log.say("stopping contenders");
+    for c in &mut contenders {
+        c.send("go");
+        c.send("stop");
+    }
+    let exit_deadline = Instant::now() + config.session_timeout * 3 + Duration::from_secs(20);
+    for c in &mut contenders {
+        loop {
+            match c.child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() > exit_deadline => {
+                    log.say(format!("contender {} did not exit in time; killing it", c.index));
+                    c.signal(libc::SIGCONT);
+                    let _ = c.child.kill();
+                    let _ = c.child.wait();
+                    break;
+                }
+                Ok(None) => thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+    drop(contenders); // joins the stdout readers: every event is in
+    let ended_ns = now_ns();
+
+    let (leaked_names, leaked) = rt.block_on(leaked_nodes(&ensemble.connect_string(), config.session_timeout))?;
+    log.say(format!("leaked nodes: {leaked}"));
+
+    let mut observed = std::mem::take(&mut *shared.lock());
+    for ((client, token), (process, granted_ns, long)) in observed.open.drain() {
+        observed.sections.push(Section {
+            client,
+            process,
+            token,
+            granted_ns,
+            start_ns: granted_ns,
+            end_ns: ended_ns,
+            lost: false,
+            lost_ns: None,
+            misbehaving: false,
+            long,
+            writes_attempted: 0,
+            writes_rejected: 0,
+            complete: false,
+        });
+    }
+    observed.sections.sort_by_key(|s| s.granted_ns);
+    let history = History {
+        sections: observed.sections,
+        writes: register.log(),
+        faults,
+        acquire_attempts: observed.attempts,
+        leaked_nodes: leaked,
+        leaked_node_names: leaked_names,
+        ended_ns,
+    };
+    if let Some(path) = &config.history_path {
+        write_history(path, &history)?;
+        log.say(format!("history written to {}", path.display()));
+    }
+    if observed.release_failures > 0 {
+        log.say(format!("{} releases returned an error", observed.release_failures));
+    }
+    let report = check(&history);
+    Ok(Outcome { history, report })
+}
+
+fn spawn_contender(
+    config: &RunConfig,
+    index: usize,
+    ensemble: &ZkEnsemble,
+    register: &Register,
+    shared: &Shared,
+) -> Result<Contender, BoxError> {
+    let proxies = ensemble.proxies()?;
+    let contender = ContenderConfig {
+        process: index,
+        tasks: config.tasks_per_process,
+        connect: ensemble.connect_string_via(&proxies),
+        register: register.addr().to_string(),
+        session_timeout: config.session_timeout,
+        namespace: NAMESPACE.into(),
+        lock: LOCK.into(),
+        acquire_timeout: config.session_timeout + Duration::from_secs(1),
+        misbehave_percent: config.misbehave_percent,
+        seed: config.seed.wrapping_add(index as u64 * 7919),
+    };
+    let mut child = Command::new(&config.child.program)
+        .args(&config.child.args)
+        .envs(contender.to_env())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let shared = shared.clone();
+    let reader = thread::Builder::new()
+        .name(format!("chaos-events-{index}"))
+        .spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                // The prefix may follow other output on the same line (a test harness's
+                // `test name ... ` has no newline).
+                let Some(at) = line.find(EVENT_PREFIX) else { continue };
+                let json = &line[at + EVENT_PREFIX.len()..];
+                match serde_json::from_str::<Event>(json) {
+                    Ok(event) => record(&shared, event),
+                    Err(e) => eprintln!("chaos: unreadable event from contender {index}: {e}: {json}"),
+                }
+            }
+        })?;
+    Ok(Contender {
+        index,
+        child,
+        stdin,
+        proxies,
+        reader: Some(reader),
+    })
+}
+
+fn record(shared: &Shared, event: Event) {
+    let mut o = shared.lock();
+    match event {
+        Event::Ready { process } => o.ready.push(process),
+        Event::Granted {
+            client,
+            process,
+            token,
+            granted_ns,
+            long,
+        } => {
+            o.attempts += 1;
+            o.grants.push((granted_ns, process));
+            o.open.insert((client, token), (process, granted_ns, long));
+        }
+        Event::Section(section) => {
+            o.open.remove(&(section.client.clone(), section.token));
+            o.sections.push(section);
+        }
+        Event::AcquireFailed { .. } => o.attempts += 1,
+        Event::ReleaseFailed { .. } => o.release_failures += 1,
+        Event::Exit { process, .. } => o.exited.push(process),
+    }
+}
+
+/// Waits until someone outside `target` is granted the lock at or after `from`, bounded.
+fn wait_for_grant(shared: &Shared, from: u64, target: Option<usize>, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        if shared
+            .lock()
+            .grants
+            .iter()
+            .any(|&(at, p)| at >= from && Some(p) != target)
+        {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Asks contender process `process` for a long section and waits (up to 20 s) until it holds
+/// the lock in one; falls back to whoever holds the lock then. Returns the holder's process and
+/// task name.
+fn pick_holder(shared: &Shared, contenders: &mut [Contender], process: usize) -> Option<(usize, String)> {
+    if let Some(c) = contenders.iter_mut().find(|c| c.index == process) {
+        c.send("long");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        {
+            let o = shared.lock();
+            let long = o.open.iter().find(|(_, (p, _, long))| *p == process && *long);
+            if let Some(((client, _), (p, _, _))) = long {
+                return Some((*p, client.clone()));
+            }
+            if Instant::now() > deadline {
+                let mut open: Vec<_> = o.open.iter().collect();
+                open.sort_by_key(|(_, (_, at, _))| std::cmp::Reverse(*at));
+                return open.first().map(|((client, _), (p, _, _))| (*p, client.clone()));
+            }
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn inject(
+    kind: FaultKind,
+    config: &RunConfig,
+    ensemble: &ZkEnsemble,
+    contenders: &mut [Contender],
+    shared: &Shared,
+    rt: &tokio::runtime::Runtime,
+    log: &Log,
+) -> Result<FaultRecord, BoxError> {
+    let bound_ms = config.availability_bound().as_millis() as u64;
+    let st = config.session_timeout;
+    let outage = st + st / 2 + Duration::from_secs(1);
+    let mut record = FaultRecord {
+        kind,
+        injected_ns: 0,
+        healed_ns: 0,
+        measure_from_ns: 0,
+        bound_ms,
+        target_process: None,
+        effective: true,
+        note: String::new(),
+    };
+    match kind {
+        FaultKind::LeaderKill => {
+            let leader = ensemble.wait_for_quorum(Duration::from_secs(60))?;
+            record.injected_ns = now_ns();
+            ensemble.kill(leader)?;
+            let new_leader = ensemble.wait_for_quorum(Duration::from_secs(60))?;
+            let quorum_ns = now_ns();
+            ensemble.restart(leader)?;
+            record.healed_ns = now_ns();
+            record.measure_from_ns = record.injected_ns;
+            record.note = format!(
+                "killed leader {leader}; member {new_leader} led after {} ms; old leader rejoined after {} ms",
+                ms_between(record.injected_ns, quorum_ns),
+                ms_between(record.injected_ns, record.healed_ns)
+            );
+        }
+        FaultKind::PartitionHolder => {
+            let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
+                record.effective = false;
+                record.note = "no holder to partition".into();
+                let now = now_ns();
+                (record.injected_ns, record.healed_ns, record.measure_from_ns) = (now, now, now);
+                return Ok(record);
+            };
+            let c = contenders
+                .iter()
+                .find(|c| c.index == p)
+                .ok_or("holder is not a contender")?;
+            record.injected_ns = now_ns();
+            for proxy in &c.proxies {
+                proxy.blackhole();
+            }
+            thread::sleep(outage);
+            for proxy in &c.proxies {
+                proxy.pass();
+            }
+            record.healed_ns = now_ns();
+            record.measure_from_ns = record.injected_ns;
+            record.target_process = Some(p);
+            record.note = format!(
+                "blackholed process {p} (holder {client}) for {} ms (session timeout {} ms)",
+                ms_between(record.injected_ns, record.healed_ns),
+                st.as_millis()
+            );
+        }
+        FaultKind::PauseHolder => {
+            let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
+                record.effective = false;
+                record.note = "no holder to pause".into();
+                let now = now_ns();
+                (record.injected_ns, record.healed_ns, record.measure_from_ns) = (now, now, now);
+                return Ok(record);
+            };
+            let c = contenders
+                .iter()
+                .find(|c| c.index == p)
+                .ok_or("holder is not a contender")?;
+            record.injected_ns = now_ns();
+            c.signal(libc::SIGSTOP);
+            thread::sleep(outage);
+            c.signal(libc::SIGCONT);
+            record.healed_ns = now_ns();
+            record.measure_from_ns = record.injected_ns;
+            record.target_process = Some(p);
+            record.note = format!(
+                "SIGSTOPped process {p} (holder {client}) for {} ms (session timeout {} ms)",
+                ms_between(record.injected_ns, record.healed_ns),
+                st.as_millis()
+            );
+        }
+        FaultKind::EnsembleRestart => {
+            ensemble.wait_for_quorum(Duration::from_secs(60))?;
+            record.injected_ns = now_ns();
+            for i in 0..ensemble.len() {
+                ensemble.stop(i)?;
+            }
+            let stopped_ns = now_ns();
+            let results: Vec<_> = thread::scope(|s| {
+                let handles: Vec<_> = (0..ensemble.len())
+                    .map(|i| s.spawn(move || ensemble.restart(i)))
+                    .collect();
+                handles.into_iter().map(|h| h.join().expect("restart thread")).collect()
+            });
+            for r in results {
+                r?;
+            }
+            ensemble.wait_for_quorum(Duration::from_secs(60))?;
+            record.healed_ns = now_ns();
+            record.measure_from_ns = record.healed_ns;
+            record.note = format!(
+                "stopped all {} members in {} ms; serving again after {} ms",
+                ensemble.len(),
+                ms_between(record.injected_ns, stopped_ns),
+                ms_between(record.injected_ns, record.healed_ns)
+            );
+        }
+        FaultKind::ReapDir => {
+            let dir = format!("{NAMESPACE}/{LOCK}");
+            let connect = ensemble.connect_string();
+            let raw = rt.block_on(raw_client(&connect))?;
+            let before = rt.block_on(dir_czxid(&raw, &dir))?;
+            record.injected_ns = now_ns();
+            for c in contenders.iter_mut() {
+                c.send("idle");
+            }
+            let deadline = Instant::now() + st * 3 + Duration::from_secs(20);
+            let mut reaped = false;
+            while Instant::now() < deadline {
+                if rt.block_on(dir_czxid(&raw, &dir))?.is_none() {
+                    reaped = true;
+                    break;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+            let reaped_ns = now_ns();
+            for c in contenders.iter_mut() {
+                c.send("go");
+            }
+            record.healed_ns = now_ns();
+            record.measure_from_ns = record.healed_ns;
+            record.effective = reaped;
+            // Wait for the new dir to tell how it was recreated.
+            wait_for_grant(shared, record.healed_ns, None, config.availability_bound());
+            let after = rt.block_on(dir_czxid(&raw, &dir))?;
+            record.note = match (reaped, before, after) {
+                (true, Some(b), Some(a)) => format!(
+                    "contenders idle; dir (czxid {b:#x}) reaped after {} ms; recreated with czxid {a:#x}",
+                    ms_between(record.injected_ns, reaped_ns)
+                ),
+                (true, b, a) => format!("dir reaped; czxid before {b:?}, after {a:?}"),
+                (false, _, _) => format!("dir NOT reaped within {} ms", ms_between(record.injected_ns, reaped_ns)),
+            };
+        }
+    }
+    log.say(format!("{} injected", kind.name()));
+    Ok(record)
+}
+
+/// Targets of holder faults rotate over the processes.
+fn next_target(processes: usize) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed) % processes.max(1)
+}
+
+async fn raw_client(connect: &str) -> Result<zk::Client, BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let attempt = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .with_connection_timeout(Duration::from_secs(2))
+            .connect(connect)
+            .await;
+        match attempt {
+            Ok(c) => return Ok(c),
+            Err(e) if Instant::now() > deadline => return Err(format!("cannot connect to {connect}: {e}").into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+async fn dir_czxid(client: &zk::Client, dir: &str) -> Result<Option<i64>, BoxError> {
+    Ok(client.check_stat(dir).await?.map(|s| s.czxid))
+}
+
+/// Contender nodes left in the lock dir, after waiting (bounded) for dead sessions to expire.
+async fn leaked_nodes(connect: &str, session_timeout: Duration) -> Result<(Vec<String>, usize), BoxError> {
+    let client = raw_client(connect).await?;
+    let dir = format!("{NAMESPACE}/{LOCK}");
+    let deadline = Instant::now() + session_timeout * 2 + Duration::from_secs(5);
+    loop {
+        let children = match client.list_children(&dir).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        if children.is_empty() || Instant::now() > deadline {
+            let n = children.len();
+            return Ok((children, n));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn write_history(path: &std::path::Path, history: &History) -> Result<(), BoxError> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for s in &history.sections {
+        writeln!(out, "{}", serde_json::json!({ "type": "section", "section": s }))?;
+    }
+    for w in &history.writes {
+        writeln!(out, "{}", serde_json::json!({ "type": "write", "write": w }))?;
+    }
+    for f in &history.faults {
+        writeln!(out, "{}", serde_json::json!({ "type": "fault", "fault": f }))?;
+    }
+    writeln!(
+        out,
+        "{}",
+        serde_json::json!({
+            "type": "end",
+            "acquire_attempts": history.acquire_attempts,
+            "leaked_nodes": history.leaked_nodes,
+            "leaked_node_names": history.leaked_node_names,
+            "ended_ns": history.ended_ns,
+        })
+    )?;
+    Ok(())
+}
