@@ -134,8 +134,9 @@ async fn fire_once(shared: &Shared, own: i64) {
     let mut last_local = shared.serial.lock().await;
     let mut todo = Vec::with_capacity(2);
     match *last_local {
+        // The scheduler fired again within a tick this node already handled: not a fire of
+        // its own, so not counted.
         Some(prev) if own <= prev => {
-            shared.stats.skipped();
             debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: this node already handled the tick");
             return;
         }
