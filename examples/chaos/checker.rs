@@ -161,16 +161,32 @@ impl Report {
             self.overlaps.len(),
             self.overlaps_unexplained
         );
+        // One line per earlier holder: a paused holder overlaps every section granted while
+        // it was frozen.
+        let mut groups: BTreeMap<(Token, &str), Vec<&Overlap>> = BTreeMap::new();
         for o in &self.overlaps {
-            let how = match (&o.explanation, &o.violation) {
-                (Some(e), _) => format!("explained: {e}"),
-                (None, Some(v)) => format!("UNEXPLAINED: {v}"),
-                (None, None) => "UNEXPLAINED".to_string(),
+            groups.entry((o.earlier_token, o.earlier.as_str())).or_default().push(o);
+        }
+        for ((token, earlier), group) in &groups {
+            let worst = group.iter().map(|o| o.overlap_ms).fold(0.0, f64::max);
+            let unexplained: Vec<&&Overlap> = group.iter().filter(|o| o.explanation.is_none()).collect();
+            let how = match unexplained.first() {
+                Some(o) => format!(
+                    "{} UNEXPLAINED, e.g. with {} [{}]: {}",
+                    unexplained.len(),
+                    o.newer,
+                    o.newer_token,
+                    o.violation.as_deref().unwrap_or("")
+                ),
+                None => format!(
+                    "explained: {}",
+                    group.last().and_then(|o| o.explanation.as_deref()).unwrap_or("")
+                ),
             };
             let _ = writeln!(
                 s,
-                "    {} [{}] overlapped {} [{}] by {:.1} ms — {how}",
-                o.earlier, o.earlier_token, o.newer, o.newer_token, o.overlap_ms
+                "    {earlier} [{token}] overlapped {} newer section(s) (longest {worst:.1} ms) — {how}",
+                group.len()
             );
         }
         let _ = writeln!(
