@@ -148,7 +148,7 @@ impl RecordStore {
         loop {
             match zk.get_data(&self.path).await {
                 Ok((data, stat)) => return Ok((TickRecord::decode(&data), stat.version)),
-                Err(zk::Error::NoNode) => self.create(zk, acls.clone()).await?,
+                Err(zk::Error::NoNode) => self.create(zk, acls).await?,
                 Err(e) => return Err(e),
             }
         }
@@ -192,11 +192,10 @@ impl RecordStore {
                     "multi-operation answered without the set-data result".into(),
                 ))),
             },
-            Err(zk::MultiWriteError::OperationFailed { source, .. })
-                if matches!(source, zk::Error::NoNode | zk::Error::BadVersion) =>
-            {
-                Err(WriteError::Fenced)
-            }
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NoNode | zk::Error::BadVersion,
+                ..
+            }) => Err(WriteError::Fenced),
             Err(e) => Err(WriteError::ZooKeeper(e.into())),
         }
     }
