@@ -16,8 +16,11 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
+use crate::error::is_transient;
 use crate::session::Session;
 use crate::LockError;
+
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Tracks background cleanup jobs so [`LockClient::flush`](crate::LockClient::flush) can
 /// wait for them.
@@ -80,11 +83,12 @@ pub(crate) async fn finish_delete(
                 // The session is over; the server deletes its ephemeral nodes.
                 return Ok(());
             }
-            Err(err @ (zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::NoHosts)) => {
+            Err(err) if is_transient(&err) => {
                 debug!(node = %path, %err, "delete interrupted; retrying once reconnected");
                 if !session.wait_connected().await {
                     return Ok(());
                 }
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
             Err(err) => {
                 warn!(node = %path, %err, "cannot delete contender node");
@@ -116,10 +120,11 @@ pub(crate) async fn remove_contender(session: Arc<Session>, dir: String, protect
                 return;
             }
             Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
-            Err(zk::Error::ConnectionLoss | zk::Error::Timeout) => {
+            Err(err) if is_transient(&err) => {
                 if !session.wait_connected().await {
                     return;
                 }
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
             Err(err) => {
                 warn!(%dir, %err, "cannot list lock dir to clean up an abandoned contender");

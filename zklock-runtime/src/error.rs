@@ -95,3 +95,21 @@ impl LockError {
         }
     }
 }
+
+/// Whether a request failed because of the connection rather than the server's answer: the
+/// request may or may not have been applied, and retrying once reconnected is the cure. The
+/// client library reports a dropped connection as `ConnectionLoss`, and an idle or broken one
+/// with a custom message; a throttled request is also worth a retry.
+pub(crate) fn is_transient(err: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as E;
+    matches!(
+        err,
+        E::ConnectionLoss
+            | E::Timeout
+            | E::NoHosts
+            | E::Throttled
+            | E::Custom(_)
+            | E::UnexpectedError(_)
+            | E::UnmarshalError { .. }
+    )
+}

@@ -18,6 +18,7 @@ use tracing::{debug, info, Instrument};
 use zookeeper_client as zk;
 
 use crate::cleanup::{remove_contender, Cleanup};
+use crate::error::is_transient;
 use crate::guard::{FencingToken, Holding, LockGuard};
 use crate::local_queue::Turn;
 use crate::lock::Lock;
@@ -29,6 +30,9 @@ use crate::LockError;
 
 /// The least time one attempt gets for its round trips, however short the caller's timeout.
 const MIN_ATTEMPT_BUDGET: Duration = Duration::from_secs(2);
+
+/// The pause before retrying a request that failed on the connection.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// How often one acquisition starts over on a fresh session before giving up.
 const MAX_SESSION_RESTARTS: u32 = 5;
@@ -332,16 +336,16 @@ fn timed_out_at(lock: &Lock, _deadline: Option<Instant>) -> LockError {
 
 /// Decides what to do after a failed request: wait out a connection loss (Ok, retry) or fail.
 async fn retry_after(session: &Session, op: &'static str, err: zk::Error) -> Result<(), Failed> {
-    match err {
-        zk::Error::ConnectionLoss | zk::Error::Timeout => {
-            if session.wait_connected().await {
-                Ok(())
-            } else {
-                Err(Failed::SessionEnded)
-            }
-        }
-        err => Err(failed(op, err)),
+    if !is_transient(&err) {
+        return Err(failed(op, err));
     }
+    debug!(%err, op, "request interrupted; retrying once connected");
+    if !session.wait_connected().await {
+        return Err(Failed::SessionEnded);
+    }
+    // The library may report the loss before its state does; don't spin meanwhile.
+    tokio::time::sleep(RETRY_PAUSE).await;
+    Ok(())
 }
 
 /// Lists `dir`, waiting out connection losses.
@@ -380,10 +384,8 @@ async fn create_and_list(
                 return Ok((ours, stat, children));
             }
             Err(zk::Error::NoNode) => ensure_dir(lock, session).await?,
-            Err(zk::Error::ConnectionLoss | zk::Error::Timeout) => {
-                if !session.wait_connected().await {
-                    return Err(Failed::SessionEnded);
-                }
+            Err(err) if is_transient(&err) => {
+                retry_after(session, "create", err).await?;
                 if let Some((ours, stat)) = find_protected(session, dir, protect).await? {
                     let children = list(session, dir).await?;
                     return Ok((ours, stat, children));

@@ -1,0 +1,128 @@
+//! Bad input and unreachable servers: clear errors, promptly, never a hang or a panic.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{client, server};
+use zklock_runtime::testing::FaultProxy;
+use zklock_runtime::{LockClient, LockError};
+
+fn closed_port() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    addr.to_string()
+}
+
+#[tokio::test]
+async fn invalid_lock_names_say_why() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let long = "x".repeat(201);
+    for (name, why) in [
+        ("", "empty"),
+        ("a/b", "`/`"),
+        ("bell\u{7}", "control"),
+        ("..", "`.`"),
+        (long.as_str(), "longer than 200"),
+    ] {
+        match c.mutex(name) {
+            Err(LockError::InvalidName { name: n, reason }) => {
+                assert_eq!(n, name);
+                assert!(reason.contains(why), "{name:?}: {reason}");
+            }
+            other => panic!("{name:?} accepted: {other:?}"),
+        }
+        assert!(matches!(c.read_lock(name), Err(LockError::InvalidName { .. })));
+    }
+    assert!(c.mutex("inventory:{42} ünïcode ok").is_ok());
+}
+
+#[tokio::test]
+async fn bad_configuration_is_rejected_before_connecting() {
+    for namespace in ["", "zklock", "/", "/a//b", "/zookeeper/x"] {
+        let err = LockClient::builder("127.0.0.1:2181")
+            .namespace(namespace)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, LockError::InvalidConfig(_)), "{namespace:?}: {err:?}");
+    }
+    let err = LockClient::builder("").build().unwrap_err();
+    assert!(err.to_string().contains("connect string"), "{err}");
+    let err = LockClient::builder("127.0.0.1:2181")
+        .session_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidConfig(_)));
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_connect_within_its_timeout() {
+    let started = Instant::now();
+    let err = LockClient::builder(closed_port())
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn silent_server_fails_acquire_within_the_callers_timeout() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    proxy.blackhole();
+    // A lazily connecting client: the acquire itself must give up on time.
+    let c = LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .build()
+        .unwrap();
+    let lock = c.mutex("silent").unwrap();
+    let started = Instant::now();
+    let err = lock.acquire_timeout(Duration::from_secs(3)).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    // Unbounded acquire still ends, with the connect timeout.
+    let c = LockClient::builder(proxy.connect_string())
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), c.mutex("silent").unwrap().acquire())
+        .await
+        .expect("no hang");
+    assert!(matches!(err, Err(LockError::Connection(_))), "{err:?}");
+}
+
+#[tokio::test]
+async fn acquire_on_a_lost_connection_is_a_connection_error_not_a_hang() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let c = LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .unwrap();
+    proxy.blackhole();
+    let started = Instant::now();
+    let res = c.mutex("cut").unwrap().acquire_timeout(Duration::from_secs(2)).await;
+    assert!(
+        matches!(res, Err(LockError::Connection(_)) | Err(LockError::Timeout { .. })),
+        "{res:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn default_client_missing_is_an_error_not_a_panic() {
+    // Runs in its own test binary process only if nothing installed a default; this binary
+    // never does.
+    let err = LockClient::default_client().unwrap_err();
+    assert!(err.to_string().contains("install_default"), "{err}");
+}

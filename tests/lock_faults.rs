@@ -1,0 +1,257 @@
+//! Known failure modes of ZooKeeper locks, each reproduced with the fault proxy against a real
+//! server: CURATOR-206, CURATOR-678, connection loss during create, session expiry, and leader
+//! failover. (CURATOR-604's ownership check is tested next to the code, in `queue.rs`.)
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{client, contenders, eventually, raw, server};
+use zklock_runtime::testing::{FaultProxy, ZkEnsemble};
+use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
+
+const SESSION: Duration = Duration::from_secs(4);
+
+async fn client_via(proxy: &FaultProxy) -> LockClient {
+    LockClient::builder(proxy.connect_string())
+        .session_timeout(SESSION)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// CURATOR-206: a holder cut off until its session expires must learn that it lost the lock
+/// before anyone else can be granted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_206_partitioned_holder_learns_of_loss_before_another_acquires() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let holder = client_via(&proxy).await;
+    let other = client(&zk.connect_string()).await;
+    let guard = holder.mutex("partition").unwrap().acquire().await.unwrap();
+    let loss = tokio::spawn({
+        let mut signal = guard.loss_signal();
+        async move {
+            let err = signal.lost().await;
+            (Instant::now(), err)
+        }
+    });
+    let contender = tokio::spawn({
+        let lock = other.mutex("partition").unwrap();
+        async move {
+            let g = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
+            (Instant::now(), g.fencing_token())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cut = Instant::now();
+    proxy.blackhole();
+    let (lost_at, err) = tokio::time::timeout(Duration::from_secs(20), loss)
+        .await
+        .expect("loss signalled")
+        .unwrap();
+    assert!(matches!(err, LockError::Lost { .. }), "{err:?}");
+    assert!(guard.is_lost());
+    let (granted_at, token) = tokio::time::timeout(Duration::from_secs(30), contender)
+        .await
+        .expect("granted")
+        .unwrap();
+    eprintln!(
+        "partitioned at 0; holder told of loss at {:?}; other client granted at {:?}",
+        lost_at - cut,
+        granted_at - cut
+    );
+    assert!(
+        lost_at < granted_at,
+        "the other client was granted the lock before the holder learned it lost it"
+    );
+    assert!(token > guard.fencing_token());
+    assert!(holder.metrics().lost == 0, "loss is counted when the hold ends");
+    drop(guard);
+    assert_eq!(holder.metrics().lost, 1);
+}
+
+/// CURATOR-678: a release whose delete hits a connection loss must not forget the node; it
+/// retries once the connection is back, and the lock keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_678_release_during_connection_loss_still_deletes_the_node() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let holder = client_via(&proxy).await;
+    let session = holder.session_id();
+    let lock = holder.mutex("release-loss").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    proxy.blackhole();
+    let release = tokio::spawn(guard.release());
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let raw = raw(&zk.connect_string()).await;
+    assert!(
+        raw.check_stat(&node).await.unwrap().is_some(),
+        "the delete got through the partition"
+    );
+    assert!(!release.is_finished(), "release gave up during the partition");
+    proxy.pass();
+    proxy.reset_all();
+    tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("release finished")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        holder.session_id(),
+        session,
+        "the session survived; only the retry can have deleted the node"
+    );
+    assert!(
+        raw.check_stat(&node).await.unwrap().is_none(),
+        "node outlived its release"
+    );
+    let again = lock
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .expect("later acquires keep working");
+    again.release().await.unwrap();
+}
+
+/// Connection loss during create: the create reaches the server but its answer is lost. The
+/// contender must find its own protected node instead of creating a second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_loss_during_create_finds_the_protected_node() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let c = client_via(&proxy).await;
+    let raw = raw(&zk.connect_string()).await;
+    // Keep the lock dir alive (a container is reaped once empty) with a child that is no
+    // contender (no sequence number), so the create is a single request.
+    raw.mkdir(
+        "/zklock/lost-answer",
+        &zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    raw.create(
+        "/zklock/lost-answer/keeper",
+        b"",
+        &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    let queued = || async {
+        contenders(&raw, "/zklock/lost-answer")
+            .await
+            .into_iter()
+            .filter(|c| c != "keeper")
+            .collect::<Vec<_>>()
+    };
+    proxy.set_latency(Duration::from_millis(300));
+    let acquire = tokio::spawn({
+        let lock = c.mutex("lost-answer").unwrap();
+        async move { lock.acquire_timeout(Duration::from_secs(20)).await }
+    });
+    // Each chunk is held 300 ms in each direction (less than the client's ping interval, so
+    // the proxy keeps up), so once the create shows up on the server its answer is still inside
+    // the proxy for a while.
+    let arrived = eventually(Duration::from_millis(3000), || async { queued().await.len() == 1 }).await;
+    assert!(
+        arrived,
+        "the create did not reach the server in time; the fault was not injected"
+    );
+    let created = queued().await;
+    proxy.set_latency(Duration::ZERO);
+    proxy.reset_all();
+    let guard = acquire.await.unwrap().expect("acquired after the lost answer");
+    assert_eq!(
+        guard.node_path(),
+        format!("/zklock/lost-answer/{}", created[0]),
+        "it adopted the node it created"
+    );
+    assert_eq!(queued().await.len(), 1, "an orphan was left behind");
+    guard.release().await.unwrap();
+}
+
+/// After a session expiry, held locks are lost and never count as held again; new
+/// acquisitions transparently open a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expiry_reports_loss_and_later_acquires_use_a_new_session() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let c = client_via(&proxy).await;
+    let first_session = c.session_id().unwrap();
+    let lock = c.mutex("expiry").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let old_node = guard.node_path().to_owned();
+    proxy.blackhole();
+    let mut status = c.watch_status();
+    let expired = tokio::time::timeout(
+        Duration::from_secs(20),
+        status.wait_for(|s| *s == SessionStatus::Expired),
+    )
+    .await
+    .is_ok();
+    assert!(expired, "session never expired: {:?}", c.status());
+    proxy.pass();
+    assert!(guard.is_lost());
+    // The same task re-acquiring does not get the dead hold back.
+    assert!(matches!(
+        lock.acquire_timeout(Duration::from_secs(5)).await,
+        Err(LockError::Lost { .. })
+    ));
+    drop(guard);
+    let fresh = lock
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .expect("acquire on a new session");
+    assert_ne!(c.session_id().unwrap(), first_session);
+    assert_ne!(fresh.node_path(), old_node);
+    let raw = raw(&zk.connect_string()).await;
+    let (_, stat) = raw.get_data(fresh.node_path()).await.unwrap();
+    assert_eq!(stat.ephemeral_owner, c.session_id().unwrap());
+    assert!(
+        raw.check_stat(&old_node).await.unwrap().is_none(),
+        "the old session's node survived its expiry"
+    );
+}
+
+/// A held lock survives the ensemble losing its leader, as long as the session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_lock_survives_leader_failover() {
+    let ensemble = ZkEnsemble::builder(3)
+        .tick_time(Duration::from_millis(500))
+        .start()
+        .unwrap();
+    let connect = ensemble.connect_string();
+    let holder = LockClient::builder(&connect)
+        .session_timeout(Duration::from_secs(10))
+        .loss_after(Duration::from_secs(6))
+        .connect()
+        .await
+        .unwrap();
+    let other = LockClient::builder(&connect)
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder.mutex("failover").unwrap().acquire().await.unwrap();
+    let leader = ensemble.leader().expect("a leader");
+    ensemble.kill(leader).unwrap();
+    ensemble.wait_for_quorum(Duration::from_secs(30)).unwrap();
+    let mut status = holder.watch_status();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        status.wait_for(|s| *s == SessionStatus::Connected),
+    )
+    .await
+    .expect("holder reconnected")
+    .unwrap();
+    assert!(!guard.is_lost(), "the hold was given up during failover");
+    let lock = other.mutex("failover").unwrap();
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "another client got a held lock after failover"
+    );
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let next = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
+    assert!(next.fencing_token() > token);
+}

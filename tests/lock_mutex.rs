@@ -1,0 +1,388 @@
+//! The exclusive lock against a real ZooKeeper: exclusion, FIFO order, timeouts, reentrancy,
+//! fencing tokens, node layout and cleanup.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::{client, contenders, eventually, raw, server};
+use zklock_runtime::LockError;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_clients_and_tasks() {
+    let zk = server();
+    let clients = [
+        client(&zk.connect_string()).await,
+        client(&zk.connect_string()).await,
+        client(&zk.connect_string()).await,
+    ];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let entries = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for _ in 0..4 {
+            let lock = c.mutex("exclusion").unwrap();
+            let (inside, overlaps, entries) = (inside.clone(), overlaps.clone(), entries.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let guard = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    entries.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1 + i as u64)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(entries.load(Ordering::SeqCst), 60);
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
+}
+
+#[tokio::test]
+async fn waiters_are_granted_in_fifo_order() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let first = holder.mutex("fifo").unwrap().acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let raw = raw(&zk.connect_string()).await;
+    for i in 0..5 {
+        let c = client(&zk.connect_string()).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = c.mutex("fifo").unwrap().acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            guard.release().await.unwrap();
+        }));
+        // Let this waiter's node be created before the next one's.
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                contenders(&raw, "/zklock/fifo").await.len() == i + 2
+            })
+            .await
+        );
+    }
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+}
+
+#[tokio::test]
+async fn node_layout_matches_curator() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let guard = c.mutex("layout").unwrap().acquire().await.unwrap();
+    let node = guard
+        .node_path()
+        .strip_prefix("/zklock/layout/")
+        .expect("node lives in <namespace>/<name>");
+    // _c_<uuid>-lock-<10 digit sequence>
+    let rest = node.strip_prefix("_c_").expect("protected prefix");
+    let (uuid, seq) = rest.split_once("-lock-").expect("curator lock name");
+    assert_eq!(uuid.len(), 36, "uuid in {node}");
+    let groups: Vec<usize> = uuid.split('-').map(str::len).collect();
+    assert_eq!(groups, [8, 4, 4, 4, 12], "uuid in {node}");
+    assert!(
+        uuid.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit()),
+        "uuid in {node}"
+    );
+    assert_eq!(seq.len(), 10);
+    assert!(seq.bytes().all(|b| b.is_ascii_digit()));
+    let raw = raw(&zk.connect_string()).await;
+    let (_, stat) = raw.get_data(guard.node_path()).await.unwrap();
+    assert_eq!(
+        stat.ephemeral_owner,
+        c.session_id().unwrap(),
+        "contender is ephemeral, owned by our session"
+    );
+    let (_, dir_stat) = raw.get_data("/zklock/layout").await.unwrap();
+    assert_eq!(dir_stat.ephemeral_owner, 0);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn try_acquire_and_timeouts() {
+    let zk = server();
+    let (a, b) = (client(&zk.connect_string()).await, client(&zk.connect_string()).await);
+    let held = a.mutex("busy").unwrap().acquire().await.unwrap();
+    let lock = b.mutex("busy").unwrap();
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    match lock.acquire_timeout(Duration::ZERO).await {
+        Err(LockError::Timeout { name, .. }) => assert_eq!(name, "busy"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let started = std::time::Instant::now();
+    match lock.acquire_timeout(Duration::from_millis(400)).await {
+        Err(LockError::Timeout { waited, .. }) => assert!(waited >= Duration::from_millis(400)),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert_eq!(b.metrics().timed_out, 3);
+    // The failed attempts left nothing behind: only the holder's node remains.
+    b.flush().await;
+    let raw = raw(&zk.connect_string()).await;
+    assert_eq!(
+        contenders(&raw, "/zklock/busy").await,
+        vec![held.node_path().rsplit('/').next().unwrap().to_string()]
+    );
+    held.release().await.unwrap();
+    let guard = lock.try_acquire().await.unwrap().expect("free now");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn reentrant_acquire_needs_no_round_trip() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let lock = c.mutex("reentrant").unwrap();
+    let outer = lock.acquire().await.unwrap();
+    // Freeze the server: anything that needs a round trip now hangs.
+    zk.pause().unwrap();
+    let inner = tokio::time::timeout(Duration::from_millis(500), lock.acquire()).await;
+    zk.resume().unwrap();
+    let inner = inner.expect("reentrant acquire waited on the server").unwrap();
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert_eq!(inner.node_path(), outer.node_path());
+    assert_eq!(outer.hold_count(), 2);
+    assert_eq!(c.metrics().reentered, 1);
+    // Releasing the inner guard keeps the node; the last release deletes it.
+    let raw = raw(&zk.connect_string()).await;
+    inner.release().await.unwrap();
+    assert!(raw.check_stat(outer.node_path()).await.unwrap().is_some());
+    let path = outer.node_path().to_owned();
+    outer.release().await.unwrap();
+    assert!(raw.check_stat(&path).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn recursion_reenters() {
+    fn depth(lock: zklock_runtime::Lock, n: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = usize> + Send>> {
+        Box::pin(async move {
+            let guard = lock.acquire().await.unwrap();
+            if n == 0 {
+                guard.hold_count()
+            } else {
+                depth(lock.clone(), n - 1).await
+            }
+        })
+    }
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    assert_eq!(depth(c.mutex("recursive").unwrap(), 4).await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_task_of_the_same_process_waits() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let lock = c.mutex("tasks").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let other = lock.clone();
+    let blocked = tokio::spawn(async move { other.acquire_timeout(Duration::from_millis(300)).await.map(|_| ()) });
+    assert!(matches!(blocked.await.unwrap(), Err(LockError::Timeout { .. })));
+    let other = lock.clone();
+    let waiter = tokio::spawn(async move { other.acquire().await.unwrap().fencing_token() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let first = guard.fencing_token();
+    drop(guard);
+    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(second > first);
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_across_holders_and_dir_recreation() {
+    let zk = server();
+    let (a, b) = (client(&zk.connect_string()).await, client(&zk.connect_string()).await);
+    let raw = raw(&zk.connect_string()).await;
+    let mut last = None;
+    for round in 0..3 {
+        for c in [&a, &b] {
+            let guard = c.mutex("fenced").unwrap().acquire().await.unwrap();
+            let token = guard.fencing_token();
+            if let Some(prev) = last {
+                assert!(token > prev, "token {token} after {prev}");
+                assert!(token.to_string() > prev.to_string(), "text form sorts like the token");
+            }
+            last = Some(token);
+            guard.release().await.unwrap();
+        }
+        // Let the empty container be reaped, so the next round recreates it and its
+        // sequence numbers restart at 0.
+        let reaped = eventually(Duration::from_secs(10), || async {
+            matches!(raw.check_stat("/zklock/fenced").await, Ok(None))
+        })
+        .await;
+        assert!(reaped, "round {round}: empty lock dir was not reaped");
+    }
+    let guard = a.mutex("fenced").unwrap().acquire().await.unwrap();
+    assert!(
+        guard.node_path().ends_with("-lock-0000000000"),
+        "dir was recreated: {}",
+        guard.node_path()
+    );
+    assert!(guard.fencing_token() > last.unwrap());
+}
+
+#[tokio::test]
+async fn dropped_guard_releases_promptly() {
+    let zk = server();
+    let (a, b) = (client(&zk.connect_string()).await, client(&zk.connect_string()).await);
+    let guard = a.mutex("dropped").unwrap().acquire().await.unwrap();
+    let path = guard.node_path().to_owned();
+    let waiter = tokio::spawn({
+        let lock = b.mutex("dropped").unwrap();
+        async move { lock.acquire().await.unwrap().node_path().to_owned() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Dropped from a plain thread with no runtime: release must not need one here.
+    std::thread::spawn(move || drop(guard)).join().unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("waiter granted")
+        .unwrap();
+    assert_ne!(next, path);
+    a.flush().await;
+    let raw = raw(&zk.connect_string()).await;
+    assert!(raw.check_stat(&path).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn each_waiter_watches_only_its_predecessor() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let guard = holder.mutex("herd").unwrap().acquire().await.unwrap();
+    // One client per waiter: waiters of one client queue in-process behind a single node.
+    let mut tasks = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        let waiter = client(&zk.connect_string()).await;
+        let lock = waiter.mutex("herd").unwrap();
+        clients.push(waiter);
+        tasks.push(tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            g.release().await.unwrap();
+        }));
+    }
+    let raw = raw(&zk.connect_string()).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            contenders(&raw, "/zklock/herd").await.len() == 21
+        })
+        .await
+    );
+    // Each waiter holds exactly one watch, on a distinct node: 20 watches on 20 paths.
+    let watched = eventually(Duration::from_secs(5), || async {
+        let wchs = zk.four_letter_word("wchs").unwrap();
+        wchs.contains("watching 20 paths") && wchs.contains("Total watches:20")
+    })
+    .await;
+    assert!(watched, "wchs: {}", zk.four_letter_word("wchs").unwrap());
+    let wchc = zk.four_letter_word("wchc").unwrap();
+    assert!(
+        !wchc.contains("/zklock/herd\n"),
+        "nobody watches the whole lock dir: {wchc}"
+    );
+    guard.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn empty_lock_dirs_are_reaped() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    for i in 0..20 {
+        let g = c.mutex(&format!("per-key:{i}")).unwrap().acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
+    let raw = raw(&zk.connect_string()).await;
+    let reaped = eventually(Duration::from_secs(15), || async {
+        raw.list_children("/zklock").await.map(|c| c.is_empty()).unwrap_or(true)
+    })
+    .await;
+    assert!(
+        reaped,
+        "per-key lock dirs leaked: {:?}",
+        raw.list_children("/zklock").await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_share_one_node_and_remote_waiters_are_not_starved() {
+    let zk = server();
+    let (local, remote) = (client(&zk.connect_string()).await, client(&zk.connect_string()).await);
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let lock = local.mutex("handoff").unwrap();
+        let (grants, stop) = (grants.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let g = lock.acquire().await.unwrap();
+                grants
+                    .lock()
+                    .unwrap()
+                    .push((std::time::Instant::now(), g.fencing_token()));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                drop(g);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let raw = raw(&zk.connect_string()).await;
+    assert!(
+        contenders(&raw, "/zklock/handoff").await.len() <= 1,
+        "local waiters each created a node"
+    );
+    let asked = std::time::Instant::now();
+    let g = remote
+        .mutex("handoff")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let granted = std::time::Instant::now();
+    stop.store(true, Ordering::SeqCst);
+    drop(g);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let grants = grants.lock().unwrap();
+    let tokens: Vec<_> = grants.iter().map(|(_, t)| *t).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens did not strictly increase across local handoffs"
+    );
+    assert!(
+        tokens.iter().any(|t| t.generation() > 0),
+        "no grant was handed off locally"
+    );
+    let overtaking = grants.iter().filter(|(at, _)| *at > asked && *at < granted).count();
+    eprintln!(
+        "{} local grants; {overtaking} while the remote waiter queued",
+        grants.len()
+    );
+    assert!(
+        overtaking <= 17,
+        "the remote waiter waited through {overtaking} local grants"
+    );
+    assert!(local.metrics().handed_off > 0);
+}

@@ -1,0 +1,112 @@
+//! Read/write lock and semaphore on the shared queue core, against a real ZooKeeper.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::{client, contenders, eventually, raw, server};
+
+#[tokio::test]
+async fn readers_share_writers_exclude() {
+    let zk = server();
+    let (a, b, c) = (
+        client(&zk.connect_string()).await,
+        client(&zk.connect_string()).await,
+        client(&zk.connect_string()).await,
+    );
+    let r1 = a.read_lock("doc").unwrap().acquire().await.unwrap();
+    let r2 = tokio::time::timeout(Duration::from_secs(5), b.read_lock("doc").unwrap().acquire())
+        .await
+        .expect("a second reader is let in while a reader holds")
+        .unwrap();
+    assert!(r1.node_path().contains("-__READ__"), "{}", r1.node_path());
+    let writer = c.write_lock("doc").unwrap();
+    assert!(
+        writer.try_acquire().await.unwrap().is_none(),
+        "writer excluded by readers"
+    );
+    let w = tokio::spawn(async move { writer.acquire().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A reader arriving after the queued writer waits for it.
+    let late = a.read_lock("doc").unwrap();
+    let late_reader = tokio::spawn(async move { late.acquire().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!w.is_finished() && !late_reader.is_finished());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = tokio::time::timeout(Duration::from_secs(5), w)
+        .await
+        .expect("writer granted")
+        .unwrap();
+    assert!(w.node_path().contains("-__WRIT__"), "{}", w.node_path());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!late_reader.is_finished(), "reader went while the writer held");
+    w.release().await.unwrap();
+    let late = tokio::time::timeout(Duration::from_secs(5), late_reader)
+        .await
+        .expect("late reader granted")
+        .unwrap();
+    late.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn writer_may_also_read() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let w = c.write_lock("upgrade").unwrap().acquire().await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(2), c.read_lock("upgrade").unwrap().acquire())
+        .await
+        .expect("the writing task can read")
+        .unwrap();
+    assert_eq!(r.node_path(), w.node_path());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_admits_n_holders() {
+    let zk = server();
+    let clients = [client(&zk.connect_string()).await, client(&zk.connect_string()).await];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let sem = clients[i % 2].semaphore("pool", 3).unwrap();
+        let (inside, peak) = (inside.clone(), peak.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let lease = sem.acquire_timeout(Duration::from_secs(30)).await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= 3, "{peak} holders at once with 3 leases");
+    assert!(peak >= 2, "the semaphore never let two holders in (peak {peak})");
+    let raw = raw(&zk.connect_string()).await;
+    clients[0].flush().await;
+    clients[1].flush().await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            contenders(&raw, "/zklock/pool").await.is_empty()
+        })
+        .await
+    );
+}
+
+#[tokio::test]
+async fn semaphore_with_zero_leases_is_rejected() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    assert!(matches!(
+        c.semaphore("none", 0),
+        Err(zklock_runtime::LockError::InvalidConfig(_))
+    ));
+}
