@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
-# Runs the demo: two clients contend for one ZooKeeper lock and print their fencing tokens.
-# Starts its own ZooKeeper server unless `--zk HOST:PORT` is given. Arguments go to the demo.
+# Runs the seckill (flash-sale) demo: a local ZooKeeper server (unless --zk is given), three
+# inventory service processes sharing one SQLite file (or the PostgreSQL database named by
+# DATABASE_URL), 2,000 concurrent buy requests for 100 units, then a summary whose last line
+# is one JSON object.
+#
+# Options are passed through to the demo:
+#   --requests N        buy requests to send (default 2000)
+#   --stock N           units on sale (default 100)
+#   --instances N       service processes (default 3)
+#   --concurrency N     requests in flight at once (default 64)
+#   --unsafe-no-lock    run the service without the lock, to see the oversell it prevents
+#   --zk HOST:PORT      use this ZooKeeper instead of starting one
+#   --help              every option
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Installs only what is missing (ZooKeeper jars, a JDK, a C compiler); quiet when all is there.
 ./scripts/install-deps.sh >&2
-exec cargo run --release --features testing --example hello_lock -- "$@"
+exec cargo run --release --features testing --example seckill -- demo "$@"
