@@ -11,6 +11,8 @@ use super::server::{settings_methods, Peer, Role, Settings, ZkServer};
 
 /// How long one member may take to answer a status query.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Default bound on starting an ensemble: every member must start, elect and sync.
+const ENSEMBLE_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How many times a start is retried on fresh ports when another process took a port first.
 const PORT_ATTEMPTS: usize = 3;
 
@@ -41,7 +43,7 @@ pub struct ZkEnsemble {
 
 impl ZkEnsemble {
     /// Starts an ensemble of `size` members with default settings and waits until every member
-    /// serves as leader or follower.
+    /// serves as leader or follower (by default for at most 60 s).
     pub fn start(size: usize) -> Result<ZkEnsemble, TestingError> {
         ZkEnsemble::builder(size).start()
     }
@@ -56,10 +58,15 @@ impl ZkEnsemble {
     /// # Ok::<(), zklock_runtime::testing::TestingError>(())
     /// ```
     pub fn builder(size: usize) -> ZkEnsembleBuilder {
-        ZkEnsembleBuilder {
-            size,
-            settings: Settings::default(),
-        }
+        let settings = Settings {
+            start_timeout: ENSEMBLE_START_TIMEOUT,
+            system_properties: vec![
+                // Election rounds back off up to 60 s by default; a test wants a leader soon.
+                ("zookeeper.fastleader.maxNotificationInterval".into(), "1000".into()),
+            ],
+            ..Settings::default()
+        };
+        ZkEnsembleBuilder { size, settings }
     }
 
     /// The client connect string of all members, comma separated.
@@ -221,14 +228,14 @@ impl ZkEnsembleBuilder {
     settings_methods!();
 
     /// `initLimit` in ticks: how long followers may take to connect and sync to a leader.
-    /// Default 50 (10 s at the default tick).
+    /// Default 100 (20 s at the default tick: JVMs start slowly on a loaded machine).
     pub fn init_limit(mut self, ticks: u32) -> Self {
         self.settings.init_limit = ticks.max(1);
         self
     }
 
     /// `syncLimit` in ticks: how long a follower may lag or be silent before the leader drops it
-    /// (and how quickly a paused leader is noticed). Default 10 (2 s at the default tick).
+    /// (and how quickly a paused leader is noticed). Default 25 (5 s at the default tick).
     pub fn sync_limit(mut self, ticks: u32) -> Self {
         self.settings.sync_limit = ticks.max(1);
         self

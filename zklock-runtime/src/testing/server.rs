@@ -23,6 +23,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How many times a start is retried on fresh ports when another process took a port first.
 const PORT_ATTEMPTS: usize = 3;
+/// When set, server directories (configuration, data, log) are kept for a post-mortem.
+const KEEP_DIRS_ENV: &str = "ZKLOCK_TESTING_KEEP_DIRS";
 /// Lines of server log quoted in errors.
 const LOG_LINES_IN_ERRORS: usize = 40;
 
@@ -50,8 +52,8 @@ impl Default for Settings {
             start_timeout: Duration::from_secs(30),
             max_heap_mb: 256,
             fast_startup: true,
-            init_limit: 50,
-            sync_limit: 10,
+            init_limit: 100,
+            sync_limit: 25,
         }
     }
 }
@@ -137,6 +139,7 @@ impl ZkServer {
     pub(crate) fn prepare(settings: Arc<Settings>, role: Role, port: u16) -> Result<ZkServer, TestingError> {
         let dir = tempfile::Builder::new()
             .prefix("zklock-zk-")
+            .disable_cleanup(std::env::var_os(KEEP_DIRS_ENV).is_some())
             .tempdir()
             .map_err(|e| TestingError::io("create a temporary server directory", e))?;
         let name = match &role {
@@ -215,6 +218,8 @@ impl ZkServer {
             "-Dzookeeper.admin.enableServer=false".to_string(),
             "-Dorg.slf4j.simpleLogger.showDateTime=true".to_string(),
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS".to_string(),
+            // Readiness probes would otherwise fill the log with one line per four-letter word.
+            "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=warn".to_string(),
             // Marks the JVM as ours, with the pid of the process that owns it.
             format!("-Dzklock.testing.owner={}", std::process::id()),
         ];
