@@ -357,6 +357,7 @@ impl LockClient {
             let session = self.open_session().await?;
             *current = Some(session.clone());
             *self.inner.latest.write().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+            self.inner.status.send_replace(session.health().status);
             Ok(session)
         };
         match tokio::time::timeout(limit, open).await {
@@ -391,9 +392,21 @@ impl LockClient {
             ?loss_after,
             "zookeeper session opened"
         );
-        let status = self.inner.status.clone();
+        // Only the session new work goes to speaks for the client: a late word from an ended
+        // session must not overwrite a newer session's status.
+        let id = zk.session_id().0;
+        let inner = Arc::downgrade(&self.inner);
         let on_change = Arc::new(move |health: Health| {
-            status.send_replace(health.status);
+            let Some(inner) = inner.upgrade() else { return };
+            let latest = inner
+                .latest
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|s| s.id);
+            if latest.is_none_or(|latest| latest == id) {
+                inner.status.send_replace(health.status);
+            }
         });
         Ok(Session::start(zk, loss_after, on_change))
     }
