@@ -62,8 +62,14 @@ fn lock_stays_safe_under_leader_kill_partition_pause_restart_and_reap() {
         report.sections
     );
     assert!(
-        report.writes_rejected > 0 || report.sections_lost > 0,
-        "no fault reached a holder"
+        report.holders_cut_off >= 1,
+        "no partition or pause caught a holder mid-section"
+    );
+    assert_eq!(
+        report.holders_cut_off_saw_loss,
+        report.holders_cut_off,
+        "a holder cut off mid-section never saw the loss signal\n{}",
+        report.summary()
     );
     assert_eq!(report.overlaps_unexplained, 0, "{}", report.summary());
     assert_eq!(report.token_violations, 0, "{}", report.summary());

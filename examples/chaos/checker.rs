@@ -97,6 +97,10 @@ pub struct Report {
     pub token_violations: usize,
     /// Reap faults after which tokens kept increasing across the recreated dir.
     pub reaps_with_increasing_tokens: usize,
+    /// Partition and pause faults that caught their target mid-way through a long section.
+    pub holders_cut_off: usize,
+    /// Of those, how many holders saw the loss signal before they released.
+    pub holders_cut_off_saw_loss: usize,
     /// Accepted writes that were stale.
     pub stale_writes_accepted: usize,
     /// Leaked contender nodes.
@@ -195,6 +199,11 @@ impl Report {
             self.token_inversions.len(),
             self.token_violations,
             self.reaps_with_increasing_tokens
+        );
+        let _ = writeln!(
+            s,
+            "  holders cut off mid-section by a partition or pause: {}, of which saw the loss signal: {}",
+            self.holders_cut_off, self.holders_cut_off_saw_loss
         );
         let _ = writeln!(s, "  stale writes accepted: {}", self.stale_writes_accepted);
         let _ = writeln!(s, "  leaked nodes: {}", self.leaked_nodes);
@@ -305,6 +314,25 @@ pub fn check(history: &History) -> Report {
         }
     }
 
+    // Holders cut off by a partition or a pause while in a long section must learn of it.
+    let mut holders_cut_off = 0;
+    let mut holders_cut_off_saw_loss = 0;
+    for f in history
+        .faults
+        .iter()
+        .filter(|f| f.effective && matches!(f.kind, FaultKind::PartitionHolder | FaultKind::PauseHolder))
+    {
+        let hit = sections.iter().find(|s| {
+            s.long && Some(s.process) == f.target_process && s.start_ns <= f.injected_ns && s.end_ns > f.injected_ns
+        });
+        if let Some(hit) = hit {
+            holders_cut_off += 1;
+            if hit.lost {
+                holders_cut_off_saw_loss += 1;
+            }
+        }
+    }
+
     // 3. Stale writes: against the register's own order, and against section starts.
     let mut starts: Vec<(u64, Token)> = sections.iter().map(|s| (s.start_ns, s.token)).collect();
     starts.sort();
@@ -375,6 +403,8 @@ pub fn check(history: &History) -> Report {
         token_inversions,
         token_violations,
         reaps_with_increasing_tokens,
+        holders_cut_off,
+        holders_cut_off_saw_loss,
         stale_writes_accepted,
         leaked_nodes: history.leaked_nodes,
         availability,
@@ -615,6 +645,27 @@ mod tests {
         assert_eq!(report.faults.get("pause_holder"), Some(&1));
         h.faults[0].bound_ms = 1000;
         assert!(check(&h).passed());
+    }
+
+    #[test]
+    fn a_holder_cut_off_mid_section_is_checked_for_the_loss_signal() {
+        let mut h = clean();
+        h.sections[1].long = true;
+        h.faults.push(FaultRecord {
+            kind: FaultKind::PartitionHolder,
+            injected_ns: 220 * MS,
+            healed_ns: 400 * MS,
+            measure_from_ns: 220 * MS,
+            bound_ms: 10_000,
+            target_process: Some(1),
+            effective: true,
+            note: String::new(),
+        });
+        let report = check(&h);
+        assert_eq!((report.holders_cut_off, report.holders_cut_off_saw_loss), (1, 0));
+        h.sections[1].lost = true;
+        let report = check(&h);
+        assert_eq!((report.holders_cut_off, report.holders_cut_off_saw_loss), (1, 1));
     }
 
     #[test]
