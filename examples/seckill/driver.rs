@@ -192,15 +192,8 @@ impl Summary {
 /// Builds the command that starts one service instance with the given `serve` options.
 pub type Launcher = dyn Fn(&[String]) -> Command + Send + Sync;
 
-/// The launcher of the `seckill` example binary: re-runs the current executable as `serve`.
-pub fn self_launcher() -> Result<Box<Launcher>, DemoError> {
-    let exe = std::env::current_exe()?;
-    Ok(Box::new(move |args: &[String]| {
-        let mut cmd = Command::new(&exe);
-        cmd.arg("serve").args(args);
-        cmd
-    }))
-}
+/// What an instance prints on stdout, followed by its address, once it accepts connections.
+pub const LISTENING: &str = "SECKILL_LISTENING ";
 
 /// One running service instance; killed when dropped.
 pub struct Instance {
@@ -224,8 +217,9 @@ impl Instance {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(addr) = line.strip_prefix("SECKILL_LISTENING ") {
-                    let _ = tx.send(addr.trim().to_string());
+                // Anywhere in the line: a test harness may print before it on the same line.
+                if let Some(at) = line.find(LISTENING) {
+                    let _ = tx.send(line[at + LISTENING.len()..].trim().to_string());
                 }
             }
         });

@@ -48,8 +48,18 @@ async fn main() {
     std::process::exit(code);
 }
 
+/// Starts an instance by re-running this executable as `serve`.
+fn self_launcher() -> Result<Box<driver::Launcher>, driver::DemoError> {
+    let exe = std::env::current_exe()?;
+    Ok(Box::new(move |args: &[String]| {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("serve").args(args);
+        cmd
+    }))
+}
+
 async fn demo(args: driver::DemoArgs) -> i32 {
-    let launcher = match driver::self_launcher() {
+    let launcher = match self_launcher() {
         Ok(launcher) => launcher,
         Err(err) => {
             eprintln!("seckill demo: {err}");

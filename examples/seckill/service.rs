@@ -352,7 +352,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Se
     let inventory = Arc::new(inventory(&args).await?);
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
-    println!("SECKILL_LISTENING {addr}");
+    println!("{}{addr}", crate::driver::LISTENING);
     eprintln!(
         "seckill: serving on http://{addr} (lock: {}, zookeeper: {})",
         if args.unsafe_no_lock { "OFF" } else { "on" },
