@@ -89,6 +89,12 @@ fn lock_stays_safe_under_leader_kill_partition_pause_restart_and_reap() {
         report.availability
     );
     assert!(report.passed());
+
+    // The history file holds the whole record: checking it again gives the same verdict.
+    let path = config.history_path.as_deref().expect("a history path");
+    let stored = chaos::runner::read_history(path).expect("the history file reads back");
+    assert_eq!(&chaos::checker::check(&stored), report);
+    let _ = std::fs::remove_file(path);
 }
 
 /// Not a test: the body of each contender process the chaos run starts (it re-executes this

@@ -33,6 +33,11 @@ struct Cli {
 enum Cmd {
     /// Run the experiment (the default).
     Run(RunArgs),
+    /// Check a history file written by an earlier run, without running anything.
+    Check {
+        /// The `--history` file of the run.
+        history: PathBuf,
+    },
     /// Internal: one contender process, configured through the environment.
     #[command(hide = true)]
     Contender,
@@ -74,6 +79,7 @@ fn main() {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Cmd::Contender) => std::process::exit(chaos::contender::main_from_env()),
+        Some(Cmd::Check { history }) => std::process::exit(recheck(&history)),
         Some(Cmd::Run(args)) => args,
         None => cli.run,
     };
@@ -130,5 +136,24 @@ fn main() {
     println!("{}", outcome.report.json_line());
     if !outcome.report.passed() {
         std::process::exit(1);
+    }
+}
+
+fn recheck(path: &std::path::Path) -> i32 {
+    match chaos::runner::read_history(path) {
+        Ok(history) => {
+            let report = chaos::checker::check(&history);
+            print!("{}", report.summary());
+            println!("{}", report.json_line());
+            if report.passed() {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("chaos: cannot read {}: {e}", path.display());
+            2
+        }
     }
 }

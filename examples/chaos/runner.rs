@@ -643,3 +643,31 @@ fn write_history(path: &std::path::Path, history: &History) -> Result<(), BoxErr
     )?;
     Ok(())
 }
+
+/// Reads a history written by a run (the `--history` file), for re-checking it later.
+pub fn read_history(path: &std::path::Path) -> Result<History, BoxError> {
+    let text = std::fs::read_to_string(path)?;
+    let mut history = History::default();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+        let field = |name: &str| {
+            value
+                .get(name)
+                .cloned()
+                .ok_or_else(|| format!("line {}: no `{name}`", n + 1))
+        };
+        match value.get("type").and_then(|t| t.as_str()) {
+            Some("section") => history.sections.push(serde_json::from_value(field("section")?)?),
+            Some("write") => history.writes.push(serde_json::from_value(field("write")?)?),
+            Some("fault") => history.faults.push(serde_json::from_value(field("fault")?)?),
+            Some("end") => {
+                history.acquire_attempts = serde_json::from_value(field("acquire_attempts")?)?;
+                history.leaked_nodes = serde_json::from_value(field("leaked_nodes")?)?;
+                history.leaked_node_names = serde_json::from_value(field("leaked_node_names")?)?;
+                history.ended_ns = serde_json::from_value(field("ended_ns")?)?;
+            }
+            other => return Err(format!("line {}: unknown record type {other:?}", n + 1).into()),
+        }
+    }
+    Ok(history)
+}
