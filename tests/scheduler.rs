@@ -306,3 +306,58 @@ async fn bad_job_names_and_schedules_are_rejected_up_front() {
     let err = SingletonJob::new_async("", &client, "ok", |_run| async {}).unwrap_err();
     assert!(err.to_string().contains("invalid schedule"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_run_is_counted_recorded_and_not_rerun_elsewhere() {
+    let server = support::server();
+    let ticks: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
+    let mut schedulers = Vec::new();
+    let mut all_stats = Vec::new();
+    for _ in 0..2 {
+        let client = support::client_with(&server.connect_string(), Duration::from_secs(2)).await;
+        let ticks = ticks.clone();
+        let job = SingletonJob::new_async(EVERY_SECOND, &client, "flaky", move |run| {
+            let ticks = ticks.clone();
+            async move {
+                ticks.lock().unwrap().push(run.tick());
+                Err::<(), _>(format!("tick {:?} failed on purpose", run.tick()))
+            }
+        })
+        .unwrap();
+        let scheduler = JobScheduler::new().await.unwrap();
+        let (_, stats) = scheduler.add_singleton(job).await.unwrap();
+        scheduler.start().await.unwrap();
+        schedulers.push(scheduler);
+        all_stats.push(stats);
+    }
+    let enough = support::eventually(Duration::from_secs(30), || async { ticks.lock().unwrap().len() >= 4 }).await;
+    assert!(enough, "runs: {:?}", ticks.lock().unwrap());
+    for mut scheduler in schedulers {
+        scheduler.shutdown().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let runs: Vec<Run> = ticks
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|&tick| Run {
+            node: 0,
+            tick,
+            start: Instant::now(),
+            end: None,
+        })
+        .collect();
+    assert_each_tick_once(&runs);
+    let failures: u64 = all_stats.iter().map(|s| s.failures()).sum();
+    assert_eq!(
+        failures as usize,
+        runs.len(),
+        "every failed run is counted: {all_stats:?}"
+    );
+
+    let raw = support::raw(&server.connect_string()).await;
+    let (data, _) = raw.get_data("/zklock.jobs/flaky").await.expect("tick record");
+    let record = String::from_utf8(data).unwrap();
+    assert!(record.contains("state=failed"), "{record}");
+}
