@@ -118,6 +118,10 @@ async fn locked_sale_across_three_processes_neither_oversells_nor_duplicates() {
     assert_eq!(line["mode"], "locked");
     assert_eq!(summary.requests, 300);
     assert_eq!(summary.oversold, 0, "oversold with the lock");
+    assert!(
+        summary.report().lines().any(|l| l == "oversold: 0"),
+        "the readable summary lacks `oversold: 0`"
+    );
     assert_eq!(summary.duplicates, 0, "a request id was charged twice with the lock");
     // No lost update either: every unit taken from stock is in exactly one order.
     assert_eq!(

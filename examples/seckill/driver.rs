@@ -140,24 +140,24 @@ impl Summary {
         };
         line(format!("== seckill summary ({}) ==", self.mode));
         line(format!(
-            "setup:             item {} with {} units, {} instances, ZooKeeper {}, database {}",
+            "setup: item {} with {} units, {} instances, ZooKeeper {}, database {}",
             d.item_id, d.initial_stock, d.instances, d.zookeeper, d.database
         ));
         line(format!(
-            "requests:          {} ({} reused an earlier request id)",
+            "requests: {} ({} reused an earlier request id)",
             self.requests, d.repeated_requests
         ));
         line(format!(
-            "answers:           {} placed, {} already placed, {} sold out, {} fenced, {} unavailable, {} other errors",
+            "answers: {} placed, {} already placed, {} sold out, {} fenced, {} unavailable, {} other errors",
             d.placed, d.already_placed, d.sold_out, self.fenced_rejections, d.unavailable, d.errors
         ));
-        line(format!("sold:              {} units in {} orders", self.sold, d.orders));
-        line(format!("remaining:         {}", self.remaining));
-        line(format!("oversold:          {}", self.oversold));
-        line(format!("duplicates:        {}", self.duplicates));
+        line(format!("sold: {} units in {} orders", self.sold, d.orders));
+        line(format!("remaining: {}", self.remaining));
+        line(format!("oversold: {}", self.oversold));
+        line(format!("duplicates: {}", self.duplicates));
         line(format!("fenced rejections: {}", self.fenced_rejections));
         line(format!(
-            "stock accounting:  initial {} - remaining {} = {} taken from stock, {} sold{}",
+            "stock accounting: initial {} - remaining {} = {} taken from stock, {} sold{}",
             d.initial_stock,
             self.remaining,
             accounted,
@@ -168,12 +168,9 @@ impl Summary {
                 " (LOST UPDATES)"
             }
         ));
+        line(format!("latency: p50 {:.1} ms, p99 {:.1} ms", self.p50_ms, self.p99_ms));
         line(format!(
-            "latency:           p50 {:.1} ms, p99 {:.1} ms",
-            self.p50_ms, self.p99_ms
-        ));
-        line(format!(
-            "throughput:        {:.0} requests/s over {:.2} s",
+            "throughput: {:.0} requests/s over {:.2} s",
             self.throughput_rps,
             d.elapsed.as_secs_f64()
         ));
@@ -181,9 +178,9 @@ impl Summary {
             line(format!("unexpected answer: {sample}"));
         }
         line(if self.is_safe() {
-            "verdict:           SAFE: no unit sold twice, no request charged twice".to_string()
+            "verdict: SAFE: no unit sold twice, no request charged twice".to_string()
         } else {
-            "verdict:           UNSAFE: more was sold than there was, or a request was charged twice".to_string()
+            "verdict: UNSAFE: more was sold than there was, or a request was charged twice".to_string()
         });
         out
     }
