@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace against real ZooKeeper servers, then checks that the suite left
-# no ZooKeeper JVM behind. Extra arguments are passed to `cargo test` (e.g. a test name filter).
+# no Java process (ZooKeeper servers, Curator peers) behind. Extra arguments are passed to
+# `cargo test` (e.g. `--test testing_support` or a test name filter).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ./scripts/install-deps.sh
 
-server_pids() {
-    pgrep -f 'org\.apache\.zookeeper\.server\.(ZooKeeperServerMain|quorum\.QuorumPeerMain)' | sort || true
-}
+# Every process the suite starts inherits this marker, so survivors can be told apart from
+# JVMs that other programs on this machine run.
+export ZKLOCK_TEST_RUN="test-sh-$$-$(date +%s%N)"
 
-before="$(server_pids)"
+suite_java_pids() {
+    local pid
+    for pid in $(pgrep java || true); do
+        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN"; then
+            echo "$pid"
+        fi
+    done
+}
 
 # Tests start JVMs; on a 2-core machine more parallel tests only add contention.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
@@ -28,12 +36,12 @@ cargo test --workspace --all-features "${locked[@]}" "$@" || status=$?
 # a moment to reap them before looking.
 survivors=""
 for _ in $(seq 1 50); do
-    survivors="$(comm -13 <(printf '%s\n' "$before") <(server_pids) | sed '/^$/d')"
+    survivors="$(suite_java_pids)"
     [[ -z "$survivors" ]] && break
     sleep 0.2
 done
 if [[ -n "$survivors" ]]; then
-    echo "test.sh: FAIL: ZooKeeper JVMs started during the test run are still alive:" >&2
+    echo "test.sh: FAIL: Java processes started by the test suite are still alive:" >&2
     for pid in $survivors; do
         ps -o pid=,args= -p "$pid" >&2 || true
     done
@@ -44,4 +52,4 @@ if [[ $status -ne 0 ]]; then
     echo "test.sh: FAIL: cargo test exited with status $status" >&2
     exit "$status"
 fi
-echo "test.sh: all tests passed; no ZooKeeper JVM left behind."
+echo "test.sh: all tests passed; no Java process of the suite left behind."
