@@ -169,6 +169,28 @@ fn builder_settings_reach_the_server() {
     );
 }
 
+#[test]
+fn a_server_that_cannot_start_reports_its_log() {
+    let started = Instant::now();
+    let error = ZkServer::builder()
+        .config("tickTime", "not-a-number")
+        .start()
+        .expect_err("a broken config must fail");
+    match &error {
+        TestingError::Exited { log_tail, .. } => {
+            assert!(
+                log_tail.contains("not-a-number"),
+                "log tail does not explain the failure: {log_tail}"
+            )
+        }
+        other => panic!("expected Exited with the log tail, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the failure was only noticed at the timeout"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ensemble_elects_a_leader_survives_its_loss_and_a_restarted_member_rejoins() {
     let ensemble = blocking(|| ZkEnsemble::start(3)).expect("start a 3-node ensemble");

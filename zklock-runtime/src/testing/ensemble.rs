@@ -11,8 +11,6 @@ use super::server::{settings_methods, Peer, Role, Settings, ZkServer};
 
 /// How long one member may take to answer a status query.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(1500);
-/// Default bound on starting an ensemble: every member must start, elect and sync.
-const ENSEMBLE_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How many times a start is retried on fresh ports when another process took a port first.
 const PORT_ATTEMPTS: usize = 3;
 
@@ -59,7 +57,6 @@ impl ZkEnsemble {
     /// ```
     pub fn builder(size: usize) -> ZkEnsembleBuilder {
         let settings = Settings {
-            start_timeout: ENSEMBLE_START_TIMEOUT,
             system_properties: vec![
                 // Election rounds back off up to 60 s by default; a test wants a leader soon.
                 ("zookeeper.fastleader.maxNotificationInterval".into(), "1000".into()),

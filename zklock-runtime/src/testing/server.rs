@@ -49,7 +49,7 @@ impl Default for Settings {
             force_sync: true,
             system_properties: Vec::new(),
             config: Vec::new(),
-            start_timeout: Duration::from_secs(30),
+            start_timeout: Duration::from_secs(60),
             max_heap_mb: 256,
             fast_startup: true,
             init_limit: 100,
@@ -485,7 +485,8 @@ macro_rules! settings_methods {
             self
         }
 
-        /// How long a start (or restart) may take before it fails with the log tail. Default 30 s.
+        /// How long a start (or restart) may take before it fails with the log tail. Default 60 s:
+        /// a JVM on a loaded 2-core machine has been measured to need more than 30 s.
         pub fn start_timeout(mut self, timeout: std::time::Duration) -> Self {
             self.settings.start_timeout = timeout;
             self
