@@ -1,0 +1,237 @@
+//! A two-panel SVG chart: uncontended cycle latency distributions, and throughput against the
+//! number of contenders. Written by hand to keep the bench free of a plotting stack.
+
+use std::fmt::Write;
+
+/// One line of a panel: label, colour, points.
+pub struct Series {
+    pub label: String,
+    pub color: &'static str,
+    pub dashed: bool,
+    pub points: Vec<(f64, f64)>,
+}
+
+const W: f64 = 1040.0;
+const H: f64 = 440.0;
+const PANEL_W: f64 = 420.0;
+const PANEL_H: f64 = 300.0;
+
+struct Axes {
+    x0: f64,
+    y0: f64,
+    x_min: f64,
+    x_max: f64,
+    y_max: f64,
+    log_x: bool,
+}
+
+impl Axes {
+    fn x(&self, v: f64) -> f64 {
+        let (v, lo, hi) = if self.log_x {
+            (v.max(1e-9).log10(), self.x_min.log10(), self.x_max.log10())
+        } else {
+            (v, self.x_min, self.x_max)
+        };
+        self.x0 + (v - lo) / (hi - lo).max(1e-9) * PANEL_W
+    }
+    fn y(&self, v: f64) -> f64 {
+        self.y0 + PANEL_H - v / self.y_max.max(1e-9) * PANEL_H
+    }
+}
+
+/// Renders both panels into one SVG document.
+pub fn render(latency: &[Series], throughput: &[Series], subtitle: &str) -> String {
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="20" y="24" font-size="15" font-weight="bold">zklock vs Apache Curator vs raw ZooKeeper floor</text>
+<text x="20" y="42" fill="#555555">{}</text>
+"##,
+        escape(subtitle)
+    );
+    panel(
+        &mut svg,
+        80.0,
+        80.0,
+        "Uncontended acquire+release latency (CDF)",
+        "latency (µs, log scale)",
+        "fraction of cycles",
+        latency,
+        true,
+        Some(1.0),
+    );
+    panel(
+        &mut svg,
+        590.0,
+        80.0,
+        "Throughput against contenders",
+        "contenders (log scale)",
+        "acquisitions / s",
+        throughput,
+        true,
+        None,
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
+
+#[allow(clippy::too_many_arguments)]
+fn panel(
+    svg: &mut String,
+    x0: f64,
+    y0: f64,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log_x: bool,
+    y_max: Option<f64>,
+) {
+    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let x_min = xs.clone().fold(f64::INFINITY, f64::min);
+    let x_max = xs.fold(f64::NEG_INFINITY, f64::max);
+    if !x_min.is_finite() {
+        return;
+    }
+    let (x_min, x_max) = if log_x {
+        (
+            10f64.powf(x_min.max(1e-3).log10().floor()),
+            10f64.powf(x_max.max(1e-3).log10().ceil()),
+        )
+    } else {
+        (x_min, x_max)
+    };
+    let y_max = y_max.unwrap_or_else(|| {
+        let m = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .fold(0.0, f64::max);
+        nice(m * 1.1)
+    });
+    let a = Axes {
+        x0,
+        y0,
+        x_min,
+        x_max,
+        y_max,
+        log_x,
+    };
+    let _ = writeln!(
+        svg,
+        r##"<text x="{x0}" y="{}" font-size="13" font-weight="bold">{}</text>
+<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#888"/>
+<text x="{}" y="{}" text-anchor="middle">{}</text>
+<text transform="translate({},{}) rotate(-90)" text-anchor="middle">{}</text>"##,
+        y0 - 12.0,
+        escape(title),
+        x0 + PANEL_W / 2.0,
+        y0 + PANEL_H + 34.0,
+        escape(x_label),
+        x0 - 52.0,
+        y0 + PANEL_H / 2.0,
+        escape(y_label),
+    );
+    // Grid and ticks.
+    for i in 0..=4 {
+        let v = y_max * i as f64 / 4.0;
+        let y = a.y(v);
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{x0}" x2="{}" y1="{y}" y2="{y}" stroke="#eee"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+            x0 + PANEL_W,
+            x0 - 6.0,
+            y + 4.0,
+            short(v)
+        );
+    }
+    let ticks: Vec<f64> = if log_x {
+        let mut t = Vec::new();
+        let mut v = x_min;
+        while v <= x_max * 1.0001 {
+            for m in [1.0, 2.0, 5.0] {
+                if v * m <= x_max * 1.0001 {
+                    t.push(v * m);
+                }
+            }
+            v *= 10.0;
+        }
+        t
+    } else {
+        (0..=4).map(|i| x_min + (x_max - x_min) * i as f64 / 4.0).collect()
+    };
+    for v in ticks {
+        let x = a.x(v);
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{x}" x2="{x}" y1="{y0}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" text-anchor="middle">{}</text>"##,
+            y0 + PANEL_H,
+            y0 + PANEL_H + 16.0,
+            short(v)
+        );
+    }
+    // Lines and legend.
+    for (i, s) in series.iter().enumerate() {
+        let pts: Vec<String> = s
+            .points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", a.x(x), a.y(y)))
+            .collect();
+        let dash = if s.dashed { r#" stroke-dasharray="6,4""# } else { "" };
+        let _ = writeln!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2"{dash}/>"#,
+            pts.join(" "),
+            s.color
+        );
+        if s.points.len() < 12 {
+            for &(x, y) in &s.points {
+                let _ = writeln!(
+                    svg,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{}"/>"#,
+                    a.x(x),
+                    a.y(y),
+                    s.color
+                );
+            }
+        }
+        let ly = y0 + 14.0 + i as f64 * 16.0;
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"#,
+            x0 + 10.0,
+            x0 + 30.0,
+            s.color,
+            x0 + 36.0,
+            ly + 4.0,
+            escape(&s.label)
+        );
+    }
+}
+
+fn nice(v: f64) -> f64 {
+    if v <= 0.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|&c| c >= v)
+        .unwrap_or(10.0 * p)
+}
+
+fn short(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{}k", (v / 100.0).round() / 10.0)
+    } else if v >= 10.0 || v == 0.0 {
+        format!("{}", v.round())
+    } else {
+        format!("{}", (v * 100.0).round() / 100.0)
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}

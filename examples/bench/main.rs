@@ -1,0 +1,587 @@
+//! zklock's benchmark: zklock against Apache Curator (a Java peer on the Debian jars) and the
+//! raw ZooKeeper floor, on the same server in the same run.
+//!
+//! ```text
+//! ./scripts/bench.sh [--quick] [--out DIR] [--zk HOST:PORT] [--fsync]
+//! cargo run --release --features testing --example bench -- --quick
+//! ```
+//!
+//! Measures (a) the uncontended acquire+release cycle, (b) cross-process contention,
+//! (c) in-process contention, (d) watch notifications per release with many waiters queued
+//! (the herd check, counted by the server) and (e) the reentrant re-acquire cost. Writes a
+//! table to the terminal and `DIR/results.json` plus `DIR/chart.svg`.
+
+mod chart;
+mod curator_side;
+mod server;
+mod stats;
+mod zklock_side;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+
+use chart::Series;
+use server::{Server, Settings};
+use stats::{ratio, round, Summary};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// zklock vs Apache Curator vs the raw ZooKeeper floor.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// A short run (about a minute) with fewer cycles, shorter windows and fewer points.
+    #[arg(long)]
+    quick: bool,
+    /// Where results.json and chart.svg go.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// Measure an existing server instead of starting one (HOST:PORT[,HOST:PORT...]).
+    /// The herd check needs `4lw.commands.whitelist` to include mntr and wchs.
+    #[arg(long, value_name = "HOST:PORT")]
+    zk: Option<String>,
+    /// Start the server with forceSync=yes (fsync of the transaction log on every write).
+    #[arg(long)]
+    fsync: bool,
+    /// tickTime of the server the bench starts, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    tick_ms: u32,
+    #[command(subcommand)]
+    worker: Option<Worker>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Worker {
+    /// One process of the cross-process contention run (started by the bench itself).
+    #[command(hide = true)]
+    Contend {
+        connect: String,
+        name: String,
+        tasks: usize,
+        start_ms: u64,
+        end_ms: u64,
+    },
+}
+
+/// Sizes of a run.
+struct Plan {
+    warmup: usize,
+    cycles: usize,
+    window: Duration,
+    in_process: Vec<usize>,
+    cross_process: Vec<(usize, usize)>,
+    headline_in_process: usize,
+    headline_cross: (usize, usize),
+    herd_waiters: usize,
+    herd_releases: usize,
+    reentrant_cycles: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                warmup: 200,
+                cycles: 1500,
+                window: Duration::from_secs(3),
+                in_process: vec![1, 4, 16],
+                cross_process: vec![(2, 4)],
+                headline_in_process: 16,
+                headline_cross: (2, 4),
+                herd_waiters: 200,
+                herd_releases: 5,
+                reentrant_cycles: 20_000,
+            }
+        } else {
+            Plan {
+                warmup: 1000,
+                cycles: 10_000,
+                window: Duration::from_secs(10),
+                in_process: vec![1, 2, 4, 8, 16, 32],
+                cross_process: vec![(2, 1), (2, 4), (4, 4)],
+                headline_in_process: 16,
+                headline_cross: (2, 4),
+                herd_waiters: 200,
+                herd_releases: 20,
+                reentrant_cycles: 200_000,
+            }
+        }
+    }
+
+    fn steps(&self) -> usize {
+        4 + 2 * self.in_process.len() + 2 * self.cross_process.len() + 2 + 2
+    }
+}
+
+/// Progress on stderr: step k of n, elapsed time, what runs now.
+struct Progress {
+    started: Instant,
+    step: usize,
+    total: usize,
+}
+
+impl Progress {
+    fn step(&mut self, what: &str) {
+        self.step += 1;
+        eprintln!(
+            "[{:>2}/{}] {:>5.1}s  {what}",
+            self.step,
+            self.total,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match args.worker {
+        Some(Worker::Contend {
+            ref connect,
+            ref name,
+            tasks,
+            start_ms,
+            end_ms,
+        }) => runtime.block_on(async {
+            let client = zklock_side::client(connect).await?;
+            let result = zklock_side::contended(&client, name, tasks, start_ms, end_ms).await?;
+            println!("{result}");
+            Ok(())
+        }),
+        None => runtime.block_on(run(args)),
+    }
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let plan = Plan::new(args.quick);
+    let mut progress = Progress {
+        started: Instant::now(),
+        step: 0,
+        total: plan.steps(),
+    };
+    std::fs::create_dir_all(&args.out)?;
+
+    progress.step("starting ZooKeeper and compiling the Curator peer");
+    let server = match &args.zk {
+        Some(connect) => Server::external(connect),
+        None => {
+            let settings = Settings {
+                tick_time_ms: args.tick_ms,
+                force_sync: args.fsync,
+            };
+            tokio::task::spawn_blocking(move || Server::start(&settings)).await??
+        }
+    };
+    let connect = server.connect.clone();
+    tokio::task::spawn_blocking(zklock_runtime::testing::curator::compiled_classes).await??;
+
+    // (a) uncontended cycle.
+    progress.step("uncontended: raw floor (create ephemeral-sequential + delete)");
+    let floor = zklock_side::floor(&connect, plan.warmup, plan.cycles).await?;
+    progress.step("uncontended: zklock");
+    let zk_unc = zklock_side::uncontended(&connect, plan.warmup, plan.cycles).await?;
+    progress.step("uncontended: Curator InterProcessMutex");
+    let cur_unc = curator_side::uncontended(&connect, plan.warmup, plan.cycles).await?;
+
+    // (c) in-process contention.
+    let mut in_process = Vec::new();
+    for &tasks in &plan.in_process {
+        progress.step(&format!("in-process contention: zklock, {tasks} tasks"));
+        let client = zklock_side::client(&connect).await?;
+        let (start, end) = window(Duration::from_millis(300), plan.window);
+        let name = format!("bench-in-process-zklock-{tasks}");
+        let z = zklock_side::contended(&client, &name, tasks, start, end).await?;
+        drop(client);
+        progress.step(&format!("in-process contention: Curator, {tasks} threads"));
+        let peer = Arc::new(curator_side::peer(&connect).await?);
+        let (start, end) = window(Duration::from_millis(300), plan.window);
+        let path = format!("/zklock/bench-in-process-curator-{tasks}");
+        let c = curator_side::contended(&[peer], &path, tasks, start, end).await?;
+        in_process.push(contention_entry(tasks, 1, tasks, &[z], &c, plan.window));
+    }
+
+    // (b) cross-process contention.
+    let mut cross_process = Vec::new();
+    for &(procs, tasks) in &plan.cross_process {
+        progress.step(&format!(
+            "cross-process contention: zklock, {procs} processes x {tasks} tasks"
+        ));
+        let z = zklock_cross(&connect, procs, tasks, plan.window).await?;
+        progress.step(&format!(
+            "cross-process contention: Curator, {procs} JVMs x {tasks} threads"
+        ));
+        let mut peers = Vec::new();
+        for _ in 0..procs {
+            peers.push(Arc::new(curator_side::peer(&connect).await?));
+        }
+        let (start, end) = window(Duration::from_millis(500), plan.window);
+        let path = format!("/zklock/bench-cross-curator-{procs}x{tasks}");
+        let c = curator_side::contended(&peers, &path, tasks, start, end).await?;
+        drop(peers);
+        cross_process.push(contention_entry(procs * tasks, procs, tasks, &z, &c, plan.window));
+    }
+
+    // (d) herd.
+    progress.step(&format!("herd check: zklock, {} waiters", plan.herd_waiters));
+    let herd_sessions = plan.herd_waiters.min(50);
+    let zk_herd = zklock_side::herd(&connect, plan.herd_waiters, herd_sessions, plan.herd_releases).await?;
+    progress.step(&format!("herd check: Curator, {} waiters", plan.herd_waiters));
+    let cur_herd = curator_side::herd(&connect, plan.herd_waiters, plan.herd_releases).await?;
+
+    // (e) reentrancy.
+    progress.step("reentrant re-acquire: zklock");
+    let zk_re = zklock_side::reentrant(&connect, 1000, plan.reentrant_cycles).await?;
+    progress.step("reentrant re-acquire: Curator");
+    let cur_re = curator_side::reentrant(&connect, 1000, plan.reentrant_cycles).await?;
+
+    // Report.
+    let in_headline = find(&in_process, plan.headline_in_process, 1);
+    let cross_headline = find(
+        &cross_process,
+        plan.headline_cross.0 * plan.headline_cross.1,
+        plan.headline_cross.0,
+    );
+    let rate = |e: Option<&Value>, who: &str| e.and_then(|e| e[who]["acquisitions_per_sec"].as_f64()).unwrap_or(0.0);
+    let ratios = json!({
+        "uncontended_p50_zklock_vs_floor": ratio(zk_unc.p50_us, floor.p50_us),
+        "uncontended_p99_zklock_vs_floor": ratio(zk_unc.p99_us, floor.p99_us),
+        "uncontended_mean_zklock_vs_floor": ratio(zk_unc.mean_us, floor.mean_us),
+        "uncontended_p50_zklock_vs_curator": ratio(zk_unc.p50_us, cur_unc.p50_us),
+        "uncontended_p99_zklock_vs_curator": ratio(zk_unc.p99_us, cur_unc.p99_us),
+        "uncontended_mean_zklock_vs_curator": ratio(zk_unc.mean_us, cur_unc.mean_us),
+        "uncontended_p50_curator_vs_floor": ratio(cur_unc.p50_us, floor.p50_us),
+        "cross_process_throughput_zklock_vs_curator": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "curator")),
+        "in_process_throughput_zklock_vs_curator": ratio(rate(in_headline, "zklock"), rate(in_headline, "curator")),
+        "reentrant_cost_zklock_vs_curator": ratio(zk_re, cur_re),
+    });
+    let target = |value: Option<f64>, op: &str, bound: f64| {
+        let met = value.is_some_and(|v| if op == "<=" { v <= bound } else { v >= bound });
+        json!({"value": value, "target": format!("{op} {bound}"), "met": met})
+    };
+    let targets = json!({
+        "uncontended_latency_vs_floor": target(ratios["uncontended_p50_zklock_vs_floor"].as_f64(), "<=", 1.10),
+        "uncontended_latency_vs_curator": target(ratios["uncontended_p50_zklock_vs_curator"].as_f64(), "<=", 0.85),
+        "cross_process_throughput_vs_curator": target(ratios["cross_process_throughput_zklock_vs_curator"].as_f64(), ">=", 1.3),
+        "in_process_throughput_vs_curator": target(ratios["in_process_throughput_zklock_vs_curator"].as_f64(), ">=", 5.0),
+        "notifications_per_release": {
+            "value": zk_herd["notifications_per_release"],
+            "target": format!("exactly 1 at W = {}", plan.herd_waiters),
+            "met": zk_herd["notifications_per_release"].as_array().is_some_and(|v| !v.is_empty() && v.iter().all(|n| n.as_u64() == Some(1))),
+        },
+    });
+    let results = json!({
+        "run": {
+            "mode": if args.quick { "quick" } else { "full" },
+            "seconds": round(progress.started.elapsed().as_secs_f64()),
+            "headline_in_process_contenders": plan.headline_in_process,
+            "headline_cross_process": format!("{} processes x {} tasks", plan.headline_cross.0, plan.headline_cross.1),
+            "critical_section": "increment a shared counter",
+        },
+        "machine": machine(),
+        "server": server.settings,
+        "uncontended": {
+            "warmup_cycles": plan.warmup,
+            "zklock": zk_unc.to_json(),
+            "curator": cur_unc.to_json(),
+            "floor": floor.to_json(),
+        },
+        "cross_process": cross_process,
+        "in_process": in_process,
+        "herd": { "zklock": zk_herd, "curator": cur_herd },
+        "reentrant": {
+            "cycles": plan.reentrant_cycles,
+            "zklock_ns_per_cycle": round(zk_re),
+            "curator_ns_per_cycle": round(cur_re),
+        },
+        "ratios": ratios,
+        "targets": targets,
+    });
+    let json_path = args.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
+    let svg_path = args.out.join("chart.svg");
+    std::fs::write(
+        &svg_path,
+        chart_svg(&zk_unc, &cur_unc, &floor, &in_process, &cross_process, &results),
+    )?;
+    print_table(&results);
+    eprintln!(
+        "wrote {} and {} in {:.0}s",
+        json_path.display(),
+        svg_path.display(),
+        progress.started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A wall-clock window starting `lead` from now.
+fn window(lead: Duration, length: Duration) -> (u64, u64) {
+    let start = zklock_side::epoch_ms() + lead.as_millis() as u64;
+    (start, start + length.as_millis() as u64)
+}
+
+/// Runs `procs` worker processes of this binary, each with `tasks` tasks on its own client.
+async fn zklock_cross(connect: &str, procs: usize, tasks: usize, length: Duration) -> Result<Vec<Value>, BoxError> {
+    let exe = std::env::current_exe()?;
+    // Room for the workers to start and open their sessions before the window opens.
+    let (start, end) = window(Duration::from_millis(2000), length);
+    let name = format!("bench-cross-zklock-{procs}x{tasks}");
+    let mut children = Vec::new();
+    for _ in 0..procs {
+        children.push(
+            Command::new(&exe)
+                .args(["contend", connect, &name])
+                .args([tasks.to_string(), start.to_string(), end.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()?,
+        );
+    }
+    let outputs =
+        tokio::task::spawn_blocking(move || children.into_iter().map(|c| c.wait_with_output()).collect::<Vec<_>>())
+            .await?;
+    let mut results = Vec::new();
+    for output in outputs {
+        let output = output?;
+        if !output.status.success() {
+            return Err(format!("a zklock worker failed: {}", output.status).into());
+        }
+        results.push(serde_json::from_slice(&output.stdout)?);
+    }
+    Ok(results)
+}
+
+fn contention_entry(
+    contenders: usize,
+    procs: usize,
+    per_proc: usize,
+    zklock: &[Value],
+    curator: &[Value],
+    window: Duration,
+) -> Value {
+    let side = |runs: &[Value]| {
+        let total: u64 = runs.iter().filter_map(|r| r["acquisitions"].as_u64()).sum();
+        let overlaps: u64 = runs.iter().filter_map(|r| r["overlaps"].as_u64()).sum();
+        json!({
+            "acquisitions": total,
+            "acquisitions_per_sec": round(total as f64 / window.as_secs_f64()),
+            "overlaps_seen": overlaps,
+            "per_process": runs,
+        })
+    };
+    let z = side(zklock);
+    let c = side(curator);
+    let r = ratio(
+        z["acquisitions_per_sec"].as_f64().unwrap_or(0.0),
+        c["acquisitions_per_sec"].as_f64().unwrap_or(0.0),
+    );
+    json!({
+        "contenders": contenders,
+        "processes": procs,
+        "per_process": per_proc,
+        "window_s": window.as_secs_f64(),
+        "zklock": z,
+        "curator": c,
+        "zklock_vs_curator": r,
+    })
+}
+
+fn find(entries: &[Value], contenders: usize, procs: usize) -> Option<&Value> {
+    entries
+        .iter()
+        .find(|e| e["contenders"].as_u64() == Some(contenders as u64) && e["processes"].as_u64() == Some(procs as u64))
+}
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned());
+    let mem_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+    });
+    let java = Command::new("java")
+        .arg("-version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stderr).lines().next().map(str::to_owned));
+    json!({
+        "cpu": model,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).ok(),
+        "memory_gib": mem_kb.map(|k| round(k as f64 / 1024.0 / 1024.0)),
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_owned()),
+        "java": java,
+        "curator": "Debian libcurator-recipes-java (InterProcessMutex)",
+    })
+}
+
+fn chart_svg(
+    zk: &Summary,
+    cur: &Summary,
+    floor: &Summary,
+    in_process: &[Value],
+    cross: &[Value],
+    results: &Value,
+) -> String {
+    // Leave out the slowest 0.5 % so one outlier does not squash the distribution.
+    let cdf = |s: &Summary| -> Vec<(f64, f64)> {
+        s.cdf
+            .iter()
+            .filter(|(f, _)| *f <= 0.995)
+            .map(|&(f, v)| (v, f))
+            .collect()
+    };
+    let latency = vec![
+        Series {
+            label: "zklock".into(),
+            color: "#d62728",
+            dashed: false,
+            points: cdf(zk),
+        },
+        Series {
+            label: "Curator".into(),
+            color: "#1f77b4",
+            dashed: false,
+            points: cdf(cur),
+        },
+        Series {
+            label: "raw floor".into(),
+            color: "#555555",
+            dashed: true,
+            points: cdf(floor),
+        },
+    ];
+    let points = |entries: &[Value], who: &str| -> Vec<(f64, f64)> {
+        entries
+            .iter()
+            .filter_map(|e| Some((e["contenders"].as_f64()?, e[who]["acquisitions_per_sec"].as_f64()?)))
+            .collect()
+    };
+    let throughput = vec![
+        Series {
+            label: "zklock, in-process".into(),
+            color: "#d62728",
+            dashed: false,
+            points: points(in_process, "zklock"),
+        },
+        Series {
+            label: "Curator, in-process".into(),
+            color: "#1f77b4",
+            dashed: false,
+            points: points(in_process, "curator"),
+        },
+        Series {
+            label: "zklock, cross-process".into(),
+            color: "#d62728",
+            dashed: true,
+            points: points(cross, "zklock"),
+        },
+        Series {
+            label: "Curator, cross-process".into(),
+            color: "#1f77b4",
+            dashed: true,
+            points: points(cross, "curator"),
+        },
+    ];
+    let server = &results["server"];
+    let subtitle = format!(
+        "ZooKeeper {} tickTime={} ms forceSync={}; {} cores; {} run",
+        server["version"].as_str().unwrap_or("?"),
+        server["tickTime_ms"],
+        server["forceSync"].as_str().unwrap_or("?"),
+        results["machine"]["cores"],
+        results["run"]["mode"].as_str().unwrap_or("?"),
+    );
+    chart::render(&latency, &throughput, &subtitle)
+}
+
+fn print_table(r: &Value) {
+    let u = &r["uncontended"];
+    println!();
+    println!("Uncontended acquire+release cycle");
+    println!(
+        "  {:<10} {:>10} {:>10} {:>10} {:>12}",
+        "", "p50 µs", "p99 µs", "mean µs", "cycles/s"
+    );
+    for who in ["zklock", "curator", "floor"] {
+        let s = &u[who];
+        println!(
+            "  {:<10} {:>10} {:>10} {:>10} {:>12}",
+            who, s["p50_us"], s["p99_us"], s["mean_us"], s["cycles_per_sec"]
+        );
+    }
+    for (title, key) in [
+        ("In-process contention (one process, T tasks / threads)", "in_process"),
+        (
+            "Cross-process contention (P processes x T tasks / threads)",
+            "cross_process",
+        ),
+    ] {
+        println!();
+        println!("{title}");
+        println!(
+            "  {:<12} {:>14} {:>14} {:>8}",
+            "P x T", "zklock acq/s", "Curator acq/s", "ratio"
+        );
+        for e in r[key].as_array().into_iter().flatten() {
+            println!(
+                "  {:<12} {:>14} {:>14} {:>8}",
+                format!("{} x {}", e["processes"], e["per_process"]),
+                e["zklock"]["acquisitions_per_sec"],
+                e["curator"]["acquisitions_per_sec"],
+                e["zklock_vs_curator"]
+            );
+        }
+    }
+    println!();
+    println!("Herd check (server-counted watch notifications per release)");
+    for who in ["zklock", "curator"] {
+        let h = &r["herd"][who];
+        println!(
+            "  {:<8} W={} per release {} (watches set before: {})",
+            who, h["waiters"], h["notifications_per_release"], h["watches_before_first_release"]
+        );
+    }
+    let re = &r["reentrant"];
+    println!();
+    println!(
+        "Reentrant re-acquire+release: zklock {} ns, Curator {} ns",
+        re["zklock_ns_per_cycle"], re["curator_ns_per_cycle"]
+    );
+    println!();
+    println!("Targets");
+    for (name, t) in r["targets"].as_object().into_iter().flatten() {
+        println!(
+            "  {:<40} {:>12} {:<22} {}",
+            name,
+            t["value"].to_string(),
+            t["target"].as_str().unwrap_or(""),
+            if t["met"].as_bool() == Some(true) {
+                "met"
+            } else {
+                "MISSED"
+            }
+        );
+    }
+    let s = &r["server"];
+    println!();
+    println!(
+        "Server: ZooKeeper {} tickTime={} ms forceSync={} ({})",
+        s["version"].as_str().unwrap_or("?"),
+        s["tickTime_ms"],
+        s["forceSync"].as_str().unwrap_or("?"),
+        if s["started_by_bench"] == true {
+            "started by the bench"
+        } else {
+            "external"
+        }
+    );
+}

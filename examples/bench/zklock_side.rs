@@ -1,0 +1,211 @@
+//! The zklock measurements, and the raw floor: a bare ZooKeeper client doing
+//! create(ephemeral sequential) + delete and nothing else.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+use zklock_runtime::{zk, LockClient};
+
+use crate::server::{notifications_sent, watch_summary};
+use crate::stats::Summary;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub async fn client(connect: &str) -> Result<LockClient, BoxError> {
+    Ok(LockClient::builder(connect)
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .await?)
+}
+
+/// Back-to-back acquire + release of one uncontended mutex.
+pub async fn uncontended(connect: &str, warmup: usize, cycles: usize) -> Result<Summary, BoxError> {
+    let client = client(connect).await?;
+    let lock = client.mutex("bench-uncontended-zklock")?;
+    for _ in 0..warmup {
+        lock.acquire().await?.release().await?;
+    }
+    let mut ns = Vec::with_capacity(cycles);
+    let start = Instant::now();
+    for _ in 0..cycles {
+        let t = Instant::now();
+        let guard = lock.acquire().await?;
+        guard.release().await?;
+        ns.push(t.elapsed().as_nanos() as u64);
+    }
+    Ok(Summary::of(ns, start.elapsed()))
+}
+
+/// The floor: create an ephemeral sequential node and delete it, one request after the other.
+pub async fn floor(connect: &str, warmup: usize, cycles: usize) -> Result<Summary, BoxError> {
+    let raw = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(connect)
+        .await?;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    match raw.create("/bench-floor", b"", &persistent).await {
+        Ok(_) | Err(zk::Error::NodeExists) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let cycle = || async {
+        let (_, seq) = raw.create("/bench-floor/lock-", b"", &sequential).await?;
+        raw.delete(&format!("/bench-floor/lock-{seq}"), None).await?;
+        Ok::<_, zk::Error>(())
+    };
+    for _ in 0..warmup {
+        cycle().await?;
+    }
+    let mut ns = Vec::with_capacity(cycles);
+    let start = Instant::now();
+    for _ in 0..cycles {
+        let t = Instant::now();
+        cycle().await?;
+        ns.push(t.elapsed().as_nanos() as u64);
+    }
+    Ok(Summary::of(ns, start.elapsed()))
+}
+
+pub fn epoch_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// `tasks` tasks of one client loop acquire / tiny critical section / release on one lock.
+/// Acquisitions completed inside the wall-clock window [start_ms, end_ms] are counted.
+pub async fn contended(
+    client: &LockClient,
+    name: &str,
+    tasks: usize,
+    start_ms: u64,
+    end_ms: u64,
+) -> Result<Value, BoxError> {
+    let counted = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let shared = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let lock = client.mutex(name)?;
+        let (counted, inside, overlaps, shared) = (counted.clone(), inside.clone(), overlaps.clone(), shared.clone());
+        handles.push(tokio::spawn(async move {
+            let now = epoch_ms();
+            if start_ms > now {
+                tokio::time::sleep(Duration::from_millis(start_ms - now)).await;
+            }
+            while epoch_ms() < end_ms {
+                let guard = lock.acquire().await?;
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                shared.fetch_add(1, Ordering::Relaxed); // the tiny critical section
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await?;
+                let now = epoch_ms();
+                if now >= start_ms && now <= end_ms {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<_, zklock_runtime::LockError>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok(json!({
+        "acquisitions": counted.load(Ordering::Relaxed),
+        "window_ms": end_ms - start_ms,
+        "overlaps": overlaps.load(Ordering::Relaxed),
+        "threads": tasks,
+    }))
+}
+
+/// Re-acquiring a mutex the task already holds.
+pub async fn reentrant(connect: &str, warmup: usize, cycles: usize) -> Result<f64, BoxError> {
+    let client = client(connect).await?;
+    let lock = client.mutex("bench-reentrant-zklock")?;
+    let outer = lock.acquire().await?;
+    for _ in 0..warmup {
+        lock.acquire().await?.release().await?;
+    }
+    let start = Instant::now();
+    for _ in 0..cycles {
+        let inner = lock.acquire().await?;
+        debug_assert!(inner.hold_count() >= 2);
+        inner.release().await?;
+    }
+    let ns = start.elapsed().as_nanos() as f64 / cycles as f64;
+    outer.release().await?;
+    Ok(ns)
+}
+
+/// Herd check: `waiters` contenders queue behind a holder (spread over `sessions` clients);
+/// then `releases` times the holder releases and the server's count of watch notifications
+/// sent is compared before and after each hand-over.
+pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usize) -> Result<Value, BoxError> {
+    let mut clients = Vec::new();
+    for _ in 0..sessions.max(1) {
+        clients.push(client(connect).await?);
+    }
+    let name = "bench-herd-zklock";
+    let (granted_tx, mut granted) = mpsc::unbounded_channel::<usize>();
+    let mut release_txs: Vec<Option<oneshot::Sender<()>>> = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..=waiters {
+        let lock = clients[i % clients.len()].mutex(name)?;
+        let (tx, rx) = oneshot::channel::<()>();
+        release_txs.push(Some(tx));
+        let granted_tx = granted_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire().await?;
+            let _ = granted_tx.send(i);
+            let _ = rx.await;
+            guard.release().await
+        }));
+        if i == 0 {
+            // The holder first, so every other contender queues behind it.
+            let first = granted.recv().await.ok_or("holder task ended")?;
+            assert_eq!(first, 0);
+        }
+    }
+    let view = clients[0].zookeeper().await?;
+    let dir = clients[0].mutex(name)?.path().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while view.list_children(&dir).await?.len() < waiters + 1 {
+        if Instant::now() > deadline {
+            return Err("waiters did not all queue within 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, paths_before, watches_before) = watch_summary(connect)?;
+    let mut per_release = Vec::new();
+    let mut holder = 0;
+    for _ in 0..releases.min(waiters) {
+        let before = notifications_sent(connect)?;
+        release_txs[holder].take().unwrap().send(()).ok();
+        holder = tokio::time::timeout(Duration::from_secs(30), granted.recv())
+            .await?
+            .ok_or("waiter tasks ended")?;
+        // Let any stray notifications of this hand-over reach the counters.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        per_release.push(notifications_sent(connect)? - before);
+    }
+    for tx in release_txs.iter_mut().filter_map(Option::take) {
+        let _ = tx.send(());
+    }
+    drop(granted);
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(60), t).await;
+    }
+    Ok(json!({
+        "waiters": waiters,
+        "sessions": clients.len(),
+        "watches_before_first_release": watches_before,
+        "paths_watched_before_first_release": paths_before,
+        "notifications_per_release": per_release,
+        "max_notifications_per_release": per_release.iter().max(),
+    }))
+}

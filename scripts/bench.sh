@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# zklock's benchmark: zklock vs Apache Curator (InterProcessMutex, a Java peer on the Debian jars)
+# vs the raw ZooKeeper floor, on one server in one run.
+#
+#   ./scripts/bench.sh                  full run (a few minutes), results in bench-out/
+#   ./scripts/bench.sh --quick          about a minute
+#   ./scripts/bench.sh --out DIR        where results.json and chart.svg go
+#   ./scripts/bench.sh --zk HOST:PORT   measure an existing server instead of starting one
+#                                       (the herd check needs 4lw.commands.whitelist=mntr,wchs,...)
+#   ./scripts/bench.sh --fsync          start the server with forceSync=yes (default: no)
+#   ./scripts/bench.sh --tick-ms N      tickTime of the server it starts (default 2000)
+#
+# Prints a table, writes DIR/results.json (every figure, the server settings, the ratios) and
+# DIR/chart.svg (latency distributions, throughput against contenders).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+case "${1:-}" in
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
+
+./scripts/install-deps.sh >&2
+echo "building the bench (release)..." >&2
+exec cargo run --quiet --release --features testing --example bench -- "$@"

@@ -1,0 +1,388 @@
+//! zklock and Apache Curator on the same lock path, against a real ZooKeeper: they exclude each
+//! other and queue in FIFO order in both directions, for `InterProcessMutex` and for
+//! `InterProcessReadWriteLock`; and contender nodes written by any other ZooKeeper client are
+//! honoured in sequence order.
+//!
+//! The Curator side is a real JVM running the Debian Curator jars
+//! (`zklock_runtime::testing::curator::CuratorPeer`).
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use zklock_runtime::testing::curator::{CuratorPeer, RwMode};
+use zklock_runtime::testing::ZkServer;
+use zklock_runtime::{zk, Lock, LockClient, LockError};
+
+/// Generous bound for anything that should happen promptly on a loaded machine.
+const SOON: Duration = Duration::from_secs(20);
+/// How long a contender that must keep waiting is watched.
+const STAYS_WAITING: Duration = Duration::from_millis(800);
+
+fn server() -> ZkServer {
+    ZkServer::start().expect("start ZooKeeper (run scripts/install-deps.sh)")
+}
+
+async fn client(connect: &str) -> LockClient {
+    LockClient::builder(connect)
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .expect("connect lock client")
+}
+
+async fn curator(connect: &str) -> CuratorPeer {
+    CuratorPeer::start(connect)
+        .await
+        .expect("start the Curator peer (run scripts/install-deps.sh)")
+}
+
+async fn raw(connect: &str) -> zk::Client {
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(connect)
+        .await
+        .expect("connect raw client")
+}
+
+async fn children(raw: &zk::Client, dir: &str) -> Vec<String> {
+    match raw.list_children(dir).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(err) => panic!("list {dir}: {err}"),
+    }
+}
+
+/// Waits until the lock dir holds `n` contender nodes, so the queue order is settled.
+async fn wait_for_contenders(raw: &zk::Client, dir: &str, n: usize) {
+    let deadline = tokio::time::Instant::now() + SOON;
+    loop {
+        let now = children(raw, dir).await;
+        if now.len() == n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{dir} never reached {n} contenders: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn seq(node: &str) -> u64 {
+    let digits = node.len() - node.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    node[node.len() - digits..].parse().expect("sequence suffix")
+}
+
+/// A zklock contender on its own task: reports its node when granted, holds until told to
+/// release.
+struct ZkContender {
+    granted: oneshot::Receiver<Result<String, LockError>>,
+    release: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl ZkContender {
+    fn spawn(lock: Lock) -> ZkContender {
+        let (granted_tx, granted) = oneshot::channel();
+        let (release, release_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            match lock.acquire().await {
+                Ok(guard) => {
+                    let _ = granted_tx.send(Ok(guard.node_path().to_owned()));
+                    let _ = release_rx.await;
+                    guard.release().await.expect("release");
+                }
+                Err(err) => {
+                    let _ = granted_tx.send(Err(err));
+                }
+            }
+        });
+        ZkContender {
+            granted,
+            release: Some(release),
+            task,
+        }
+    }
+
+    /// Asserts the contender is still waiting after a while.
+    async fn assert_waiting(&mut self, why: &str) {
+        if let Ok(outcome) = tokio::time::timeout(STAYS_WAITING, &mut self.granted).await {
+            panic!("zklock contender went ahead while {why}: {outcome:?}");
+        }
+    }
+
+    async fn wait_granted(&mut self) -> String {
+        tokio::time::timeout(SOON, &mut self.granted)
+            .await
+            .expect("zklock contender not granted in time")
+            .expect("contender task ended")
+            .expect("zklock acquire failed")
+    }
+
+    async fn release(mut self) {
+        let _ = self.release.take().unwrap().send(());
+        tokio::time::timeout(SOON, self.task)
+            .await
+            .expect("release in time")
+            .expect("contender task");
+    }
+}
+
+async fn assert_curator_waiting(peer: &CuratorPeer, id: &str, why: &str) {
+    let event = peer.poll_event(id, STAYS_WAITING).await.expect("peer alive");
+    assert_eq!(event, None, "Curator contender {id} did something while {why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_mutex_waits_while_zklock_holds() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let lock = zl.mutex("interop-hold").unwrap();
+    assert_eq!(lock.path(), "/zklock/interop-hold");
+
+    let guard = lock.acquire_timeout(SOON).await.unwrap();
+    peer.mutex("c", lock.path()).await.unwrap();
+    peer.acquire("c", None).unwrap();
+    assert_curator_waiting(&peer, "c", "zklock holds").await;
+
+    guard.release().await.unwrap();
+    let node = peer.wait_acquired("c", SOON).await.unwrap();
+    assert!(node.starts_with("/zklock/interop-hold/_c_"), "{node}");
+    peer.release("c").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zklock_mutex_waits_while_curator_holds() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let lock = zl.mutex("interop-held-by-curator").unwrap();
+
+    peer.mutex("c", lock.path()).await.unwrap();
+    peer.acquire("c", Some(SOON)).unwrap();
+    peer.wait_acquired("c", SOON).await.unwrap();
+
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "zklock's try_acquire succeeded while Curator holds"
+    );
+    match lock.acquire_timeout(Duration::from_millis(300)).await {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("expected a timeout while Curator holds, got {other:?}"),
+    }
+    let mut waiter = ZkContender::spawn(lock.clone());
+    waiter.assert_waiting("Curator holds").await;
+
+    peer.release("c").await.unwrap();
+    waiter.wait_granted().await;
+    waiter.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_zklock_then_curator_then_zklock() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let zl2 = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = zl.mutex("interop-fifo-zcz").unwrap();
+    let dir = lock.path().to_owned();
+
+    let a = lock.acquire_timeout(SOON).await.unwrap();
+    peer.mutex("b", &dir).await.unwrap();
+    peer.acquire("b", None).unwrap();
+    wait_for_contenders(&view, &dir, 2).await;
+    let mut c = ZkContender::spawn(zl2.mutex("interop-fifo-zcz").unwrap());
+    wait_for_contenders(&view, &dir, 3).await;
+
+    a.release().await.unwrap();
+    // B (Curator) queued before C (zklock), so B goes first and C keeps waiting.
+    let b_node = tokio::select! {
+        b = peer.wait_acquired("b", SOON) => b.unwrap(),
+        c_first = &mut c.granted => panic!("zklock's C overtook Curator's B: {c_first:?}"),
+    };
+    c.assert_waiting("Curator's B holds").await;
+
+    peer.release("b").await.unwrap();
+    let c_node = c.wait_granted().await;
+    assert!(seq(&b_node) < seq(&c_node), "{b_node} vs {c_node}");
+    c.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_curator_then_zklock_then_curator() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = zl.mutex("interop-fifo-czc").unwrap();
+    let dir = lock.path().to_owned();
+
+    peer.mutex("a", &dir).await.unwrap();
+    peer.mutex("c", &dir).await.unwrap();
+    peer.acquire("a", None).unwrap();
+    peer.wait_acquired("a", SOON).await.unwrap();
+    let mut b = ZkContender::spawn(lock.clone());
+    wait_for_contenders(&view, &dir, 2).await;
+    peer.acquire("c", None).unwrap();
+    wait_for_contenders(&view, &dir, 3).await;
+
+    peer.release("a").await.unwrap();
+    // B (zklock) queued before C (Curator): B goes first, C keeps waiting while B holds.
+    let b_node = tokio::select! {
+        b = b.wait_granted() => b,
+        c_first = peer.wait_acquired("c", SOON) => panic!("Curator's C overtook zklock's B: {c_first:?}"),
+    };
+    assert_curator_waiting(&peer, "c", "zklock's B holds").await;
+
+    b.release().await;
+    let c_node = peer.wait_acquired("c", SOON).await.unwrap();
+    assert!(seq(&b_node) < seq(&c_node), "{b_node} vs {c_node}");
+    peer.release("c").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_and_zklock_readers_hold_together() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let read = zl.read_lock("interop-readers").unwrap();
+    peer.rw_lock("r", read.path()).await.unwrap();
+
+    // Curator reads first, then zklock joins.
+    peer.acquire_rw("r", RwMode::Read, Some(SOON)).unwrap();
+    let node = peer.wait_acquired("r", SOON).await.unwrap();
+    assert!(node.contains("__READ__"), "{node}");
+    let guard = read
+        .acquire_timeout(SOON)
+        .await
+        .expect("zklock reader shares with a Curator reader");
+    assert!(guard.node_path().contains("__READ__"));
+    peer.release("r").await.unwrap();
+
+    // zklock reads first, then Curator joins.
+    peer.acquire_rw("r", RwMode::Read, Some(SOON)).unwrap();
+    peer.wait_acquired("r", SOON)
+        .await
+        .expect("Curator reader shares with a zklock reader");
+    peer.release("r").await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_writer_excludes_zklock_readers_and_writers() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let read = zl.read_lock("interop-curator-writes").unwrap();
+    let write = zl.write_lock("interop-curator-writes").unwrap();
+    peer.rw_lock("w", read.path()).await.unwrap();
+
+    peer.acquire_rw("w", RwMode::Write, Some(SOON)).unwrap();
+    let node = peer.wait_acquired("w", SOON).await.unwrap();
+    assert!(node.contains("__WRIT__"), "{node}");
+
+    let mut reader = ZkContender::spawn(read.clone());
+    let mut writer = ZkContender::spawn(write.clone());
+    reader.assert_waiting("a Curator writer holds").await;
+    writer.assert_waiting("a Curator writer holds").await;
+
+    peer.release("w").await.unwrap();
+    // The reader queued first, so it goes; the writer waits for it.
+    reader.wait_granted().await;
+    writer.assert_waiting("a zklock reader holds").await;
+    reader.release().await;
+    writer.wait_granted().await;
+    writer.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zklock_reader_and_writer_exclude_curator_writer_and_reader() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let read = zl.read_lock("interop-zklock-holds").unwrap();
+    let write = zl.write_lock("interop-zklock-holds").unwrap();
+    peer.rw_lock("w", read.path()).await.unwrap();
+    peer.rw_lock("r", read.path()).await.unwrap();
+
+    // A zklock reader keeps a Curator writer out.
+    let held = read.acquire_timeout(SOON).await.unwrap();
+    peer.acquire_rw("w", RwMode::Write, None).unwrap();
+    assert_curator_waiting(&peer, "w", "a zklock reader holds").await;
+    held.release().await.unwrap();
+    peer.wait_acquired("w", SOON).await.unwrap();
+    peer.release("w").await.unwrap();
+
+    // A zklock writer keeps a Curator reader out.
+    let held = write.acquire_timeout(SOON).await.unwrap();
+    assert!(held.node_path().contains("__WRIT__"));
+    peer.acquire_rw("r", RwMode::Read, None).unwrap();
+    assert_curator_waiting(&peer, "r", "a zklock writer holds").await;
+    held.release().await.unwrap();
+    peer.wait_acquired("r", SOON).await.unwrap();
+    peer.release("r").await.unwrap();
+}
+
+/// Creates an ephemeral sequential node `<dir>/<prefix>NNNNNNNNNN` from a plain ZooKeeper
+/// session, the way a client that knows nothing of zklock or Curator would queue.
+async fn foreign_contender(raw: &zk::Client, dir: &str, prefix: &str) -> String {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+    let parent = &dir[..dir.rfind('/').unwrap()];
+    for (path, options) in [(parent, &persistent), (dir, &container)] {
+        match raw.create(path, b"", options).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(err) => panic!("create {path}: {err}"),
+        }
+    }
+    let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (_, sequence) = raw
+        .create(&format!("{dir}/{prefix}"), b"", &sequential)
+        .await
+        .expect("create foreign contender");
+    format!("{dir}/{prefix}{sequence}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_sequential_nodes_are_honoured_in_sequence_order() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let zl2 = client(&zk.connect_string()).await;
+    let foreign = raw(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = zl.mutex("interop-foreign").unwrap();
+    let dir = lock.path().to_owned();
+
+    // Queue: foreign F1, zklock Z, foreign F2.
+    let first = foreign_contender(&foreign, &dir, "foreign-").await;
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "zklock ignored the foreign node {first}"
+    );
+    let mut z = ZkContender::spawn(lock.clone());
+    wait_for_contenders(&view, &dir, 2).await;
+    let second = foreign_contender(&foreign, &dir, "other-client-").await;
+    assert!(seq(&first) < seq(&second));
+    z.assert_waiting("a foreign node is ahead").await;
+
+    // Removing the node behind changes nothing; removing the one ahead lets zklock go.
+    foreign.delete(&second, None).await.unwrap();
+    z.assert_waiting("the foreign node ahead is still there").await;
+    foreign.delete(&first, None).await.unwrap();
+    let node = z.wait_granted().await;
+    assert!(seq(&node) > seq(&first), "{node} vs {first}");
+
+    // And a foreign node queued behind a zklock holder waits its turn in the same order:
+    // zklock sees it as a contender, so a second zklock contender queues after it.
+    let third = foreign_contender(&foreign, &dir, "foreign-").await;
+    let mut after = ZkContender::spawn(zl2.mutex("interop-foreign").unwrap());
+    wait_for_contenders(&view, &dir, 3).await;
+    z.release().await;
+    after.assert_waiting("a foreign node is ahead of it").await;
+    foreign.delete(&third, None).await.unwrap();
+    after.wait_granted().await;
+    after.release().await;
+}
