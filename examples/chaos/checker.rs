@@ -323,7 +323,7 @@ pub fn check(history: &History) -> Report {
         .filter(|f| f.effective && matches!(f.kind, FaultKind::PartitionHolder | FaultKind::PauseHolder))
     {
         let hit = sections.iter().find(|s| {
-            s.long && Some(s.process) == f.target_process && s.start_ns <= f.injected_ns && s.end_ns > f.injected_ns
+            s.long && Some(s.process) == f.target_process && s.granted_ns <= f.injected_ns && s.end_ns > f.injected_ns
         });
         if let Some(hit) = hit {
             holders_cut_off += 1;

@@ -398,7 +398,11 @@ fn pick_holder(shared: &Shared, contenders: &mut [Contender], process: usize) ->
             let o = shared.lock();
             let long = o.open.iter().find(|(_, (p, _, long))| *p == process && *long);
             if let Some(((client, _), (p, _, _))) = long {
-                return Some((*p, client.clone()));
+                let holder = (*p, client.clone());
+                drop(o);
+                // Let it get going: claimed the register, writing.
+                thread::sleep(Duration::from_millis(300));
+                return Some(holder);
             }
             if Instant::now() > deadline {
                 let mut open: Vec<_> = o.open.iter().collect();
