@@ -12,10 +12,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export ZKLOCK_TEST_RUN="test-sh-$$-$(date +%s%N)"
 
 suite_java_pids() {
-    local pid
-    for pid in $(pgrep java || true); do
-        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN"; then
-            echo "$pid"
+    # Scans /proc directly: minimal images may lack pgrep.
+    local dir
+    for dir in /proc/[0-9]*; do
+        [[ "$(cat "$dir/comm" 2>/dev/null)" == java ]] || continue
+        if tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN"; then
+            echo "${dir#/proc/}"
         fi
     done
 }
@@ -43,7 +45,11 @@ done
 if [[ -n "$survivors" ]]; then
     echo "test.sh: FAIL: Java processes started by the test suite are still alive:" >&2
     for pid in $survivors; do
-        ps -o pid=,args= -p "$pid" >&2 || true
+        echo "  $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-300)" >&2
+    done
+    echo "test.sh: killing them" >&2
+    for pid in $survivors; do
+        kill -KILL "$pid" 2>/dev/null || true
     done
     exit 1
 fi
