@@ -8,7 +8,6 @@ use zklock_runtime::testing::curator::CuratorPeer;
 use zklock_runtime::zk;
 
 use crate::server::{notifications_sent, watch_summary};
-use crate::stats::Summary;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -22,16 +21,10 @@ fn parse(text: &str) -> Result<Value, BoxError> {
     Ok(serde_json::from_str(text)?)
 }
 
-pub async fn uncontended(connect: &str, warmup: usize, cycles: usize) -> Result<Summary, BoxError> {
-    let peer = peer(connect).await?;
-    let result = parse(
-        &peer
-            .bench(
-                &format!("bench-uncontended /zklock/bench-uncontended-curator {warmup} {cycles}"),
-                LONG,
-            )
-            .await?,
-    )?;
+/// Back-to-back acquire + release of one uncontended InterProcessMutex, in the peer.
+pub async fn uncontended(peer: &CuratorPeer, cycles: usize) -> Result<(Vec<u64>, Duration), BoxError> {
+    let command = format!("bench-uncontended /zklock/bench-uncontended-curator 0 {cycles}");
+    let result = parse(&peer.bench(&command, LONG).await?)?;
     let ns: Vec<u64> = result["latencies_ns"]
         .as_array()
         .ok_or("no latencies")?
@@ -39,7 +32,7 @@ pub async fn uncontended(connect: &str, warmup: usize, cycles: usize) -> Result<
         .filter_map(Value::as_u64)
         .collect();
     let total = Duration::from_nanos(result["total_ns"].as_u64().ok_or("no total")?);
-    Ok(Summary::of(ns, total))
+    Ok((ns, total))
 }
 
 pub async fn reentrant(connect: &str, warmup: usize, cycles: usize) -> Result<f64, BoxError> {

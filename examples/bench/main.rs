@@ -72,6 +72,7 @@ enum Worker {
 struct Plan {
     warmup: usize,
     cycles: usize,
+    rounds: usize,
     window: Duration,
     in_process: Vec<usize>,
     cross_process: Vec<(usize, usize)>,
@@ -86,11 +87,12 @@ impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
             Plan {
-                warmup: 200,
+                warmup: 300,
                 cycles: 1500,
+                rounds: 5,
                 window: Duration::from_secs(3),
                 in_process: vec![1, 4, 16],
-                cross_process: vec![(2, 4)],
+                cross_process: vec![(2, 1), (2, 4)],
                 headline_in_process: 16,
                 headline_cross: (2, 4),
                 herd_waiters: 200,
@@ -101,6 +103,7 @@ impl Plan {
             Plan {
                 warmup: 1000,
                 cycles: 10_000,
+                rounds: 10,
                 window: Duration::from_secs(10),
                 in_process: vec![1, 2, 4, 8, 16, 32],
                 cross_process: vec![(2, 1), (2, 4), (4, 4)],
@@ -114,7 +117,7 @@ impl Plan {
     }
 
     fn steps(&self) -> usize {
-        4 + 2 * self.in_process.len() + 2 * self.cross_process.len() + 2 + 2
+        3 + 2 * self.in_process.len() + 2 * self.cross_process.len() + 2 + 2
     }
 }
 
@@ -126,6 +129,10 @@ struct Progress {
 }
 
 impl Progress {
+    fn note(&self, what: &str) {
+        eprintln!("        {:>5.1}s  {what}", self.started.elapsed().as_secs_f64());
+    }
+
     fn step(&mut self, what: &str) {
         self.step += 1;
         eprintln!(
@@ -180,13 +187,41 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let connect = server.connect.clone();
     tokio::task::spawn_blocking(zklock_runtime::testing::curator::compiled_classes).await??;
 
-    // (a) uncontended cycle.
-    progress.step("uncontended: raw floor (create ephemeral-sequential + delete)");
-    let floor = zklock_side::floor(&connect, plan.warmup, plan.cycles).await?;
-    progress.step("uncontended: zklock");
-    let zk_unc = zklock_side::uncontended(&connect, plan.warmup, plan.cycles).await?;
-    progress.step("uncontended: Curator InterProcessMutex");
-    let cur_unc = curator_side::uncontended(&connect, plan.warmup, plan.cycles).await?;
+    // (a) uncontended cycle, the three clients in interleaved rounds so that drift (server JIT,
+    // other load on the machine) is shared fairly among them.
+    progress.step("uncontended: warming up the server and the three clients");
+    let floor_bench = zklock_side::Floor::new(&connect).await?;
+    let mut listing_bench = zklock_side::Floor::new(&connect).await?;
+    listing_bench.with_list = true;
+    let zk_bench = zklock_side::Uncontended::new(&connect).await?;
+    let cur_peer = curator_side::peer(&connect).await?;
+    floor_bench.run(plan.warmup).await?;
+    zk_bench.run(plan.warmup).await?;
+    curator_side::uncontended(&cur_peer, plan.warmup).await?;
+    listing_bench.run(plan.warmup).await?;
+    let mut samples: [(Vec<u64>, Duration); 4] = Default::default();
+    let per_round = plan.cycles / plan.rounds;
+    for round in 0..plan.rounds {
+        progress.note(&format!(
+            "uncontended round {}/{}: floor, zklock, Curator, create+list+delete",
+            round + 1,
+            plan.rounds
+        ));
+        for (i, (ns, took)) in [
+            floor_bench.run(per_round).await?,
+            zk_bench.run(per_round).await?,
+            curator_side::uncontended(&cur_peer, per_round).await?,
+            listing_bench.run(per_round).await?,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            samples[i].0.extend(ns);
+            samples[i].1 += took;
+        }
+    }
+    drop((floor_bench, zk_bench, cur_peer, listing_bench));
+    let [floor, zk_unc, cur_unc, floor_list] = samples.map(|(ns, took)| Summary::of(ns, took));
 
     // (c) in-process contention.
     let mut in_process = Vec::new();
@@ -228,8 +263,10 @@ async fn run(args: Args) -> Result<(), BoxError> {
 
     // (d) herd.
     progress.step(&format!("herd check: zklock, {} waiters", plan.herd_waiters));
-    let herd_sessions = plan.herd_waiters.min(50);
-    let zk_herd = zklock_side::herd(&connect, plan.herd_waiters, herd_sessions, plan.herd_releases).await?;
+    // One session per contender: waiters of one process share one node (zklock queues them
+    // in process), so only separate sessions put W contenders into ZooKeeper's queue.
+    let sessions = plan.herd_waiters + 1;
+    let zk_herd = zklock_side::herd(&connect, plan.herd_waiters, sessions, plan.herd_releases).await?;
     progress.step(&format!("herd check: Curator, {} waiters", plan.herd_waiters));
     let cur_herd = curator_side::herd(&connect, plan.herd_waiters, plan.herd_releases).await?;
 
@@ -255,6 +292,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "uncontended_p99_zklock_vs_curator": ratio(zk_unc.p99_us, cur_unc.p99_us),
         "uncontended_mean_zklock_vs_curator": ratio(zk_unc.mean_us, cur_unc.mean_us),
         "uncontended_p50_curator_vs_floor": ratio(cur_unc.p50_us, floor.p50_us),
+        "uncontended_p50_zklock_vs_create_list_delete": ratio(zk_unc.p50_us, floor_list.p50_us),
+        "uncontended_p50_create_list_delete_vs_floor": ratio(floor_list.p50_us, floor.p50_us),
         "cross_process_throughput_zklock_vs_curator": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "curator")),
         "in_process_throughput_zklock_vs_curator": ratio(rate(in_headline, "zklock"), rate(in_headline, "curator")),
         "reentrant_cost_zklock_vs_curator": ratio(zk_re, cur_re),
@@ -274,6 +313,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "met": zk_herd["notifications_per_release"].as_array().is_some_and(|v| !v.is_empty() && v.iter().all(|n| n.as_u64() == Some(1))),
         },
     });
+    // Asked now: right after start-up the server answers ruok but not yet mntr.
+    let mut server_settings = server.settings.clone();
+    server_settings["version"] = json!(server::server_version(&connect));
     let results = json!({
         "run": {
             "mode": if args.quick { "quick" } else { "full" },
@@ -283,12 +325,13 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "critical_section": "increment a shared counter",
         },
         "machine": machine(),
-        "server": server.settings,
+        "server": server_settings,
         "uncontended": {
             "warmup_cycles": plan.warmup,
             "zklock": zk_unc.to_json(),
             "curator": cur_unc.to_json(),
             "floor": floor.to_json(),
+            "diagnostic_create_pipelined_list_delete": floor_list.to_json(),
         },
         "cross_process": cross_process,
         "in_process": in_process,
@@ -515,7 +558,11 @@ fn print_table(r: &Value) {
         let s = &u[who];
         println!(
             "  {:<10} {:>10} {:>10} {:>10} {:>12}",
-            who, s["p50_us"], s["p99_us"], s["mean_us"], s["cycles_per_sec"]
+            who,
+            s["p50_us"].to_string(),
+            s["p99_us"].to_string(),
+            s["mean_us"].to_string(),
+            s["cycles_per_sec"].to_string()
         );
     }
     for (title, key) in [
@@ -535,9 +582,9 @@ fn print_table(r: &Value) {
             println!(
                 "  {:<12} {:>14} {:>14} {:>8}",
                 format!("{} x {}", e["processes"], e["per_process"]),
-                e["zklock"]["acquisitions_per_sec"],
-                e["curator"]["acquisitions_per_sec"],
-                e["zklock_vs_curator"]
+                e["zklock"]["acquisitions_per_sec"].to_string(),
+                e["curator"]["acquisitions_per_sec"].to_string(),
+                e["zklock_vs_curator"].to_string()
             );
         }
     }

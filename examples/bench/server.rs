@@ -123,11 +123,11 @@ impl Drop for Server {
     }
 }
 
-fn server_version(connect: &str) -> Option<String> {
-    let srvr = four_letter_word(connect, "srvr").ok()?;
-    srvr.lines()
-        .find_map(|l| l.strip_prefix("Zookeeper version:"))
-        .map(|v| v.trim().split(',').next().unwrap_or("").trim().to_owned())
+pub fn server_version(connect: &str) -> Option<String> {
+    let mntr = four_letter_word(connect, "mntr").ok()?;
+    mntr.lines()
+        .find_map(|l| l.strip_prefix("zk_version"))
+        .map(|v| v.trim().split([',', '-']).next().unwrap_or("").trim().to_owned())
 }
 
 /// Sends a four-letter word to the first server of a connect string.

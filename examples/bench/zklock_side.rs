@@ -7,10 +7,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
-use zklock_runtime::{zk, LockClient};
+use zklock_runtime::{zk, Lock, LockClient};
 
 use crate::server::{notifications_sent, watch_summary};
-use crate::stats::Summary;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -21,52 +20,77 @@ pub async fn client(connect: &str) -> Result<LockClient, BoxError> {
         .await?)
 }
 
-/// Back-to-back acquire + release of one uncontended mutex.
-pub async fn uncontended(connect: &str, warmup: usize, cycles: usize) -> Result<Summary, BoxError> {
-    let client = client(connect).await?;
-    let lock = client.mutex("bench-uncontended-zklock")?;
-    for _ in 0..warmup {
-        lock.acquire().await?.release().await?;
+/// Back-to-back acquire + release of one uncontended zklock mutex.
+pub struct Uncontended {
+    _client: LockClient,
+    lock: Lock,
+}
+
+impl Uncontended {
+    pub async fn new(connect: &str) -> Result<Uncontended, BoxError> {
+        let client = client(connect).await?;
+        let lock = client.mutex("bench-uncontended-zklock")?;
+        Ok(Uncontended { _client: client, lock })
     }
-    let mut ns = Vec::with_capacity(cycles);
-    let start = Instant::now();
-    for _ in 0..cycles {
-        let t = Instant::now();
-        let guard = lock.acquire().await?;
-        guard.release().await?;
-        ns.push(t.elapsed().as_nanos() as u64);
+
+    /// Runs `cycles` cycles; returns each one's latency in nanoseconds and the total time.
+    pub async fn run(&self, cycles: usize) -> Result<(Vec<u64>, Duration), BoxError> {
+        let mut ns = Vec::with_capacity(cycles);
+        let start = Instant::now();
+        for _ in 0..cycles {
+            let t = Instant::now();
+            let guard = self.lock.acquire().await?;
+            guard.release().await?;
+            ns.push(t.elapsed().as_nanos() as u64);
+        }
+        Ok((ns, start.elapsed()))
     }
-    Ok(Summary::of(ns, start.elapsed()))
 }
 
 /// The floor: create an ephemeral sequential node and delete it, one request after the other.
-pub async fn floor(connect: &str, warmup: usize, cycles: usize) -> Result<Summary, BoxError> {
-    let raw = zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
-        .connect(connect)
-        .await?;
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    match raw.create("/bench-floor", b"", &persistent).await {
-        Ok(_) | Err(zk::Error::NodeExists) => {}
-        Err(e) => return Err(e.into()),
+pub struct Floor {
+    raw: zk::Client,
+    /// Also list the directory, pipelined behind the create (a diagnostic, not the floor).
+    pub with_list: bool,
+}
+
+impl Floor {
+    pub async fn new(connect: &str) -> Result<Floor, BoxError> {
+        let raw = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(connect)
+            .await?;
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        match raw.create("/bench-floor", b"", &persistent).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Floor { raw, with_list: false })
     }
-    let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let cycle = || async {
-        let (_, seq) = raw.create("/bench-floor/lock-", b"", &sequential).await?;
-        raw.delete(&format!("/bench-floor/lock-{seq}"), None).await?;
-        Ok::<_, zk::Error>(())
-    };
-    for _ in 0..warmup {
-        cycle().await?;
+
+    /// Runs `cycles` cycles; returns each one's latency in nanoseconds and the total time.
+    pub async fn run(&self, cycles: usize) -> Result<(Vec<u64>, Duration), BoxError> {
+        let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let mut ns = Vec::with_capacity(cycles);
+        let start = Instant::now();
+        for _ in 0..cycles {
+            let t = Instant::now();
+            let seq = if self.with_list {
+                // The recipe's minimum: the listing pipelined behind the create.
+                let (created, listed) = tokio::join!(
+                    self.raw.create("/bench-floor/lock-", b"", &sequential),
+                    self.raw.list_children("/bench-floor")
+                );
+                listed?;
+                created?.1
+            } else {
+                self.raw.create("/bench-floor/lock-", b"", &sequential).await?.1
+            };
+            self.raw.delete(&format!("/bench-floor/lock-{seq}"), None).await?;
+            ns.push(t.elapsed().as_nanos() as u64);
+        }
+        Ok((ns, start.elapsed()))
     }
-    let mut ns = Vec::with_capacity(cycles);
-    let start = Instant::now();
-    for _ in 0..cycles {
-        let t = Instant::now();
-        cycle().await?;
-        ns.push(t.elapsed().as_nanos() as u64);
-    }
-    Ok(Summary::of(ns, start.elapsed()))
 }
 
 pub fn epoch_ms() -> u64 {
@@ -141,7 +165,8 @@ pub async fn reentrant(connect: &str, warmup: usize, cycles: usize) -> Result<f6
     Ok(ns)
 }
 
-/// Herd check: `waiters` contenders queue behind a holder (spread over `sessions` clients);
+/// Herd check: `waiters` contenders queue behind a holder (spread over `sessions` clients;
+/// contenders sharing a client share its contender node, so pass `waiters + 1` for W nodes);
 /// then `releases` times the holder releases and the server's count of watch notifications
 /// sent is compared before and after each hand-over.
 pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usize) -> Result<Value, BoxError> {
@@ -173,7 +198,8 @@ pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usiz
     let view = clients[0].zookeeper().await?;
     let dir = clients[0].mutex(name)?.path().to_owned();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while view.list_children(&dir).await?.len() < waiters + 1 {
+    let nodes = (waiters + 1).min(clients.len());
+    while view.list_children(&dir).await?.len() < nodes {
         if Instant::now() > deadline {
             return Err("waiters did not all queue within 60 s".into());
         }
@@ -203,6 +229,7 @@ pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usiz
     Ok(json!({
         "waiters": waiters,
         "sessions": clients.len(),
+        "contender_nodes": nodes,
         "watches_before_first_release": watches_before,
         "paths_watched_before_first_release": paths_before,
         "notifications_per_release": per_release,

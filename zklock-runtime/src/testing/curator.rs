@@ -19,8 +19,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The JVM is killed when the peer is dropped, and (Linux) when the thread that started it
-//! exits, so a panicking test leaves no process behind.
+//! The JVM is killed when the peer is dropped, and (Linux) when the process that started it
+//! dies, so a panicking or killed test leaves no process behind.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::VecDeque;
@@ -233,7 +233,7 @@ impl CuratorPeer {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_parent(&mut cmd);
-        let mut child = cmd.spawn().map_err(|e| {
+        let mut child = spawn_from_keeper_thread(cmd).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 PeerError::Missing("`java` is not installed".into())
             } else {
@@ -577,6 +577,38 @@ fn cache_root() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     target.join("curator-peer")
+}
+
+/// Spawns `cmd` from one thread that lives as long as the process.
+///
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process; a
+/// child forked from a pooled thread (tokio's blocking pool retires idle threads after 10 s)
+/// would be killed mid-test. Forking from a thread that never exits ties the JVM to the
+/// process instead.
+fn spawn_from_keeper_thread(cmd: Command) -> std::io::Result<Child> {
+    type Request = (Command, std::sync::mpsc::SyncSender<std::io::Result<Child>>);
+    static KEEPER: OnceLock<Mutex<std::sync::mpsc::Sender<Request>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("curator-peer-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("spawn the Curator peer spawner thread");
+        Mutex::new(tx)
+    });
+    let (reply, answer) = std::sync::mpsc::sync_channel(1);
+    keeper
+        .lock()
+        .unwrap()
+        .send((cmd, reply))
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
 }
 
 /// Makes the child die with the thread that spawned it (Linux `PR_SET_PDEATHSIG`), so a test
