@@ -404,7 +404,7 @@ impl LockClient {
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
                 .map(|s| s.id);
-            if latest.is_none_or(|latest| latest == id) {
+            if latest.map_or(true, |latest| latest == id) {
                 inner.status.send_replace(health.status);
             }
         });
