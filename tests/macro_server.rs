@@ -1,0 +1,400 @@
+//! `#[distributed_lock]` against a real ZooKeeper: exclusion, reentrancy, timeouts, loss,
+//! fencing, clients held by a struct, the default client, and read/write sharing.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Barrier;
+use zklock::{current_fencing_token, distributed_lock, fencing_token, FencingToken, LockClient, LockError};
+use zklock_runtime::testing::{FaultProxy, ZkServer};
+
+/// Bound on anything that should happen "soon": generous, so a loaded machine does not flake.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+}
+
+impl From<LockError> for AppError {
+    fn from(err: LockError) -> Self {
+        AppError::Lock(err)
+    }
+}
+
+fn server() -> ZkServer {
+    ZkServer::start().expect("start ZooKeeper (run scripts/install-deps.sh)")
+}
+
+async fn client(connect: &str) -> LockClient {
+    LockClient::builder(connect)
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .expect("connect lock client")
+}
+
+/// Counts bodies inside the critical section, with the client the struct holds.
+struct Counter {
+    locks: LockClient,
+    inside: Arc<AtomicUsize>,
+    overlaps: Arc<AtomicUsize>,
+    entries: Arc<AtomicUsize>,
+}
+
+impl Counter {
+    #[distributed_lock("macro-exclusion", client = self.locks, timeout = "1m")]
+    async fn critical(&self, pause: Duration) -> Result<(), AppError> {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(pause).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        self.entries.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_never_overlap_across_two_clients() {
+    let zk = server();
+    let (inside, overlaps, entries) = Default::default();
+    let (inside, overlaps, entries): (Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<AtomicUsize>) =
+        (inside, overlaps, entries);
+    let mut tasks = Vec::new();
+    for c in 0..2 {
+        let counter = Arc::new(Counter {
+            locks: client(&zk.connect_string()).await,
+            inside: inside.clone(),
+            overlaps: overlaps.clone(),
+            entries: entries.clone(),
+        });
+        for t in 0..3 {
+            let counter = counter.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..4 {
+                    counter.critical(Duration::from_millis(2 + c + t)).await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("no deadlock")
+            .unwrap();
+    }
+    assert_eq!(entries.load(Ordering::SeqCst), 24);
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two bodies ran at once");
+}
+
+struct Nested {
+    locks: LockClient,
+    tokens: Mutex<Vec<FencingToken>>,
+}
+
+impl Nested {
+    #[distributed_lock("macro-reentrant:{key}", client = self.locks, timeout = "5s", token = fence)]
+    async fn outer(&self, key: &str) -> Result<u32, AppError> {
+        self.tokens.lock().unwrap().push(fence);
+        let inner = self.inner(key).await?;
+        Ok(inner + 1)
+    }
+
+    #[distributed_lock("macro-reentrant:{key}", client = self.locks, timeout = "5s", token = fence)]
+    async fn inner(&self, key: &str) -> Result<u32, AppError> {
+        self.tokens.lock().unwrap().push(fence);
+        assert_eq!(current_fencing_token(), Some(fence));
+        assert_eq!(fencing_token(&format!("macro-reentrant:{key}")), Some(fence));
+        Ok(1)
+    }
+
+    #[distributed_lock("macro-recursive", client = self.locks, timeout = "5s")]
+    async fn recurse(&self, depth: u32) -> Result<u32, AppError> {
+        if depth == 0 {
+            return Ok(0);
+        }
+        Ok(1 + Box::pin(self.recurse(depth - 1)).await?)
+    }
+}
+
+#[tokio::test]
+async fn nested_and_recursive_calls_reenter_without_a_round_trip() {
+    let zk = server();
+    let nested = Nested {
+        locks: client(&zk.connect_string()).await,
+        tokens: Mutex::new(Vec::new()),
+    };
+    let before = nested.locks.metrics();
+
+    let out = tokio::time::timeout(PATIENCE, nested.outer("a"))
+        .await
+        .expect("no deadlock")
+        .unwrap();
+    assert_eq!(out, 2);
+    let after_nested = nested.locks.metrics();
+    assert_eq!(
+        after_nested.acquired - before.acquired,
+        1,
+        "one grant through ZooKeeper"
+    );
+    assert_eq!(
+        after_nested.reentered - before.reentered,
+        1,
+        "the inner call re-entered"
+    );
+    let tokens = nested.tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 2);
+    assert_eq!(
+        tokens[0].zxid(),
+        tokens[1].zxid(),
+        "the inner call shares the outer hold"
+    );
+
+    let depth = tokio::time::timeout(PATIENCE, nested.recurse(5))
+        .await
+        .expect("no deadlock")
+        .unwrap();
+    assert_eq!(depth, 5);
+    let after_recursion = nested.locks.metrics();
+    assert_eq!(after_recursion.acquired - after_nested.acquired, 1);
+    assert_eq!(after_recursion.reentered - after_nested.reentered, 5);
+}
+
+#[distributed_lock("macro-busy", client = locks, timeout = "500ms")]
+async fn busy_with_timeout(locks: &LockClient, ran: &AtomicBool) -> Result<(), AppError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_lock("macro-busy", client = locks, timeout = "0s")]
+async fn busy_try_once(locks: &LockClient, ran: &AtomicBool) -> Result<(), AppError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_timeout_comes_out_through_the_error_type_and_the_body_does_not_run() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let waiter = client(&zk.connect_string()).await;
+    let guard = holder.mutex("macro-busy").unwrap().acquire().await.unwrap();
+    let ran = AtomicBool::new(false);
+
+    match busy_with_timeout(&waiter, &ran).await {
+        Err(AppError::Lock(LockError::Timeout { name, .. })) => assert_eq!(name, "macro-busy"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    match busy_try_once(&waiter, &ran).await {
+        Err(AppError::Lock(LockError::Timeout { .. })) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(!ran.load(Ordering::SeqCst), "the body ran without the lock");
+
+    guard.release().await.unwrap();
+    busy_with_timeout(&waiter, &ran).await.unwrap();
+    assert!(ran.load(Ordering::SeqCst));
+}
+
+/// Sets its flag when dropped: proves the body's future was dropped, not left running.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+struct Fragile {
+    locks: LockClient,
+    started: Arc<tokio::sync::Notify>,
+    dropped: Arc<AtomicBool>,
+    finished: Arc<AtomicBool>,
+}
+
+impl Fragile {
+    #[distributed_lock("macro-fragile", client = self.locks, timeout = "10s")]
+    async fn abort_on_loss(&self) -> Result<(), AppError> {
+        let _flag = DropFlag(self.dropped.clone());
+        self.started.notify_one();
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        self.finished.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    #[distributed_lock("macro-fragile-continue", client = self.locks, timeout = "10s", on_lost = "continue")]
+    async fn continue_on_loss(&self) -> Result<bool, AppError> {
+        self.started.notify_one();
+        let mut loss = zklock::current_loss_signal().expect("inside a locked body");
+        let _ = tokio::time::timeout(PATIENCE, loss.lost()).await;
+        self.finished.store(true, Ordering::SeqCst);
+        Ok(loss.is_lost())
+    }
+}
+
+async fn fragile(proxy: &FaultProxy) -> Fragile {
+    Fragile {
+        locks: LockClient::builder(proxy.connect_string())
+            .session_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .expect("connect through the proxy"),
+        started: Arc::new(tokio::sync::Notify::new()),
+        dropped: Arc::new(AtomicBool::new(false)),
+        finished: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lock_drops_the_body_and_returns_lost() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).expect("start proxy");
+    let fragile = fragile(&proxy).await;
+
+    let call = fragile.abort_on_loss();
+    let cut = async {
+        fragile.started.notified().await;
+        proxy.blackhole();
+    };
+    let (result, ()) = tokio::time::timeout(PATIENCE, async { tokio::join!(call, cut) })
+        .await
+        .expect("the loss was noticed");
+    match result {
+        Err(AppError::Lock(LockError::Lost { name, .. })) => assert_eq!(name, "macro-fragile"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(fragile.dropped.load(Ordering::SeqCst), "the body's future was dropped");
+    assert!(
+        !fragile.finished.load(Ordering::SeqCst),
+        "the body ran on after the loss"
+    );
+
+    // Another client can take the lock once the cut-off session is gone.
+    let other = client(&zk.connect_string()).await;
+    let guard = other.mutex("macro-fragile").unwrap().acquire_timeout(PATIENCE).await;
+    assert!(guard.is_ok(), "{guard:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lost_continue_lets_the_body_finish_and_see_the_loss() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).expect("start proxy");
+    let fragile = fragile(&proxy).await;
+
+    let call = fragile.continue_on_loss();
+    let cut = async {
+        fragile.started.notified().await;
+        proxy.blackhole();
+    };
+    let (result, ()) = tokio::time::timeout(PATIENCE * 2, async { tokio::join!(call, cut) })
+        .await
+        .expect("the body finished");
+    assert!(result.unwrap(), "the body saw the loss signal");
+    assert!(fragile.finished.load(Ordering::SeqCst));
+}
+
+#[distributed_lock("macro-fenced", client = locks, timeout = "30s", token = fence)]
+async fn fenced_write(locks: &LockClient) -> Result<FencingToken, AppError> {
+    assert_eq!(current_fencing_token(), Some(fence));
+    Ok(fence)
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_across_calls_and_clients() {
+    let zk = server();
+    let clients = [client(&zk.connect_string()).await, client(&zk.connect_string()).await];
+    let mut tokens = Vec::new();
+    for i in 0..6 {
+        tokens.push(fenced_write(&clients[i % 2]).await.unwrap());
+    }
+    for pair in tokens.windows(2) {
+        assert!(pair[0] < pair[1], "tokens not increasing: {tokens:?}");
+    }
+    assert_eq!(current_fencing_token(), None, "no lock outside the body");
+}
+
+#[distributed_lock("macro-default:{job}", timeout = "10s", token = fence)]
+async fn on_the_default_client(job: u32) -> Result<(u32, FencingToken), AppError> {
+    Ok((job, fence))
+}
+
+#[tokio::test]
+async fn without_client_option_the_installed_default_is_used() {
+    // The only test in this binary that installs a default client.
+    let zk = server();
+    let default = client(&zk.connect_string()).await;
+    default.install_default();
+    let before = default.metrics().acquired;
+    let (job, token) = on_the_default_client(3).await.unwrap();
+    assert_eq!(job, 3);
+    assert!(token.zxid() > 0);
+    assert_eq!(
+        default.metrics().acquired,
+        before + 1,
+        "the default client took the lock"
+    );
+}
+
+struct Catalog {
+    locks: LockClient,
+    readers_in: Arc<Barrier>,
+    release_readers: Arc<Barrier>,
+}
+
+impl Catalog {
+    #[distributed_lock("macro-catalog", mode = "read", client = self.locks, timeout = "30s")]
+    async fn read(&self) -> Result<(), AppError> {
+        // Both readers (and the test) meet here: only possible if the readers hold at once.
+        self.readers_in.wait().await;
+        self.release_readers.wait().await;
+        Ok(())
+    }
+}
+
+#[distributed_lock("macro-catalog", mode = "write", client = locks, timeout = "0s")]
+async fn write_catalog(locks: &LockClient) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_hold_together_and_exclude_a_writer() {
+    let zk = server();
+    let readers_in = Arc::new(Barrier::new(3));
+    let release_readers = Arc::new(Barrier::new(3));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let catalog = Catalog {
+            locks: client(&zk.connect_string()).await,
+            readers_in: readers_in.clone(),
+            release_readers: release_readers.clone(),
+        };
+        tasks.push(tokio::spawn(async move { catalog.read().await }));
+    }
+    tokio::time::timeout(PATIENCE, readers_in.wait())
+        .await
+        .expect("both readers held the lock at the same time");
+
+    let writer = client(&zk.connect_string()).await;
+    match write_catalog(&writer).await {
+        Err(AppError::Lock(LockError::Timeout { .. })) => {}
+        other => panic!("a writer got in while readers held the lock: {other:?}"),
+    }
+
+    release_readers.wait().await;
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let writer_in = async {
+        loop {
+            match write_catalog(&writer).await {
+                Ok(()) => break,
+                Err(AppError::Lock(LockError::Timeout { .. })) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, writer_in)
+        .await
+        .expect("the writer got in after the readers left");
+}
