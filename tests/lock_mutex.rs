@@ -386,3 +386,18 @@ async fn local_waiters_share_one_node_and_remote_waiters_are_not_starved() {
     );
     assert!(local.metrics().handed_off > 0);
 }
+
+#[tokio::test]
+async fn ensure_held_asks_the_server() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let guard = c.mutex("checked").unwrap().acquire().await.unwrap();
+    guard.ensure_held().await.unwrap();
+    // An operator removes the node behind the holder's back.
+    let raw = raw(&zk.connect_string()).await;
+    raw.delete(guard.node_path(), None).await.unwrap();
+    match guard.ensure_held().await {
+        Err(LockError::NotHeld { name }) => assert_eq!(name, "checked"),
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+}

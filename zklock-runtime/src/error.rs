@@ -53,7 +53,8 @@ pub enum LockError {
     /// A configuration value (session timeout, namespace, duration, ACL…) is unusable.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
-    /// Release or renewal of a lock this holder does not hold.
+    /// The server no longer has this holder's node: see
+    /// [`LockGuard::ensure_held`](crate::LockGuard::ensure_held).
     #[error("lock `{name}` is not held by this holder")]
     NotHeld {
         /// The lock name.

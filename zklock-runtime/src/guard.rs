@@ -249,6 +249,32 @@ impl LockGuard {
         self.loss_signal().lost().await
     }
 
+    /// Asks the server whether the hold is still in place: the contender node exists and
+    /// belongs to the live session. One round trip; useful right before an important write.
+    ///
+    /// Errors: [`LockError::Lost`] when the hold was already reported lost,
+    /// [`LockError::NotHeld`] when the node is gone or owned by another session (an operator
+    /// deleted it, or the session ended), a connection error when the server cannot be asked.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("ledger")?.acquire().await?;
+    /// guard.ensure_held().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn ensure_held(&self) -> Result<(), LockError> {
+        if self.is_lost() {
+            return Err(self.lost().await);
+        }
+        match self.hold.session.zk.check_stat(&self.hold.node_path).await {
+            Ok(Some(stat)) if stat.ephemeral_owner == self.hold.session.id => Ok(()),
+            Ok(_) => Err(LockError::NotHeld {
+                name: self.hold.name.clone(),
+            }),
+            Err(err) => Err(LockError::zk("exists", err)),
+        }
+    }
+
     /// Releases the hold (the node is deleted when this is the last guard of a reentrant hold)
     /// and waits until the node is gone or its session has ended.
     ///
