@@ -59,7 +59,7 @@ async fn thousands_of_random_cancellations_leave_no_node() {
                     // Dropped by aborting the task that runs it.
                     _ => {
                         let l = lock.clone();
-                        let task = tokio::spawn(async move { l.acquire().await.map(|g| drop(g)) });
+                        let task = tokio::spawn(async move { l.acquire().await.map(drop) });
                         tokio::time::sleep(after).await;
                         task.abort();
                         if let Ok(Ok(())) = task.await {
