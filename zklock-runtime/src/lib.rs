@@ -38,7 +38,6 @@ mod name;
 mod queue;
 mod reentrancy;
 mod rules;
-/// Singleton cron jobs on tokio-cron-scheduler: one node per fire, once per tick.
 #[cfg(feature = "scheduler")]
 pub mod scheduler;
 mod session;
