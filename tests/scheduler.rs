@@ -43,9 +43,10 @@ impl Node {
         log: &Log,
     ) -> Node {
         let client = support::client_with(connect, Duration::from_secs(2)).await;
-        Node::start_with(client, index, job, policy, clock, run_for, log).await
+        Node::start_with(client, index, job, policy, clock, run_for, None, log).await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn start_with(
         client: LockClient,
         index: usize,
@@ -53,6 +54,7 @@ impl Node {
         policy: Policy,
         clock: impl Clock,
         run_for: Duration,
+        lock_wait: Option<Duration>,
         log: &Log,
     ) -> Node {
         let running = Arc::new(Mutex::new(false));
@@ -79,6 +81,10 @@ impl Node {
         .expect("valid job")
         .policy(policy)
         .clock(clock);
+        let job = match lock_wait {
+            Some(wait) => job.lock_wait(wait),
+            None => job,
+        };
         let scheduler = JobScheduler::new().await.expect("scheduler");
         let (_, stats) = scheduler.add_singleton(job).await.expect("add job");
         scheduler.start().await.expect("start scheduler");
@@ -189,6 +195,59 @@ async fn once_per_tick_holds_with_one_clock_ahead_by_most_of_the_period() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn once_per_tick_holds_with_one_clock_behind_by_most_of_the_period() {
     once_per_tick_with(OffsetClock::behind(Duration::from_millis(900)), "behind").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ticks_whose_fires_found_the_lock_busy_run_late_once_it_frees() {
+    let server = support::server();
+    let log: Log = Arc::default();
+    let job = "held";
+    // Fires give up on the lock quickly, so every fire during the hold below times out.
+    let wait = Some(Duration::from_millis(200));
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        let client = support::client_with(&server.connect_string(), Duration::from_secs(2)).await;
+        let node = Node::start_with(
+            client,
+            i,
+            job,
+            Policy::OncePerTick,
+            SystemClock,
+            Duration::from_millis(50),
+            wait,
+            &log,
+        )
+        .await;
+        nodes.push(node);
+    }
+    wait_for_runs(&log, 2, Duration::from_secs(40)).await;
+
+    // Someone else (a Curator peer, an operator's tool) holds the job's lock for a few ticks.
+    let holder = support::client(&server.connect_string()).await;
+    let guard = holder.mutex(job).unwrap().acquire().await.expect("hold the job's lock");
+    let held_from = log.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let during = log.lock().unwrap().len() - held_from;
+    guard.release().await.expect("release");
+    let released_at = Instant::now();
+
+    // The ticks of the hold run late, then the schedule goes on.
+    wait_for_runs(&log, held_from + 6, Duration::from_secs(40)).await;
+    let mut stats = Vec::new();
+    for node in nodes {
+        stats.push(node.stop().await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let runs = log.lock().unwrap().clone();
+    assert_eq!(during, 0, "nothing ran while the lock was held elsewhere: {runs:?}");
+    let skips: u64 = stats.iter().map(|s| s.skips()).sum();
+    assert!(skips >= 2, "fires during the hold timed out on the lock: {stats:?}");
+    assert!(
+        runs[held_from..].iter().any(|r| r.start >= released_at),
+        "runs resumed after the release: {runs:?}"
+    );
+    assert_each_tick_once(&runs);
+    assert!(stats.iter().all(|s| s.failures() == 0), "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -30,7 +30,8 @@
 //!
 //! # Policies
 //!
-//! * [`Policy::OncePerTick`] (default): each scheduled tick runs exactly once in the cluster.
+//! * [`Policy::OncePerTick`] (default): each scheduled tick runs exactly once in the cluster
+//!   (late ticks within a bound, see [below](#late-ticks)).
 //! * [`Policy::Skip`]: ShedLock's behaviour; a fire runs if nobody is running the job right now
 //!   and is skipped otherwise.
 //!
@@ -50,16 +51,32 @@
 //!   tick under the lock, and a tick at or before the record is never run. A node whose clock is
 //!   behind fires late, possibly after the run on a faster node has finished and the lock is
 //!   free; it reads the record and skips.
-//! * **At least once**: every node walks the ticks of its own clock in order (a fire landing one
-//!   tick further than the last one handled on the node first offers the tick in between), and
-//!   a node's fires queue in order on the lock. So the first node to reach tick *T* on its clock
-//!   finds the record below *T*: any node that could have recorded *T+1* or later already went
-//!   through its own *T* before. That node runs *T*. A node whose clock is ahead simply runs the
-//!   ticks a little early, once each.
+//! * **At least once**: every node walks the ticks of its own clock in order (a fire offers,
+//!   under one hold of the lock, every tick after the last one the node handled up to the
+//!   fire's own tick, oldest first; a fire that could not take the lock or read the record
+//!   handles nothing, so the next fire offers its ticks again), and a node's fires queue in
+//!   order on the lock. So the first node to reach tick *T* on its clock finds the record
+//!   below *T*: any node that could have recorded *T+1* or later already went through its own
+//!   *T* before. That node runs *T*. A node whose clock is ahead simply runs the ticks a little
+//!   early, once each.
 //!
 //! What it does not cover: a node that joins while another node's clock is more than a tick
-//! ahead may find its first tick already passed; a cluster that is down (or whose lock is busy
-//! for longer than the wait, by default one period) misses the ticks in between, like cron.
+//! ahead may find its first tick already passed; a cluster that is down misses the ticks in
+//! between, like cron (a node's first fire offers only its own tick); and ticks later than
+//! the catch-up bound below are given up.
+//!
+//! # Late ticks
+//!
+//! A tick is still run after its time while the cluster is behind: the scheduler fired late on
+//! a loaded machine, the lock was busy for longer than [`SingletonJob::lock_wait`], or runs take
+//! longer than the period. Such a tick runs once, late, in order, with [`JobRun::tick`] telling
+//! its scheduled time, and is logged with `catch_up = true`.
+//!
+//! "Exactly once" has a bound in time: one fire runs at most ten ticks before its own
+//! tick. When more ticks than that are pending, the oldest are **given up**: they run on no
+//! node (never twice), a `warn` event names the first and last of them, and the record moves
+//! past them with the next tick taken. A job whose runs keep taking longer than its period thus
+//! runs its latest ticks, not an ever-growing backlog.
 //!
 //! # Failed runs, lost locks, dead nodes
 //!
@@ -267,7 +284,9 @@ impl SingletonJob {
     }
 
     /// How long a once-per-tick fire waits for the job's lock while another node holds it
-    /// (default: the gap to the next tick). A fire that waits in vain is counted as a skip.
+    /// (default: the gap to the next tick). A fire that waits in vain is counted as a skip; its
+    /// tick is not given up: unless another node takes it, this node's next fire runs it late
+    /// (see [late ticks](self#late-ticks)).
     pub fn lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = Some(wait);
         self

@@ -71,8 +71,8 @@ pub(crate) struct Shared {
     pub lock_wait: Option<Duration>,
     pub store: RecordStore,
     pub stats: JobStats,
-    /// Fires of this job on this node are handled one at a time; holds the latest own tick
-    /// handled (once-per-tick policy).
+    /// Fires of this job on this node are handled one at a time; holds the latest tick this
+    /// node is done with: run, found taken, or given up (once-per-tick policy).
     pub serial: AsyncMutex<Option<i64>>,
     pub run: StdMutex<RunFn>,
 }
@@ -130,67 +130,98 @@ async fn fire_skip(shared: &Shared, own: i64) {
     }
 }
 
+/// How many ticks before a fire's own tick one fire may still run late: ticks further back are
+/// given up (see the [module docs](super#late-ticks)).
+pub(crate) const MAX_CATCH_UP: usize = 10;
+
 async fn fire_once(shared: &Shared, own: i64) {
     let mut last_local = shared.serial.lock().await;
-    let mut todo = Vec::with_capacity(2);
-    match *last_local {
-        // The scheduler fired again within a tick this node already handled: not a fire of
-        // its own, so not counted.
-        Some(prev) if own <= prev => {
-            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: this node already handled the tick");
-            return;
-        }
-        // A fire that lands one tick further than the last one handled here (the scheduler
-        // fired late, or this node's clock was read across a tick boundary) first offers the
-        // tick in between, so the node walks its ticks in order.
-        Some(prev) => {
-            if let Some(before) = shared.ticks.before(own).filter(|b| *b > prev) {
-                todo.push((before, false));
-            }
-        }
-        None => {}
+    // The scheduler fired again within a tick this node already handled: not a fire of its
+    // own, so not counted.
+    if last_local.is_some_and(|prev| own <= prev) {
+        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: this node already handled the tick");
+        return;
     }
-    todo.push((own, true));
-    *last_local = Some(own);
-    for (tick, is_own) in todo {
-        once(shared, tick, is_own).await;
+    // A node's first fire offers its own tick only; later fires also offer every tick after
+    // the last one this node handled, so the node walks its ticks in order even when the
+    // scheduler fired late, a fire read the clock across a tick boundary, or an earlier fire
+    // could not take the lock.
+    let since = last_local.or_else(|| shared.ticks.before(own));
+    if let Some(decided) = catch_up(shared, since, own).await {
+        *last_local = Some(last_local.map_or(decided, |prev| prev.max(decided)));
     }
 }
 
-/// Runs `tick` unless the cluster's record says it was taken already.
-async fn once(shared: &Shared, tick: i64, is_own: bool) {
-    let skip = |why: &str| {
-        if is_own {
-            shared.stats.skipped();
-            info!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), "skipped: {why}");
-        } else {
-            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), "catch-up not needed: {why}");
-        }
+/// The ticks after `floor` up to and including `own`, oldest first, at most
+/// [`MAX_CATCH_UP`] of them before `own`; and the first and last tick given up, if there were
+/// more.
+fn due_ticks(ticks: &Ticks, floor: Option<i64>, own: i64) -> (Vec<i64>, Option<(i64, i64)>) {
+    let mut due = vec![own];
+    let Some(floor) = floor else {
+        return (due, None);
     };
-    let fail = |what: &str, err: &dyn std::fmt::Display| {
+    let mut missed = None;
+    let mut at = own;
+    while let Some(before) = ticks.before(at).filter(|b| *b > floor) {
+        if due.len() > MAX_CATCH_UP {
+            let first = ticks.after(floor).filter(|f| *f <= before).unwrap_or(before);
+            missed = Some((first, before));
+            break;
+        }
+        due.push(before);
+        at = before;
+    }
+    due.reverse();
+    (due, missed)
+}
+
+/// Under one hold of the job's lock, runs in order every tick after `since` up to `own` that
+/// the cluster's record says nobody took yet.
+///
+/// Returns the latest tick this node is done with (run, found taken, or given up), or `None`
+/// when it could not decide anything; ticks after the returned one are offered again by the
+/// next fire.
+async fn catch_up(shared: &Shared, since: Option<i64>, own: i64) -> Option<i64> {
+    let skip = |why: &str| {
+        shared.stats.skipped();
+        info!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: {why}");
+    };
+    let fail = |tick: i64, what: &str, err: &dyn std::fmt::Display| {
         shared.stats.failed();
         warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "{what}");
     };
 
     let wait = shared
         .lock_wait
-        .or_else(|| shared.ticks.period_after(tick))
+        .or_else(|| shared.ticks.period_after(own))
         .unwrap_or(Duration::from_secs(60));
     let guard = match shared.lock.acquire_timeout(wait).await {
         Ok(guard) => guard,
         Err(LockError::Timeout { .. }) => {
-            return skip(&format!("the job's lock stayed busy for {wait:?}"));
+            skip(&format!(
+                "the job's lock stayed busy for {wait:?}; the next fire offers the tick again"
+            ));
+            return None;
         }
-        Err(err) => return fail("could not take the job's lock", &err),
+        Err(err) => {
+            fail(own, "could not take the job's lock", &err);
+            return None;
+        }
     };
     let zk = match shared.client.zookeeper().await {
         Ok(zk) => zk,
-        Err(err) => return fail("no ZooKeeper session for the tick record", &err),
+        Err(err) => {
+            fail(own, "no ZooKeeper session for the tick record", &err);
+            return None;
+        }
     };
     let acls = shared.client.inner.config.acls();
-    let (record, version) = match shared.store.read(&zk, acls).await {
+    let (record, mut version) = match shared.store.read(&zk, acls).await {
         Ok(read) => read,
-        Err(err) => return fail("could not read the tick record", &err),
+        Err(err) => {
+            fail(own, "could not read the tick record", &err);
+            return None;
+        }
     };
     let record = match record {
         Ok(record) => record,
@@ -198,60 +229,85 @@ async fn once(shared: &Shared, tick: i64, is_own: bool) {
             shared.stats.failed();
             error!(target: "zklock::scheduler", job = %shared.name, path = %shared.store.path, %reason,
                 "the tick record is unreadable; not running (fix or delete the node)");
-            return;
+            return None;
         }
     };
+    let recorded = record.as_ref().map(|r| r.tick);
     if let Some(record) = &record {
         shared.stats.saw_recorded(record.tick);
-        if record.tick >= tick {
+        if record.tick >= own {
             let far = shared
                 .ticks
-                .after(tick)
+                .after(own)
                 .and_then(|next| shared.ticks.after(next))
                 .is_some_and(|far| record.tick > far);
             if far {
-                warn!(target: "zklock::scheduler", job = %shared.name, recorded = %show(record.tick), tick = %show(tick),
+                warn!(target: "zklock::scheduler", job = %shared.name, recorded = %show(record.tick), tick = %show(own),
                     "the recorded tick is well ahead of this node's clock; check the clocks of the cluster");
             }
-            return skip(&format!(
+            skip(&format!(
                 "tick already taken (recorded {}, {:?})",
                 show(record.tick),
                 record.state
             ));
+            return Some(own);
         }
     }
 
-    // Take the tick before running it: from here on no node runs it again, whatever happens
-    // to this run.
-    let session = shared.client.session_id();
-    let claim = TickRecord {
-        tick,
-        state: RunState::Running,
-        session,
-    };
-    let version = match shared.store.write(&zk, guard.node_path(), &claim, version).await {
-        Ok(version) => version,
-        Err(WriteError::Fenced) => return fail("lost the job's lock before taking the tick", &WriteError::Fenced),
-        Err(err) => return fail("could not take the tick", &err),
-    };
-    shared.stats.saw_recorded(tick);
-    shared.stats.ran(tick);
-    info!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
-        token = %guard.fencing_token(), catch_up = !is_own, "running");
+    // Ticks at or before the record were taken; ticks at or before `since` were handled here.
+    let floor = since.max(recorded);
+    let (due, missed) = due_ticks(&shared.ticks, floor, own);
+    let mut decided = floor;
+    if let Some((first, last)) = missed {
+        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
+            max_catch_up = MAX_CATCH_UP, "missed: ticks from first to last were more than max_catch_up ticks late; giving them up");
+        decided = decided.max(Some(last));
+    }
+    for tick in due {
+        // Take the tick before running it: from here on no node runs it again, whatever
+        // happens to this run. The write is fenced, so it also proves the lock is still ours.
+        let session = shared.client.session_id();
+        let claim = TickRecord {
+            tick,
+            state: RunState::Running,
+            session,
+        };
+        version = match shared.store.write(&zk, guard.node_path(), &claim, version).await {
+            Ok(version) => version,
+            Err(WriteError::Fenced) => {
+                fail(tick, "lost the job's lock before taking the tick", &WriteError::Fenced);
+                return decided;
+            }
+            Err(err) => {
+                fail(tick, "could not take the tick", &err);
+                return decided;
+            }
+        };
+        decided = Some(tick);
+        shared.stats.saw_recorded(tick);
+        shared.stats.ran(tick);
+        info!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
+            token = %guard.fencing_token(), catch_up = tick != own, "running");
 
-    let state = match execute(shared, &guard, tick).await {
-        Outcome::Done => RunState::Done,
-        Outcome::Failed(_) => RunState::Failed,
-        // The lock is gone: the record can no longer be written by this node, and says
-        // `running` for this tick.
-        Outcome::Lost => return,
-    };
-    let done = TickRecord { tick, state, session };
-    if let Err(err) = shared.store.write(&zk, guard.node_path(), &done, version).await {
-        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
-            "could not record how the run ended");
+        let state = match execute(shared, &guard, tick).await {
+            Outcome::Done => RunState::Done,
+            Outcome::Failed(_) => RunState::Failed,
+            // The lock is gone: the record can no longer be written by this node, and says
+            // `running` for this tick. Later ticks are left to the next fire or other nodes.
+            Outcome::Lost => return decided,
+        };
+        let done = TickRecord { tick, state, session };
+        version = match shared.store.write(&zk, guard.node_path(), &done, version).await {
+            Ok(version) => version,
+            Err(err) => {
+                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
+                    "could not record how the run ended");
+                return decided;
+            }
+        };
     }
     drop(guard);
+    decided
 }
 
 /// Runs the user's closure for `tick` in its own task, racing it against the loss of `guard`.
@@ -309,4 +365,46 @@ async fn execute(shared: &Shared, guard: &LockGuard, tick: i64) -> Outcome {
         Outcome::Lost => {}
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: i64 = 1_700_000_000_000;
+
+    #[test]
+    fn due_ticks_are_every_tick_after_the_floor_oldest_first() {
+        let ticks = Ticks::parse("* * * * * *").unwrap();
+        assert_eq!(due_ticks(&ticks, Some(T - 1000), T), (vec![T], None));
+        assert_eq!(
+            due_ticks(&ticks, Some(T - 4000), T),
+            (vec![T - 3000, T - 2000, T - 1000, T], None)
+        );
+        // A floor between ticks: the tick after it is due.
+        assert_eq!(due_ticks(&ticks, Some(T - 1500), T), (vec![T - 1000, T], None));
+        // No floor: only the fire's own tick.
+        assert_eq!(due_ticks(&ticks, None, T), (vec![T], None));
+    }
+
+    #[test]
+    fn due_ticks_give_up_all_but_the_latest_ones() {
+        let ticks = Ticks::parse("* * * * * *").unwrap();
+        let limit = MAX_CATCH_UP as i64;
+        // Exactly the limit of late ticks: all run.
+        let (due, missed) = due_ticks(&ticks, Some(T - (limit + 1) * 1000), T);
+        assert_eq!(due.len(), MAX_CATCH_UP + 1);
+        assert_eq!(missed, None);
+        // One more: the oldest is given up.
+        let (due, missed) = due_ticks(&ticks, Some(T - (limit + 2) * 1000), T);
+        assert_eq!(due.len(), MAX_CATCH_UP + 1);
+        assert_eq!(due.first(), Some(&(T - limit * 1000)));
+        assert_eq!(due.last(), Some(&T));
+        let gone = T - (limit + 1) * 1000;
+        assert_eq!(missed, Some((gone, gone)));
+        // A floor a day back costs no more than the limit.
+        let (due, missed) = due_ticks(&ticks, Some(T - 86_400_000), T);
+        assert_eq!(due.len(), MAX_CATCH_UP + 1);
+        assert_eq!(missed, Some((T - 86_399_000, T - (limit + 1) * 1000)));
+    }
 }
