@@ -147,9 +147,10 @@ async fn fire_once(shared: &Shared, own: i64) {
     // scheduler fired late, a fire read the clock across a tick boundary, or an earlier fire
     // could not take the lock.
     let since = last_local.or_else(|| shared.ticks.before(own));
-    if let Some(decided) = catch_up(shared, since, own).await {
-        *last_local = Some(last_local.map_or(decided, |prev| prev.max(decided)));
-    }
+    // When nothing could be decided, the floor stays where it was (on a first fire: just
+    // before its own tick), so the next fire offers this fire's tick again.
+    let decided = catch_up(shared, since, own).await.or(since);
+    *last_local = (*last_local).max(decided);
 }
 
 /// The ticks after `floor` up to and including `own`, oldest first, at most
