@@ -1,8 +1,8 @@
 //! Two clients contend for one ZooKeeper lock; each grant carries a fencing token that grows.
 //!
 //! ```sh
-//! cargo run --example hello_lock --features testing                   # starts its own ZooKeeper
-//! cargo run --example hello_lock --features testing -- --zk 127.0.0.1:2181
+//! cargo run -p zklock-examples --example hello_lock                   # starts its own ZooKeeper
+//! cargo run -p zklock-examples --example hello_lock -- --zk 127.0.0.1:2181
 //! ```
 
 use std::process::ExitCode;

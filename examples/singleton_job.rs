@@ -4,9 +4,9 @@
 //! job and the others say they skipped:
 //!
 //! ```text
-//! cargo run --example singleton_job                       # starts a throw-away ZooKeeper, prints its address
-//! cargo run --example singleton_job -- --zk 127.0.0.1:2181
-//! cargo run --example singleton_job -- --zk 127.0.0.1:2181 --policy skip --work-ms 3000
+//! cargo run -p zklock-examples --example singleton_job                       # starts a throw-away ZooKeeper, prints its address
+//! cargo run -p zklock-examples --example singleton_job -- --zk 127.0.0.1:2181
+//! cargo run -p zklock-examples --example singleton_job -- --zk 127.0.0.1:2181 --policy skip --work-ms 3000
 //! ```
 //!
 //! Kill the terminal that is running the job (Ctrl-C, or `kill -9`): once its session expires,
@@ -67,10 +67,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_server, connect) = match args.zk.clone() {
         Some(connect) => (None, connect),
         None => {
-            let server = zklock_runtime::testing::ZkServer::start()?;
+            let server = zklock::testing::ZkServer::start()?;
             let connect = server.connect_string();
             println!("started a throw-away ZooKeeper at {connect}; in other terminals run:");
-            println!("  cargo run --example singleton_job -- --zk {connect}");
+            println!("  cargo run -p zklock-examples --example singleton_job -- --zk {connect}");
             (Some(server), connect)
         }
     };

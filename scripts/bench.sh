@@ -21,4 +21,4 @@ esac
 
 ./scripts/install-deps.sh >&2
 echo "building the bench (release)..." >&2
-exec cargo run --quiet --release --features testing --example bench -- "$@"
+exec cargo run --quiet --release -p zklock-examples --example bench -- "$@"

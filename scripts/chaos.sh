@@ -13,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./scripts/install-deps.sh
 
 mkdir -p target/chaos
-cargo build --release --features testing --example chaos
+cargo build --release -p zklock-examples --example chaos
 set +e
 ./target/release/examples/chaos run --history target/chaos/history.jsonl "$@" | tee target/chaos/latest.txt
 status=${PIPESTATUS[0]}

@@ -17,4 +17,4 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Installs only what is missing (ZooKeeper jars, a JDK, a C compiler); quiet when all is there.
 ./scripts/install-deps.sh >&2
-exec cargo run --release --features testing --example seckill -- demo "$@"
+exec cargo run --release -p zklock-examples --example seckill -- demo "$@"

@@ -32,7 +32,7 @@ if [[ -f Cargo.lock ]]; then
 fi
 
 status=0
-cargo test --workspace --all-features "${locked[@]}" "$@" || status=$?
+cargo test --workspace --all-features --no-fail-fast "${locked[@]}" "$@" || status=$?
 
 # Servers are killed by Drop guards (and by the kernel when a test process dies); give the kernel
 # a moment to reap them before looking.

@@ -4,15 +4,15 @@
 //! honoured in sequence order.
 //!
 //! The Curator side is a real JVM running the Debian Curator jars
-//! (`zklock_runtime::testing::curator::CuratorPeer`).
+//! (`zklock_testing::curator::CuratorPeer`).
 
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use zklock_runtime::testing::curator::{CuratorPeer, RwMode};
-use zklock_runtime::testing::ZkServer;
 use zklock_runtime::{zk, Lock, LockClient, LockError};
+use zklock_testing::curator::{CuratorPeer, RwMode};
+use zklock_testing::ZkServer;
 
 /// Generous bound for anything that should happen promptly on a loaded machine.
 const SOON: Duration = Duration::from_secs(20);

@@ -5,8 +5,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{client, server};
-use zklock_runtime::testing::FaultProxy;
 use zklock_runtime::{LockClient, LockError};
+use zklock_testing::FaultProxy;
 
 fn closed_port() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -7,8 +7,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{client, contenders, eventually, raw, server};
-use zklock_runtime::testing::{FaultProxy, ZkEnsemble};
 use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
+use zklock_testing::{FaultProxy, ZkEnsemble};
 
 const SESSION: Duration = Duration::from_secs(4);
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::Barrier;
 use zklock::{current_fencing_token, distributed_lock, fencing_token, FencingToken, LockClient, LockError};
-use zklock_runtime::testing::{FaultProxy, ZkServer};
+use zklock_testing::{FaultProxy, ZkServer};
 
 /// Bound on anything that should happen "soon": generous, so a loaded machine does not flake.
 const PATIENCE: Duration = Duration::from_secs(60);

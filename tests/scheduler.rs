@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use zklock::scheduler::tokio_cron_scheduler::JobScheduler;
 use zklock::scheduler::{Clock, JobSchedulerExt, JobStats, OffsetClock, Policy, SingletonJob, SystemClock};
-use zklock::testing::FaultProxy;
 use zklock::LockClient;
+use zklock_testing::FaultProxy;
 
 const EVERY_SECOND: &str = "* * * * * *";
 

@@ -1,4 +1,4 @@
-//! Tests of the test support itself (`zklock_runtime::testing`): real servers and ensembles start,
+//! Tests of the test support itself (`zklock_testing`): real servers and ensembles start,
 //! fail and recover as asked, the fault proxy really cuts a client off, and no JVM outlives its
 //! handle or the test process.
 
@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use zklock_runtime::testing::{FaultProxy, ProxyMode, TestingError, ZkEnsemble, ZkServer};
 use zklock_runtime::zk;
+use zklock_testing::{FaultProxy, ProxyMode, TestingError, ZkEnsemble, ZkServer};
 
 /// Runs a blocking call (starting, killing, restarting servers) from an async test.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {

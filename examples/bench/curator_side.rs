@@ -1,11 +1,11 @@
-//! The Curator measurements, run by the Java peer (`java/CuratorPeer.java`) on the Debian jars.
+//! The Curator measurements, run by the Java peer (`zklock-testing/java/CuratorPeer.java`) on the Debian jars.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use zklock_runtime::testing::curator::CuratorPeer;
-use zklock_runtime::zk;
+use zklock::testing::curator::CuratorPeer;
+use zklock::zk;
 
 use crate::server::{notifications_sent, watch_summary};
 

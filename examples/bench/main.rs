@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! ./scripts/bench.sh [--quick] [--out DIR] [--zk HOST:PORT] [--fsync]
-//! cargo run --release --features testing --example bench -- --quick
+//! cargo run --release -p zklock-examples --example bench -- --quick
 //! ```
 //!
 //! Measures (a) the uncontended acquire+release cycle, (b) cross-process contention,
@@ -185,7 +185,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         }
     };
     let connect = server.connect.clone();
-    tokio::task::spawn_blocking(zklock_runtime::testing::curator::compiled_classes).await??;
+    tokio::task::spawn_blocking(zklock::testing::curator::compiled_classes).await??;
 
     // (a) uncontended cycle, the three clients in interleaved rounds so that drift (server JIT,
     // other load on the machine) is shared fairly among them.

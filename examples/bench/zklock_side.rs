@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
-use zklock_runtime::{zk, Lock, LockClient};
+use zklock::{zk, Lock, LockClient};
 
 use crate::server::{notifications_sent, watch_summary};
 
@@ -132,7 +132,7 @@ pub async fn contended(
                     counted.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Ok::<_, zklock_runtime::LockError>(())
+            Ok::<_, zklock::LockError>(())
         }));
     }
     for h in handles {

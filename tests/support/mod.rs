@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use zklock_runtime::testing::ZkServer;
 use zklock_runtime::{zk, LockClient};
+use zklock_testing::ZkServer;
 
 /// A standalone server with a 200 ms tick (sessions of 0.4–4 s) that reaps empty containers
 /// every 100 ms.

@@ -21,7 +21,8 @@
 //! `queue.rs` (the contender queue every recipe shares), `local_queue.rs` (in-process
 //! waiters and node handoff), `rules.rs` (mutex, read/write and
 //! semaphore rules), `guard.rs` (owned guards, fencing tokens, loss), `reentrancy.rs`,
-//! `cleanup.rs` (releases and abandoned contenders), `testing/` (real servers for tests).
+//! `cleanup.rs` (releases and abandoned contenders). Real servers for tests are in the
+//! `zklock-testing` crate.
 
 #![warn(missing_docs)]
 
@@ -41,9 +42,6 @@ mod rules;
 #[cfg(feature = "scheduler")]
 pub mod scheduler;
 mod session;
-
-#[cfg(feature = "testing")]
-pub mod testing;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::LockError;

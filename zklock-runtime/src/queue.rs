@@ -438,13 +438,13 @@ async fn ensure_dir(lock: &Lock, session: &Session) -> Result<(), Failed> {
     }
 }
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::testing::ZkServer;
     use crate::LockClient;
+    use zklock_testing::ZkServer;
 
     /// CURATOR-604: after a reconnect with a new session, a node of the old session carrying
     /// our protected prefix must not be adopted as ours.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use zklock_runtime::testing::{FaultProxy, ZkEnsemble};
-use zklock_runtime::zk;
+use zklock::testing::{FaultProxy, ZkEnsemble};
+use zklock::zk;
 
 use super::checker::{check, Report};
 use super::clock::{ms_between, now_ns};

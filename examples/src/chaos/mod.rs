@@ -8,8 +8,8 @@
 //! to be reaped — and records a history ([`history`]). The checker ([`checker`]) is a pure
 //! function of that history.
 //!
-//! Used by `examples/chaos/main.rs` (`./scripts/chaos.sh --duration 10m`) and by
-//! `tests/chaos.rs` (the CI-sized run).
+//! Used by the `chaos` example (`./scripts/chaos.sh --duration 10m`) and by
+//! `examples/tests/chaos.rs` (the CI-sized run).
 
 pub mod checker;
 pub mod clock;

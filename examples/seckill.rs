@@ -2,9 +2,9 @@
 //! `#[distributed_lock("seckill:{item_id}")]`, and a demo that shows what the lock prevents.
 //!
 //! ```text
-//! cargo run --release --features testing --example seckill -- demo                   # with the lock
-//! cargo run --release --features testing --example seckill -- demo --unsafe-no-lock  # without it
-//! cargo run --release --features testing --example seckill -- serve --zk 127.0.0.1:2181 \
+//! cargo run --release -p zklock-examples --example seckill -- demo                   # with the lock
+//! cargo run --release -p zklock-examples --example seckill -- demo --unsafe-no-lock  # without it
+//! cargo run --release -p zklock-examples --example seckill -- serve --zk 127.0.0.1:2181 \
 //!     --database 'sqlite:///tmp/seckill.db?mode=rwc' --listen 127.0.0.1:8080
 //! ```
 //!
@@ -12,11 +12,8 @@
 //! SQLite file (or the PostgreSQL database in `DATABASE_URL`), sells 100 units to 2,000
 //! concurrent requests, and prints a summary whose last line is one JSON object.
 
-mod driver;
-mod service;
-mod store;
-
 use clap::{Parser, Subcommand};
+use zklock_examples::seckill::{driver, service};
 
 #[derive(Debug, Parser)]
 #[command(about = "Flash-sale inventory service guarded by a ZooKeeper lock, and its demo")]

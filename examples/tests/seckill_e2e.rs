@@ -9,13 +9,6 @@
 //!
 //! The bad-input and unavailability tests run the service in-process, on a free port.
 
-#[path = "../examples/seckill/driver.rs"]
-mod driver;
-#[path = "../examples/seckill/service.rs"]
-mod service;
-#[path = "../examples/seckill/store.rs"]
-mod store;
-
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,9 +17,9 @@ use serde_json::{json, Value};
 use zklock::testing::{FaultProxy, ZkServer};
 use zklock::LockClient;
 
-use driver::{DemoArgs, Launcher, Summary};
-use service::{Inventory, ServeArgs};
-use store::{sqlite_url, Store, StoreError};
+use zklock_examples::seckill::driver::{self, DemoArgs, Launcher, Summary};
+use zklock_examples::seckill::service::{self, Inventory, ServeArgs};
+use zklock_examples::seckill::store::{sqlite_url, Store, StoreError};
 
 /// The two demo runs start four processes each; one at a time is enough for a small machine.
 static DEMO_RUNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

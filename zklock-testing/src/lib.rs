@@ -1,4 +1,4 @@
-//! Real ZooKeeper servers for tests, examples and your own test suites (feature `testing`).
+//! Real ZooKeeper servers for tests, examples and your own test suites.
 //!
 //! Modelled on Apache Curator's `TestingServer` and `TestingCluster`: every server is a real
 //! Apache ZooKeeper 3.8 JVM started from the installed jars (Debian's `zookeeper` package, or
@@ -18,14 +18,14 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zklock_runtime::testing::{FaultProxy, ZkServer};
+//! use zklock_testing::{FaultProxy, ZkServer};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let server = ZkServer::builder()
 //!     .system_property("znode.container.checkIntervalMs", "100") // reap empty lock dirs fast
 //!     .start()?;
 //! let proxy = FaultProxy::start(server.addr())?;
-//! let client = zklock_runtime::zk::Client::connector()
+//! let client = zookeeper_client::Client::connector()
 //!     .with_session_timeout(Duration::from_secs(2))
 //!     .connect(&proxy.connect_string())
 //!     .await?;

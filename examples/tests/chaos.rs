@@ -6,15 +6,14 @@
 //! increasing fencing tokens, no leaked node, and the lock granted again within the stated
 //! bound after each fault. The longer run is `./scripts/chaos.sh --duration 10m`.
 //!
-//! The checker's own unit tests (hand-made histories with violations) run here too.
-
-#[path = "../examples/chaos/mod.rs"]
-mod chaos;
+//! The checker's own unit tests (hand-made histories with violations) are the library's
+//! (`src/chaos/checker.rs`).
 
 use std::time::Duration;
 
-use chaos::history::FaultKind;
-use chaos::runner::{run, ChildCommand, RunConfig};
+use zklock_examples::chaos;
+use zklock_examples::chaos::history::FaultKind;
+use zklock_examples::chaos::runner::{run, ChildCommand, RunConfig};
 
 /// Name of the entry point the contender processes re-execute this binary into.
 const CONTENDER_ENTRY: &str = "chaos_contender_process";

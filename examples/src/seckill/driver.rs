@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::store::{sqlite_url, Item, Order, Store};
+use super::store::{sqlite_url, Item, Order, Store};
 
 /// Any error the driver reports (setup failures; request failures are counted, not raised).
 pub type DemoError = Box<dyn std::error::Error + Send + Sync>;

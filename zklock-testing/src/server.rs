@@ -86,7 +86,7 @@ pub(crate) enum Role {
 /// that pauses or kills it.
 ///
 /// ```no_run
-/// use zklock_runtime::testing::ZkServer;
+/// use zklock_testing::ZkServer;
 ///
 /// let server = ZkServer::start()?;
 /// assert_eq!(server.four_letter_word("ruok")?, "imok");
@@ -94,7 +94,7 @@ pub(crate) enum Role {
 /// # let _ = connect;
 /// server.kill()?; // crash it
 /// server.restart()?; // same port, same data
-/// # Ok::<(), zklock_runtime::testing::TestingError>(())
+/// # Ok::<(), zklock_testing::TestingError>(())
 /// ```
 #[derive(Debug)]
 pub struct ZkServer {
@@ -110,9 +110,9 @@ impl ZkServer {
     /// Starts a standalone server with the default settings and waits until it serves.
     ///
     /// ```no_run
-    /// let server = zklock_runtime::testing::ZkServer::start()?;
+    /// let server = zklock_testing::ZkServer::start()?;
     /// println!("ZooKeeper at {}", server.connect_string());
-    /// # Ok::<(), zklock_runtime::testing::TestingError>(())
+    /// # Ok::<(), zklock_testing::TestingError>(())
     /// ```
     pub fn start() -> Result<ZkServer, TestingError> {
         ZkServer::builder().start()
@@ -122,12 +122,12 @@ impl ZkServer {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// let server = zklock_runtime::testing::ZkServer::builder()
+    /// let server = zklock_testing::ZkServer::builder()
     ///     .tick_time(Duration::from_millis(100))
     ///     .system_property("znode.container.checkIntervalMs", "100")
     ///     .force_sync(false)
     ///     .start()?;
-    /// # Ok::<(), zklock_runtime::testing::TestingError>(())
+    /// # Ok::<(), zklock_testing::TestingError>(())
     /// ```
     pub fn builder() -> ZkServerBuilder {
         ZkServerBuilder {
@@ -416,10 +416,10 @@ impl ZkServer {
     /// the text of `srvr`, `mntr`, `stat`, `wchs`, `cons`.
     ///
     /// ```no_run
-    /// let server = zklock_runtime::testing::ZkServer::start()?;
+    /// let server = zklock_testing::ZkServer::start()?;
     /// let mntr = server.four_letter_word("mntr")?;
     /// assert!(mntr.contains("zk_server_state\tstandalone"));
-    /// # Ok::<(), zklock_runtime::testing::TestingError>(())
+    /// # Ok::<(), zklock_testing::TestingError>(())
     /// ```
     pub fn four_letter_word(&self, word: &str) -> Result<String, TestingError> {
         four_letter_word(self.addr(), word, FOUR_LETTER_TIMEOUT)

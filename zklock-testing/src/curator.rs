@@ -1,14 +1,14 @@
 //! A real Apache Curator contender driven from Rust, for interoperability tests and benchmarks.
 //!
 //! [`CuratorPeer`] compiles `java/CuratorPeer.java` (once per source version, cached under the
-//! cargo target directory) against the Debian Curator jars, starts it as a child JVM and speaks
+//! cargo target directory or the temporary directory) against the Debian Curator jars, starts it as a child JVM and speaks
 //! its line protocol: each lock gets an id, acquires run on a thread of their own inside the
 //! JVM, and their outcomes arrive as [`PeerEvent`]s while the test goes on.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), zklock_runtime::testing::curator::PeerError> {
+//! # async fn demo() -> Result<(), zklock_testing::curator::PeerError> {
 //! use std::time::Duration;
-//! use zklock_runtime::testing::curator::CuratorPeer;
+//! use zklock_testing::curator::CuratorPeer;
 //!
 //! let peer = CuratorPeer::start("127.0.0.1:2181").await?;
 //! peer.mutex("a", "/zklock/orders").await?;
@@ -34,7 +34,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// The peer's Java source, embedded so the cache key follows every edit.
-const SOURCE: &str = include_str!("../../../java/CuratorPeer.java");
+const SOURCE: &str = include_str!("../java/CuratorPeer.java");
 
 /// Where the Debian packages put the jars.
 const JAR_DIR: &str = "/usr/share/java";
@@ -192,8 +192,8 @@ impl CuratorPeer {
     /// Starts a peer and connects it with a 4 s session timeout.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), zklock_runtime::testing::curator::PeerError> {
-    /// let peer = zklock_runtime::testing::curator::CuratorPeer::start("127.0.0.1:2181").await?;
+    /// # async fn demo() -> Result<(), zklock_testing::curator::PeerError> {
+    /// let peer = zklock_testing::curator::CuratorPeer::start("127.0.0.1:2181").await?;
     /// # Ok(()) }
     /// ```
     pub async fn start(connect_string: &str) -> Result<CuratorPeer, PeerError> {
@@ -572,11 +572,14 @@ fn compile_into(scratch: &Path) -> Result<(), PeerError> {
     Ok(())
 }
 
+/// `$CARGO_TARGET_DIR/curator-peer` when cargo says where its target directory is, otherwise a
+/// directory under the system's temporary directory (a published crate's own directory is
+/// read-only, so the cache never lives next to the source).
 fn cache_root() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("curator-peer")
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(target) => PathBuf::from(target).join("curator-peer"),
+        None => std::env::temp_dir().join("zklock-testing-curator-peer"),
+    }
 }
 
 /// Spawns `cmd` from one thread that lives as long as the process.

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::json;
 use zklock::{distributed_lock, FencingToken, LockClient, LockError};
 
-use crate::store::{Item, Order, Store, StoreError};
+use super::store::{Item, Order, Store, StoreError};
 
 /// The largest quantity one request may buy (keeps arithmetic far from overflow).
 pub const MAX_QTY: i64 = 1_000_000;
@@ -352,7 +352,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Se
     let inventory = Arc::new(inventory(&args).await?);
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
-    println!("{}{addr}", crate::driver::LISTENING);
+    println!("{}{addr}", super::driver::LISTENING);
     eprintln!(
         "seckill: serving on http://{addr} (lock: {}, zookeeper: {})",
         if args.unsafe_no_lock { "OFF" } else { "on" },

@@ -3,22 +3,20 @@
 //!
 //! ```text
 //! ./scripts/chaos.sh --duration 10m          # or:
-//! cargo run --release --features testing --example chaos -- run --duration 10m
+//! cargo run --release -p zklock-examples --example chaos -- run --duration 10m
 //! ```
 //!
 //! Prints a summary and, as its last line, a JSON object with `operations`, `faults`,
 //! `overlaps_unexplained`, `stale_writes_accepted`, `leaked_nodes` and `max_unavailable_ms`.
 //! Exits with status 1 when the checker finds a violation.
 
-#[path = "mod.rs"]
-mod chaos;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use chaos::runner::{run, ChildCommand, RunConfig};
+use zklock_examples::chaos;
+use zklock_examples::chaos::runner::{run, ChildCommand, RunConfig};
 
 #[derive(Debug, Parser)]
 #[command(about = "Fault-injection run of zklock with a history checker")]

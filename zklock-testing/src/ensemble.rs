@@ -23,7 +23,7 @@ const PORT_ATTEMPTS: usize = 3;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use zklock_runtime::testing::ZkEnsemble;
+/// use zklock_testing::ZkEnsemble;
 ///
 /// let ensemble = ZkEnsemble::start(3)?;
 /// let leader = ensemble.leader().expect("a started ensemble has a leader");
@@ -31,7 +31,7 @@ const PORT_ATTEMPTS: usize = 3;
 /// let new_leader = ensemble.wait_for_quorum(Duration::from_secs(30))?;
 /// assert_ne!(new_leader, leader);
 /// ensemble.restart(leader)?; // rejoins as a follower
-/// # Ok::<(), zklock_runtime::testing::TestingError>(())
+/// # Ok::<(), zklock_testing::TestingError>(())
 /// ```
 #[derive(Debug)]
 pub struct ZkEnsemble {
@@ -50,10 +50,10 @@ impl ZkEnsemble {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// let ensemble = zklock_runtime::testing::ZkEnsemble::builder(3)
+    /// let ensemble = zklock_testing::ZkEnsemble::builder(3)
     ///     .tick_time(Duration::from_millis(100))
     ///     .start()?;
-    /// # Ok::<(), zklock_runtime::testing::TestingError>(())
+    /// # Ok::<(), zklock_testing::TestingError>(())
     /// ```
     pub fn builder(size: usize) -> ZkEnsembleBuilder {
         let settings = Settings {
@@ -89,12 +89,12 @@ impl ZkEnsemble {
     /// their ports across restarts, the proxies stay valid.
     ///
     /// ```no_run
-    /// let ensemble = zklock_runtime::testing::ZkEnsemble::start(3)?;
+    /// let ensemble = zklock_testing::ZkEnsemble::start(3)?;
     /// let proxies = ensemble.proxies()?;
     /// let connect = ensemble.connect_string_via(&proxies);
     /// proxies[0].blackhole(); // cut the client off from member 0 only
     /// # let _ = connect;
-    /// # Ok::<(), zklock_runtime::testing::TestingError>(())
+    /// # Ok::<(), zklock_testing::TestingError>(())
     /// ```
     pub fn proxies(&self) -> Result<Vec<FaultProxy>, TestingError> {
         self.members.iter().map(|m| FaultProxy::start(m.addr())).collect()

@@ -55,7 +55,7 @@ impl ProxyMode {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use zklock_runtime::testing::{FaultProxy, ProxyMode, ZkServer};
+/// use zklock_testing::{FaultProxy, ProxyMode, ZkServer};
 ///
 /// let server = ZkServer::start()?;
 /// let proxy = FaultProxy::start(server.addr())?;
@@ -66,7 +66,7 @@ impl ProxyMode {
 /// proxy.pass(); // heal
 /// proxy.set_latency(Duration::from_millis(50));
 /// proxy.reset_all(); // every open connection gets an RST
-/// # Ok::<(), zklock_runtime::testing::TestingError>(())
+/// # Ok::<(), zklock_testing::TestingError>(())
 /// ```
 #[derive(Debug)]
 pub struct FaultProxy {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use zklock_runtime::{LockClient, LockError, LockGuard};
+use zklock::{LockClient, LockError, LockGuard};
 
 use super::clock::now_ns;
 use super::history::{Event, Section, Token, EVENT_PREFIX};

@@ -1,0 +1,10 @@
+//! The seckill (flash-sale) inventory service and its demo driver, shared by the `seckill`
+//! example program and the end-to-end tests in `examples/tests/seckill_e2e.rs`.
+//!
+//! - [`service`]: the HTTP service whose buy path runs under `#[distributed_lock]`.
+//! - [`store`]: the inventory and order tables (SQLite or PostgreSQL), with the fenced write.
+//! - [`driver`]: the demo: ZooKeeper, several service processes, the load, the summary.
+
+pub mod driver;
+pub mod service;
+pub mod store;
