@@ -192,9 +192,9 @@ async fn session_expiry_reports_loss_and_later_acquires_use_a_new_session() {
     assert!(expired, "session never expired: {:?}", c.status());
     proxy.pass();
     assert!(guard.is_lost());
-    // The same task re-acquiring does not get the dead hold back.
+    // Code inside the hold's scope re-acquiring does not get the dead hold back.
     assert!(matches!(
-        lock.acquire_timeout(Duration::from_secs(5)).await,
+        guard.scope(lock.acquire_timeout(Duration::from_secs(5))).await,
         Err(LockError::Lost { .. })
     ));
     drop(guard);

@@ -150,7 +150,9 @@ async fn reentrant_acquire_needs_no_round_trip() {
     let outer = lock.acquire().await.unwrap();
     // Freeze the server: anything that needs a round trip now hangs.
     zk.pause().unwrap();
-    let inner = tokio::time::timeout(Duration::from_millis(500), lock.acquire()).await;
+    let inner = outer
+        .scope(tokio::time::timeout(Duration::from_millis(500), lock.acquire()))
+        .await;
     zk.resume().unwrap();
     let inner = inner.expect("reentrant acquire waited on the server").unwrap();
     assert_eq!(inner.fencing_token(), outer.fencing_token());
@@ -174,7 +176,7 @@ async fn recursion_reenters() {
             if n == 0 {
                 guard.hold_count()
             } else {
-                depth(lock.clone(), n - 1).await
+                guard.scope(depth(lock.clone(), n - 1)).await
             }
         })
     }

@@ -1,5 +1,6 @@
-//! Deleting contender nodes in the background: releases handed off by `Drop`, and
-//! acquisitions abandoned midway (timeout, cancellation, errors).
+//! Deleting contender nodes: the one delete path every release takes (a guard dropped or
+//! released, a handed-over node nobody claimed), background jobs, and the removal of
+//! contenders whose acquisition was abandoned midway (timeout, cancellation, errors).
 //!
 //! Two rules from Curator's bug history shape this file:
 //! - CURATOR-678: a delete that hits a connection loss is retried until the node is gone or
@@ -9,18 +10,16 @@
 //!   session's requests in order, so the listing sees the create if it happened at all.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
-use crate::error::is_transient;
+use crate::error::{is_session_over, is_transient};
 use crate::session::Session;
 use crate::LockError;
-
-const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Tracks background cleanup jobs so [`LockClient::flush`](crate::LockClient::flush) can
 /// wait for them.
@@ -33,6 +32,7 @@ pub(crate) struct Cleanup {
 struct State {
     pending: AtomicUsize,
     idle: Notify,
+    abandoned: AtomicU64,
 }
 
 impl Cleanup {
@@ -52,6 +52,26 @@ impl Cleanup {
         });
     }
 
+    /// Deletes `path` in the background (the request is on the wire when this returns).
+    pub fn spawn_delete(&self, session: &Arc<Session>, path: String) {
+        let job = delete_node(session, path);
+        self.spawn(session, async move {
+            let _ = job.await;
+        });
+    }
+
+    /// Removes, in the background, the contender an abandoned acquisition may have left in
+    /// `dir` (see [`remove_contender`]), and counts it.
+    pub fn spawn_removal(&self, session: &Arc<Session>, dir: String, protect: String, node: Option<String>) {
+        self.state.abandoned.fetch_add(1, Ordering::Relaxed);
+        self.spawn(session, remove_contender(session.clone(), dir, protect, node));
+    }
+
+    /// How many abandoned acquisitions were cleaned up (or are being).
+    pub fn abandoned(&self) -> u64 {
+        self.state.abandoned.load(Ordering::Relaxed)
+    }
+
     pub async fn flush(&self) {
         loop {
             let idle = self.state.idle.notified();
@@ -65,66 +85,63 @@ impl Cleanup {
     }
 }
 
-/// Finishes deleting `path`, whose first delete request `first` is already on the wire, and
-/// retries through connection losses until the node is gone or the session is over.
-pub(crate) async fn finish_delete(
-    session: Arc<Session>,
+/// The one way a contender node is deleted. The delete request goes on the wire before this
+/// returns, so it is ordered ahead of anything the caller sends next on the session; the
+/// returned future waits for the answer and retries through connection losses until the node
+/// is gone or the session is over (either way the node no longer holds anything).
+pub(crate) fn delete_node(
+    session: &Arc<Session>,
     path: String,
-    first: impl Future<Output = Result<(), zk::Error>>,
-) -> Result<(), LockError> {
-    let mut outcome = first.await;
-    loop {
-        match outcome {
-            Ok(()) | Err(zk::Error::NoNode) => {
-                debug!(node = %path, "contender node deleted");
-                return Ok(());
-            }
-            Err(zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed) => {
-                // The session is over; the server deletes its ephemeral nodes.
-                return Ok(());
-            }
-            Err(err) if is_transient(&err) => {
-                debug!(node = %path, %err, "delete interrupted; retrying once reconnected");
-                if !session.wait_connected().await {
+) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+    let first = session.zk.delete(&path, None);
+    let session = session.clone();
+    async move {
+        let mut outcome = first.await;
+        loop {
+            match outcome {
+                Ok(()) | Err(zk::Error::NoNode) => {
+                    debug!(node = %path, "contender node deleted");
                     return Ok(());
                 }
-                tokio::time::sleep(RETRY_PAUSE).await;
+                // The session is over; the server deletes its ephemeral nodes.
+                Err(err) if is_session_over(&err) => return Ok(()),
+                Err(err) if is_transient(&err) => {
+                    debug!(node = %path, %err, "delete interrupted; retrying once reconnected");
+                    if !session.wait_to_retry().await {
+                        return Ok(());
+                    }
+                }
+                Err(err) => {
+                    warn!(node = %path, %err, "cannot delete contender node");
+                    return Err(LockError::zk("delete", err));
+                }
             }
-            Err(err) => {
-                warn!(node = %path, %err, "cannot delete contender node");
-                return Err(LockError::zk("delete", err));
-            }
+            outcome = session.zk.delete(&path, None).await;
         }
-        outcome = session.zk.delete(&path, None).await;
     }
 }
 
 /// Removes the contender an abandoned acquisition may have left in `dir`: the node itself when
 /// its name is known, otherwise whatever child carries the protected `_c_<uuid>` prefix.
-pub(crate) async fn remove_contender(session: Arc<Session>, dir: String, protect: String, node: Option<String>) {
+async fn remove_contender(session: Arc<Session>, dir: String, protect: String, node: Option<String>) {
     if let Some(node) = node {
-        let path = format!("{dir}/{node}");
-        let first = session.zk.delete(&path, None);
-        let _ = finish_delete(session, path, first).await;
+        let _ = delete_node(&session, format!("{dir}/{node}")).await;
         return;
     }
     loop {
         match session.zk.list_children(&dir).await {
             Ok(children) => {
-                let Some(node) = children.into_iter().find(|c| c.starts_with(&protect)) else {
-                    return;
-                };
-                let path = format!("{dir}/{node}");
-                let first = session.zk.delete(&path, None);
-                let _ = finish_delete(session, path, first).await;
+                if let Some(node) = children.into_iter().find(|c| c.starts_with(&protect)) {
+                    let _ = delete_node(&session, format!("{dir}/{node}")).await;
+                }
                 return;
             }
-            Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
+            Err(zk::Error::NoNode) => return,
+            Err(err) if is_session_over(&err) => return,
             Err(err) if is_transient(&err) => {
-                if !session.wait_connected().await {
+                if !session.wait_to_retry().await {
                     return;
                 }
-                tokio::time::sleep(RETRY_PAUSE).await;
             }
             Err(err) => {
                 warn!(%dir, %err, "cannot list lock dir to clean up an abandoned contender");

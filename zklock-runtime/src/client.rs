@@ -8,11 +8,9 @@ use tracing::{debug, info};
 use zookeeper_client as zk;
 
 use crate::cleanup::Cleanup;
-use crate::local_queue::Gates;
-use crate::lock::{Lock, LockKind};
+use crate::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::name::{validate_name, validate_namespace};
-use crate::reentrancy::Holds;
+use crate::name::validate_namespace;
 use crate::session::{Health, Session, SessionStatus};
 use crate::LockError;
 
@@ -62,6 +60,7 @@ pub(crate) struct Config {
     pub auth: Vec<(String, Vec<u8>)>,
     pub acls: Vec<zk::Acl>,
     pub loss_after: Option<Duration>,
+    pub max_local_handoffs: u32,
 }
 
 impl Config {
@@ -82,8 +81,7 @@ pub(crate) struct ClientInner {
     /// The same session, readable without awaiting.
     latest: StdRwLock<Option<Arc<Session>>>,
     status: watch::Sender<SessionStatus>,
-    pub metrics: Metrics,
-    pub holds: Holds,
+    pub metrics: Arc<Metrics>,
     pub gates: Gates,
     pub cleanup: Cleanup,
 }
@@ -110,6 +108,7 @@ pub struct LockClientBuilder {
     auth: Vec<(String, Vec<u8>)>,
     acls: Vec<zk::Acl>,
     loss_after: Option<Duration>,
+    max_local_handoffs: u32,
 }
 
 impl LockClientBuilder {
@@ -159,6 +158,28 @@ impl LockClientBuilder {
         self
     }
 
+    /// How many times in a row a held node of an exclusive lock may be handed straight to the
+    /// next task of this process that waits for the same lock (default 16).
+    ///
+    /// A handoff is a grant without a round trip: the node stays, and the new holder's fencing
+    /// token is the old one with the next [`generation`](crate::FencingToken::generation). A
+    /// contender of another process queued behind the node therefore waits for at most
+    /// `handoffs + 1` grants of this process before its turn. `0` hands nothing over: every
+    /// grant goes through ZooKeeper in strict FIFO order across processes, as with Curator.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let strict_fifo = zklock_runtime::LockClient::builder("127.0.0.1:2181")
+    ///     .max_local_handoffs(0)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_local_handoffs(mut self, handoffs: u32) -> Self {
+        self.max_local_handoffs = handoffs;
+        self
+    }
+
     /// Validates the configuration and opens the first session.
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let client = self.build()?;
@@ -191,6 +212,7 @@ impl LockClientBuilder {
             auth: self.auth,
             acls,
             loss_after: self.loss_after,
+            max_local_handoffs: self.max_local_handoffs,
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -198,8 +220,7 @@ impl LockClientBuilder {
                 current: AsyncMutex::new(None),
                 latest: StdRwLock::new(None),
                 status,
-                metrics: Metrics::default(),
-                holds: Holds::default(),
+                metrics: Arc::default(),
                 gates: Gates::default(),
                 cleanup: Cleanup::new(),
             }),
@@ -227,49 +248,8 @@ impl LockClient {
             auth: Vec::new(),
             acls: Vec::new(),
             loss_after: None,
+            max_local_handoffs: DEFAULT_MAX_LOCAL_HANDOFFS,
         }
-    }
-
-    /// An exclusive lock (Curator's `InterProcessMutex` layout).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
-    /// let guard = client.mutex("inventory:42")?.acquire().await?;
-    /// # drop(guard); Ok(()) }
-    /// ```
-    pub fn mutex(&self, name: &str) -> Result<Lock, LockError> {
-        self.lock(name, LockKind::Mutex)
-    }
-
-    /// The shared side of a read/write lock (Curator's `InterProcessReadWriteLock` layout).
-    pub fn read_lock(&self, name: &str) -> Result<Lock, LockError> {
-        self.lock(name, LockKind::Read)
-    }
-
-    /// The exclusive side of a read/write lock.
-    pub fn write_lock(&self, name: &str) -> Result<Lock, LockError> {
-        self.lock(name, LockKind::Write)
-    }
-
-    /// A semaphore that lets `leases` holders in at once.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
-    /// let slots = client.semaphore("exports", 3)?;
-    /// let lease = slots.acquire().await?;
-    /// # drop(lease); Ok(()) }
-    /// ```
-    pub fn semaphore(&self, name: &str, leases: u32) -> Result<Lock, LockError> {
-        self.lock(name, LockKind::Semaphore { leases })
-    }
-
-    /// A lock of any kind; the other constructors are shorthands for this.
-    pub fn lock(&self, name: &str, kind: LockKind) -> Result<Lock, LockError> {
-        validate_name(name)?;
-        if let LockKind::Semaphore { leases: 0 } = kind {
-            return Err(LockError::InvalidConfig("a semaphore needs at least one lease".into()));
-        }
-        Ok(Lock::new(self.clone(), name, kind))
     }
 
     /// The state of the current session.
@@ -294,7 +274,7 @@ impl LockClient {
 
     /// Counters of what this client has done so far.
     pub fn metrics(&self) -> MetricsSnapshot {
-        self.inner.metrics.snapshot()
+        self.inner.metrics.snapshot(self.inner.cleanup.abandoned())
     }
 
     /// Waits until every release and abandoned-contender cleanup handed to the background so

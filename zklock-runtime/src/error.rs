@@ -77,7 +77,7 @@ impl LockError {
     pub(crate) fn zk(op: &'static str, source: zookeeper_client::Error) -> Self {
         use zookeeper_client::Error as E;
         match source {
-            E::SessionExpired | E::ClientClosed | E::AuthFailed => LockError::SessionExpired,
+            source if is_session_over(&source) => LockError::SessionExpired,
             E::ConnectionLoss | E::NoHosts | E::Timeout => LockError::Connection(format!("{op}: {source}")),
             source => LockError::ZooKeeper { op, source },
         }
@@ -95,6 +95,17 @@ impl LockError {
             _ => None,
         }
     }
+}
+
+/// Whether a request failed because its session is over for good (expired, closed, moved to
+/// another client, or refused authentication): nothing sent on it can succeed any more, and the
+/// server deletes its ephemeral nodes by itself. The one test for "this session is over".
+pub(crate) fn is_session_over(err: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as E;
+    matches!(
+        err,
+        E::SessionExpired | E::ClientClosed | E::SessionMoved | E::AuthFailed
+    )
 }
 
 /// Whether a request failed because of the connection rather than the server's answer: the

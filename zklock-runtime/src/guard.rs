@@ -1,20 +1,19 @@
 //! Owned lock guards, fencing tokens and the loss signal.
 
 use std::fmt;
+use std::future::Future;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cleanup::finish_delete;
-use crate::local_queue::{Turn, Warm, MAX_LOCAL_HANDOFFS};
+use crate::cleanup::{delete_node, Cleanup};
+use crate::local_queue::{Turn, Warm};
 use crate::metrics::Metrics;
-use crate::reentrancy::HoldKey;
 use crate::session::{Health, Session};
-use crate::{LockClient, LockError};
+use crate::{LockError, LockKind};
 
 /// A number that strictly increases across successive holders of one lock, for the protected
 /// resource to check: it should refuse a write carrying a token lower than one it has seen.
@@ -47,6 +46,14 @@ pub struct FencingToken {
 impl FencingToken {
     pub(crate) fn new(zxid: i64, generation: u32) -> Self {
         FencingToken { zxid, generation }
+    }
+
+    /// The token of the next grant made on the same node (a local handoff).
+    pub(crate) fn next_generation(self) -> Self {
+        FencingToken {
+            zxid: self.zxid,
+            generation: self.generation + 1,
+        }
     }
 
     /// The creation zxid of the contender node behind this grant.
@@ -95,20 +102,24 @@ impl FromStr for FencingToken {
 }
 
 /// One grant of a lock, shared by the guards of a reentrant hold. Dropping the last guard drops
-/// this, which releases the node.
+/// this, which ends the hold ([`Holding::end`]).
 pub(crate) struct Holding {
-    pub client: LockClient,
     pub session: Arc<Session>,
-    pub name: String,
+    pub name: Arc<str>,
+    /// The lock directory and kind, which reentrancy matches on.
+    pub dir: Arc<str>,
+    pub kind: LockKind,
+    /// The contender node; empty once the hold has ended (handed over or deleted).
     pub node_path: String,
     pub token: FencingToken,
     pub losses_at_grant: u64,
-    pub key: Option<HoldKey>,
     pub granted_at: Instant,
-    /// Set once the node is known deleted, so `Drop` does not delete it again.
-    pub released: AtomicBool,
     /// The front of this process's queue for the lock (exclusive locks only), kept while held.
     pub turn: Option<Turn>,
+    /// How many times in a row a node may be handed to the next task of this process.
+    pub max_handoffs: u32,
+    pub cleanup: Cleanup,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Holding {
@@ -116,58 +127,76 @@ impl Holding {
         self.session.health().invalidates(self.losses_at_grant)
     }
 
-    /// Whether releasing should hand the node to the next task of this process.
+    /// Whether ending the hold should hand the node to the next task of this process: someone
+    /// is waiting, the node has not used up its handoffs, and the session is connected and was
+    /// never reported lost since the grant.
     fn can_hand_off(&self) -> bool {
         self.turn.as_ref().is_some_and(|t| t.gate.has_waiters())
-            && self.token.generation() < MAX_LOCAL_HANDOFFS
-            && self.session.is_usable()
+            && self.token.generation() < self.max_handoffs
+            && self.session.health().status.is_connected()
             && !self.is_lost()
     }
 
     fn loss_signal(&self) -> LossSignal {
         LossSignal {
-            name: self.name.clone(),
+            name: self.name.to_string(),
             rx: self.session.subscribe(),
             losses_at_grant: self.losses_at_grant,
         }
+    }
+
+    fn lost_error(&self) -> LockError {
+        LockError::Lost {
+            name: self.name.to_string(),
+            reason: loss_reason(&self.session.health()).into(),
+        }
+    }
+
+    /// Ends the hold, once: hands the node to the next local waiter (`None`), or sends its
+    /// delete and returns the rest of the deletion to await or run in the background. Every
+    /// release (drop, [`LockGuard::release`]) goes through here.
+    fn end(&mut self) -> Option<impl Future<Output = Result<(), LockError>> + Send + 'static> {
+        if self.node_path.is_empty() {
+            return None;
+        }
+        if self.is_lost() {
+            Metrics::bump(&self.metrics.lost);
+            warn!(lock = %self.name, node = %self.node_path, "released a hold that had been lost");
+        }
+        Metrics::bump(&self.metrics.released);
+        info!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
+        let node_path = std::mem::take(&mut self.node_path);
+        if self.can_hand_off() {
+            if let Some(turn) = self.turn.as_mut() {
+                turn.slot.warm = Some(Warm::new(
+                    self.session.clone(),
+                    node_path,
+                    self.token,
+                    self.losses_at_grant,
+                    self.cleanup.clone(),
+                ));
+                return None;
+            }
+        }
+        Some(delete_node(&self.session, node_path))
     }
 }
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        let inner = &self.client.inner;
-        if let Some(key) = &self.key {
-            inner.holds.remove_dead(key);
+        if let Some(deletion) = self.end() {
+            self.cleanup.spawn(&self.session, async move {
+                let _ = deletion.await;
+            });
         }
-        if self.is_lost() {
-            Metrics::bump(&inner.metrics.lost);
-            warn!(lock = %self.name, node = %self.node_path, "released a hold that had been lost");
-        }
-        Metrics::bump(&inner.metrics.released);
-        info!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
-        if self.released.load(Ordering::Acquire) {
-            return;
-        }
-        if self.can_hand_off() {
-            if let Some(turn) = self.turn.as_mut() {
-                turn.slot.warm = Some(Warm::new(
-                    self.session.clone(),
-                    std::mem::take(&mut self.node_path),
-                    self.token.zxid(),
-                    self.token.generation(),
-                    self.losses_at_grant,
-                    inner.cleanup.clone(),
-                ));
-                return;
-            }
-        }
-        // The request goes on the wire now, ahead of anything this process sends next;
-        // only waiting for the answer (and retrying) is left to the background.
-        let first = self.session.zk.delete(&self.node_path, None);
-        let job = finish_delete(self.session.clone(), self.node_path.clone(), first);
-        inner.cleanup.spawn(&self.session, async move {
-            let _ = job.await;
-        });
+    }
+}
+
+fn loss_reason(health: &Health) -> &'static str {
+    if health.status.is_terminal() {
+        "the ZooKeeper session ended"
+    } else {
+        "the connection to ZooKeeper was down long enough that the session may expire"
     }
 }
 
@@ -179,8 +208,8 @@ impl Drop for Holding {
 /// [`LockClient::flush`](crate::LockClient::flush) to wait for it). Use
 /// [`release`](Self::release) to release and learn the outcome.
 ///
-/// A reentrant acquisition returns another guard for the same hold; the node is deleted when
-/// the last of them goes.
+/// A reentrant acquisition (inside [`scope`](Self::scope) or a `#[distributed_lock]` body)
+/// returns another guard for the same hold; the hold ends when the last of them goes.
 ///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
@@ -194,6 +223,7 @@ impl Drop for Holding {
 /// # Ok(()) }
 /// # async fn write_with_token(_: zklock_runtime::FencingToken) {}
 /// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     pub(crate) hold: Arc<Holding>,
 }
@@ -269,29 +299,57 @@ impl LockGuard {
         match self.hold.session.zk.check_stat(&self.hold.node_path).await {
             Ok(Some(stat)) if stat.ephemeral_owner == self.hold.session.id => Ok(()),
             Ok(_) => Err(LockError::NotHeld {
-                name: self.hold.name.clone(),
+                name: self.hold.name.to_string(),
             }),
             Err(err) => Err(LockError::zk("exists", err)),
         }
     }
 
-    /// Releases the hold (the node is deleted when this is the last guard of a reentrant hold)
-    /// and waits until the node is gone or its session has ended.
+    /// Releases the hold and waits for the outcome. When other guards share the hold (a
+    /// reentrant acquisition), only this guard's share ends and the result is `Ok`. Otherwise
+    /// the node is handed to the next task of this process that waits for the lock, or deleted
+    /// and waited for until it is gone or its session has ended.
     ///
-    /// Cancel safe: if this future is dropped midway, deletion continues in the background.
+    /// Errors: [`LockError::Lost`] when the hold had been reported lost before the release (the
+    /// node is still deleted if the session lives); a ZooKeeper error when the server refused
+    /// the delete.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if this future is dropped midway, the deletion goes on in the background
+    /// ([`LockClient::flush`](crate::LockClient::flush) waits for it).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("ledger")?.acquire().await?;
+    /// // ... fenced writes ...
+    /// guard.release().await?; // Err(Lost) if the hold could not be trusted any more
+    /// # Ok(()) }
+    /// ```
     pub async fn release(self) -> Result<(), LockError> {
-        let hold = match Arc::try_unwrap(self.hold) {
+        let mut hold = match Arc::try_unwrap(self.hold) {
             Ok(hold) => hold,
             Err(_shared) => return Ok(()),
         };
-        if hold.can_hand_off() {
-            // Dropping hands the node to the next task of this process.
-            return Ok(());
+        let lost = hold.is_lost().then(|| hold.lost_error());
+        let deleted = match hold.end() {
+            Some(deletion) => {
+                // Dropped midway, the deletion must still finish: run it as a background job
+                // and wait for that.
+                let (done, outcome) = tokio::sync::oneshot::channel();
+                hold.cleanup.spawn(&hold.session, async move {
+                    let _ = done.send(deletion.await);
+                });
+                outcome.await.unwrap_or(Ok(()))
+            }
+            None => Ok(()),
+        };
+        match lost {
+            Some(err) => Err(err),
+            None => deleted,
         }
-        let first = hold.session.zk.delete(&hold.node_path, None);
-        finish_delete(hold.session.clone(), hold.node_path.clone(), first).await?;
-        hold.released.store(true, Ordering::Release);
-        Ok(())
     }
 }
 
@@ -326,14 +384,9 @@ impl LossSignal {
         loop {
             let health = *self.rx.borrow_and_update();
             if health.invalidates(self.losses_at_grant) {
-                let reason = if health.status.is_terminal() {
-                    "the ZooKeeper session ended"
-                } else {
-                    "the connection to ZooKeeper was down long enough that the session may expire"
-                };
                 return LockError::Lost {
                     name: self.name.clone(),
-                    reason: reason.into(),
+                    reason: loss_reason(&health).into(),
                 };
             }
             if self.rx.changed().await.is_err() {

@@ -17,11 +17,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Where to look: `client.rs` (sessions, configuration), `lock.rs` (the acquire entry points),
-//! `queue.rs` (the contender queue every recipe shares), `local_queue.rs` (in-process
-//! waiters and node handoff), `rules.rs` (mutex, read/write and
-//! semaphore rules), `guard.rs` (owned guards, fencing tokens, loss), `reentrancy.rs`,
-//! `cleanup.rs` (releases and abandoned contenders). Real servers for tests are in the
+//! Where to look: `lock.rs` (the acquire path, which calls down into the others in order),
+//! `reentrancy.rs` (the call scope a hold re-enters in), `local_queue.rs` (in-process waiters
+//! and node handoff), `queue.rs` (the ZooKeeper recipe every lock kind shares), `rules.rs`
+//! (mutex, read/write and semaphore rules), `guard.rs` (owned guards, fencing tokens, loss),
+//! `cleanup.rs` (the one delete path, abandoned contenders), `session.rs` and `client.rs`
+//! (sessions and configuration). Real servers for tests are in the
 //! `zklock-testing` crate.
 
 #![warn(missing_docs)]
@@ -47,9 +48,9 @@ pub use client::{LockClient, LockClientBuilder};
 pub use error::LockError;
 pub use guard::{FencingToken, LockGuard, LossSignal};
 pub use lock::{Lock, LockKind};
-pub use macro_support::{current_fencing_token, current_loss_signal, fencing_token};
 pub use metrics::MetricsSnapshot;
 pub use name::{validate_name, MAX_NAME_LEN};
+pub use reentrancy::{current_fencing_token, current_loss_signal, fencing_token};
 pub use session::SessionStatus;
 
 /// Re-export of the ZooKeeper client crate this engine speaks through, for ACLs and raw access.

@@ -6,9 +6,12 @@
 //! trip, and its fencing token keeps the node's zxid with the next `generation`, so tokens still
 //! strictly increase.
 //!
-//! Fairness across processes: a remote contender queued behind our node waits for at most
-//! [`MAX_LOCAL_HANDOFFS`] local grants in a row before the node is deleted and our waiters
-//! queue in ZooKeeper again, behind it. Within the process, waiters are served in FIFO order.
+//! Fairness across processes: one node is handed over at most `max_local_handoffs` times
+//! (builder option, default [`DEFAULT_MAX_LOCAL_HANDOFFS`]), so a remote contender queued
+//! behind it waits for at most that many grants plus one before the node is deleted and our
+//! waiters queue in ZooKeeper again, behind it. With 0 the node is never handed over: every
+//! grant goes through ZooKeeper in strict FIFO order, as with Curator. Within the process,
+//! waiters are served in FIFO order.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,66 +19,75 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use crate::cleanup::{finish_delete, Cleanup};
+use crate::cleanup::Cleanup;
+use crate::guard::FencingToken;
 use crate::session::Session;
 use crate::LockKind;
 
-/// How many grants in a row one contender node may serve before it goes back to the end of the
-/// ZooKeeper queue.
-pub(crate) const MAX_LOCAL_HANDOFFS: u32 = 16;
+/// How many times in a row one contender node may be handed to the next task of this process
+/// before it goes back to the end of the ZooKeeper queue, unless the builder says otherwise.
+pub(crate) const DEFAULT_MAX_LOCAL_HANDOFFS: u32 = 16;
 
 /// A node kept alive for the next local waiter. Dropping it unclaimed deletes the node.
 pub(crate) struct Warm {
     pub session: Arc<Session>,
     /// `None` once claimed.
     node_path: Option<String>,
-    pub czxid: i64,
-    pub generation: u32,
+    /// The token of the grant that handed the node over.
+    pub token: FencingToken,
     pub losses_at_grant: u64,
     cleanup: Cleanup,
+}
+
+/// A handed-over node taken by the next local holder.
+pub(crate) struct Claimed {
+    pub session: Arc<Session>,
+    pub node_path: String,
+    /// The previous grant's token with the next generation.
+    pub token: FencingToken,
+    pub losses_at_grant: u64,
 }
 
 impl Warm {
     pub fn new(
         session: Arc<Session>,
         node_path: String,
-        czxid: i64,
-        generation: u32,
+        token: FencingToken,
         losses_at_grant: u64,
         cleanup: Cleanup,
     ) -> Warm {
         Warm {
             session,
             node_path: Some(node_path),
-            czxid,
-            generation,
+            token,
             losses_at_grant,
             cleanup,
         }
     }
 
-    /// Whether the node can still be trusted for another grant.
-    pub fn is_sound(&self) -> bool {
-        self.session.is_usable() && !self.session.health().invalidates(self.losses_at_grant)
-    }
-
-    /// Takes the node over (its path); it is no longer deleted when this value drops.
-    pub fn claim(&mut self) -> String {
-        self.node_path.take().unwrap_or_default()
+    /// Takes the node over for the next grant, if it can still be trusted (the session is
+    /// connected and was not reported lost since the node was granted); otherwise drops it,
+    /// which deletes it.
+    pub fn claim(mut self) -> Option<Claimed> {
+        let health = self.session.health();
+        if !health.status.is_connected() || health.invalidates(self.losses_at_grant) {
+            return None;
+        }
+        Some(Claimed {
+            session: self.session.clone(),
+            node_path: self.node_path.take()?,
+            token: self.token.next_generation(),
+            losses_at_grant: self.losses_at_grant,
+        })
     }
 }
 
 impl Drop for Warm {
     fn drop(&mut self) {
         let Some(path) = self.node_path.take() else { return };
-        if !self.session.is_usable() {
-            return;
+        if self.session.is_usable() {
+            self.cleanup.spawn_delete(&self.session, path);
         }
-        let first = self.session.zk.delete(&path, None);
-        let job = finish_delete(self.session.clone(), path, first);
-        self.cleanup.spawn(&self.session, async move {
-            let _ = job.await;
-        });
     }
 }
 

@@ -1,13 +1,36 @@
-//! A handle for one named lock, and the ways to acquire it.
+//! A handle for one named lock, and the acquire path: the orchestrator that calls down, in
+//! order, into
+//!
+//! 1. [`crate::reentrancy`]: does the current call scope already hold this lock? Then re-enter.
+//! 2. [`crate::local_queue`]: wait for the front of this process's queue (exclusive locks), and
+//!    take over a node the previous local holder handed on, if any.
+//! 3. [`crate::queue`]: the ZooKeeper recipe on one session, started over on a new session
+//!    when one ends midway.
+//! 4. [`crate::guard`]: the hold and its guard.
+//!
+//! None of those modules calls back up into this one or into the client.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, Instrument};
 
 use crate::client::LockClient;
-use crate::guard::LockGuard;
-use crate::reentrancy::{HoldKey, Holder};
+use crate::guard::{FencingToken, Holding, LockGuard};
+use crate::local_queue::Turn;
+use crate::metrics::Metrics;
+use crate::queue::{self, Failed, Recipe};
+use crate::reentrancy;
 use crate::rules::{Leases, Readers, Rule, LEASE_NODE, MUTEX_NODE, WRITE_NODE};
-use crate::{queue, LockError};
+use crate::session::Session;
+use crate::LockError;
+
+/// The least time one acquisition gets for its round trips, however short the caller's
+/// timeout: a try (`Duration::ZERO`) still needs one create-and-list round trip.
+const MIN_ATTEMPT_BUDGET: Duration = Duration::from_secs(2);
+
+/// How often one acquisition starts over on a fresh session before giving up.
+const MAX_SESSION_RESTARTS: u32 = 5;
 
 /// Which recipe a [`Lock`] follows.
 ///
@@ -54,6 +77,15 @@ impl LockKind {
 
 /// One named lock of one kind. Cheap to clone; creating it costs nothing on the server.
 ///
+/// # Reentrancy
+///
+/// An acquisition re-enters a hold only when it runs inside that hold's scope: the body of a
+/// `#[distributed_lock]` function, or a future run with [`LockGuard::scope`]. Everywhere else
+/// each acquisition is a new holder, as with `tokio::sync::Mutex`: two futures polled by one
+/// task (`join!`, `select!`, `FuturesUnordered`, …) exclude each other, each grant has its own
+/// fencing token, and a task that acquires a lock it already holds outside a scope waits for
+/// itself (until its timeout).
+///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
 /// use std::time::Duration;
@@ -68,11 +100,11 @@ impl LockKind {
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    pub(crate) client: LockClient,
-    pub(crate) name: Arc<str>,
-    pub(crate) dir: Arc<str>,
-    pub(crate) kind: LockKind,
-    pub(crate) rule: Arc<dyn Rule>,
+    client: LockClient,
+    name: Arc<str>,
+    dir: Arc<str>,
+    kind: LockKind,
+    rule: Arc<dyn Rule>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -85,18 +117,58 @@ impl std::fmt::Debug for Lock {
     }
 }
 
-impl Lock {
-    pub(crate) fn new(client: LockClient, name: &str, kind: LockKind) -> Lock {
-        let dir = format!("{}/{}", client.namespace(), name);
-        Lock {
-            client,
+impl LockClient {
+    /// An exclusive lock (Curator's `InterProcessMutex` layout).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("inventory:42")?.acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn mutex(&self, name: &str) -> Result<Lock, LockError> {
+        self.lock(name, LockKind::Mutex)
+    }
+
+    /// The shared side of a read/write lock (Curator's `InterProcessReadWriteLock` layout).
+    pub fn read_lock(&self, name: &str) -> Result<Lock, LockError> {
+        self.lock(name, LockKind::Read)
+    }
+
+    /// The exclusive side of a read/write lock.
+    pub fn write_lock(&self, name: &str) -> Result<Lock, LockError> {
+        self.lock(name, LockKind::Write)
+    }
+
+    /// A semaphore that lets `leases` holders in at once.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let slots = client.semaphore("exports", 3)?;
+    /// let lease = slots.acquire().await?;
+    /// # drop(lease); Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, leases: u32) -> Result<Lock, LockError> {
+        self.lock(name, LockKind::Semaphore { leases })
+    }
+
+    /// A lock of any kind; the other constructors are shorthands for this.
+    pub fn lock(&self, name: &str, kind: LockKind) -> Result<Lock, LockError> {
+        crate::validate_name(name)?;
+        if let LockKind::Semaphore { leases: 0 } = kind {
+            return Err(LockError::InvalidConfig("a semaphore needs at least one lease".into()));
+        }
+        let dir = format!("{}/{}", self.namespace(), name);
+        Ok(Lock {
+            client: self.clone(),
             name: name.into(),
             dir: dir.into(),
             kind,
             rule: kind.rule(),
-        }
+        })
     }
+}
 
+impl Lock {
     /// The lock name as given.
     pub fn name(&self) -> &str {
         &self.name
@@ -114,13 +186,27 @@ impl Lock {
 
     /// Waits, without a bound, until the lock is granted.
     ///
-    /// Fails early only on errors a wait cannot cure: no ZooKeeper session can be opened
-    /// within the client's connect timeout, or the server refuses the request.
+    /// Inside the scope of a hold of this lock ([`LockGuard::scope`], a `#[distributed_lock]`
+    /// body) this re-enters that hold at once; see [Reentrancy](Self#reentrancy). Fails early
+    /// only on errors a wait cannot cure: no ZooKeeper session can be opened within the
+    /// client's connect timeout, or the server refuses the request.
+    ///
+    /// # Cancel safety
     ///
     /// Cancel safe: dropping the future at any point leaves no contender node behind once the
-    /// background cleanup has run (see [`LockClient::flush`](crate::LockClient::flush)).
+    /// background cleanup has run (see [`LockClient::flush`]), and gives up its place in this
+    /// process's queue.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("ledger")?.acquire().await?;
+    /// println!("fencing token {}", guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
-        queue::acquire(self, None).await
+        self.acquire_within(None).await
     }
 
     /// Waits at most `timeout` for the lock; [`LockError::Timeout`] after that.
@@ -128,34 +214,198 @@ impl Lock {
     /// `Duration::ZERO` tries once: one create-and-list round trip, no waiting on other
     /// holders. If the ensemble is unreachable the error is [`LockError::Connection`], given
     /// within `timeout` (or within 2 s for very short timeouts, which still need one round
-    /// trip). Cancel safe, like [`acquire`](Self::acquire).
+    /// trip).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use zklock_runtime::LockError;
+    ///
+    /// match client.mutex("ledger")?.acquire_timeout(Duration::from_secs(5)).await {
+    ///     Ok(guard) => drop(guard),
+    ///     Err(LockError::Timeout { waited, .. }) => println!("busy for {waited:?}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard, LockError> {
-        queue::acquire(self, Some(timeout)).await
+        self.acquire_within(Some(timeout)).await
     }
 
     /// Tries once: `Ok(None)` if the lock is held elsewhere.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// if let Some(guard) = client.mutex("nightly-report")?.try_acquire().await? {
+    ///     // ... only one process gets here at a time ...
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
-        match queue::acquire(self, Some(Duration::ZERO)).await {
+        match self.acquire_within(Some(Duration::ZERO)).await {
             Ok(guard) => Ok(Some(guard)),
             Err(LockError::Timeout { .. }) => Ok(None),
             Err(err) => Err(err),
         }
     }
 
-    /// The registry keys under which the current holder may already hold this lock; the first
-    /// is where a new hold is registered. Semaphore leases are never reentrant.
-    pub(crate) fn hold_keys(&self) -> Vec<HoldKey> {
-        let holder = Holder::current();
-        let key = |kind| HoldKey {
-            dir: self.dir.to_string(),
-            kind,
-            holder,
+    /// The acquire path: reentrancy, then the local queue, then ZooKeeper.
+    async fn acquire_within(&self, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+        let metrics = &self.client.inner.metrics;
+        if let Some(hold) = reentrancy::reentry(&self.dir, self.kind) {
+            let guard = LockGuard { hold };
+            if guard.is_lost() {
+                return Err(guard.lost().await);
+            }
+            Metrics::bump(&metrics.reentered);
+            debug!(lock = %self.name, depth = guard.hold_count(), "reentrant acquire");
+            return Ok(guard);
+        }
+
+        let started = Instant::now();
+        let span = tracing::info_span!("acquire", lock = %self.name, kind = ?self.kind);
+        let contend = self.queue_up(timeout.map(|t| started + t)).instrument(span);
+        let timed_out = || LockError::Timeout {
+            name: self.name.to_string(),
+            waited: started.elapsed(),
         };
-        match self.kind {
-            LockKind::Semaphore { .. } => Vec::new(),
-            // A writer may also read (as in Curator's read/write lock).
-            LockKind::Read => vec![key(LockKind::Read), key(LockKind::Write)],
-            kind => vec![key(kind)],
+        let result = match timeout {
+            None => contend.await,
+            Some(timeout) => match tokio::time::timeout(timeout.max(MIN_ATTEMPT_BUDGET), contend).await {
+                Ok(result) => result,
+                // The round trips themselves did not finish in time: say whether the ensemble
+                // was out of reach.
+                Err(_) if self.client.status().is_connected() => Err(Failed::Error(timed_out())),
+                Err(_) => Err(Failed::Error(LockError::Connection(format!(
+                    "no answer from ZooKeeper at {} within {:?}",
+                    self.client.inner.config.connect,
+                    started.elapsed()
+                )))),
+            },
+        };
+        let result = result.map_err(|failed| match failed {
+            Failed::TimedOut => timed_out(),
+            Failed::SessionEnded => LockError::SessionExpired,
+            Failed::Error(err) => err,
+        });
+        match &result {
+            Ok(guard) => {
+                Metrics::bump(&metrics.acquired);
+                info!(
+                    lock = %self.name,
+                    node = %guard.node_path(),
+                    token = %guard.fencing_token(),
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "lock acquired"
+                );
+            }
+            Err(LockError::Timeout { .. }) => {
+                Metrics::bump(&metrics.timed_out);
+                info!(lock = %self.name, waited_ms = started.elapsed().as_millis() as u64, "lock timed out");
+            }
+            Err(err) => debug!(lock = %self.name, %err, "acquire failed"),
+        }
+        result
+    }
+
+    /// Waits for the front of this process's queue (exclusive locks), takes over a node handed
+    /// over by the previous local holder, or else contends in ZooKeeper.
+    async fn queue_up(&self, deadline: Option<Instant>) -> Result<LockGuard, Failed> {
+        let Some(gate) = self.client.inner.gates.gate(&self.dir, self.kind) else {
+            return self.contend(deadline, None).await;
+        };
+        let mut turn = match deadline {
+            None => gate.enter().await,
+            Some(d) => match tokio::time::timeout_at(d.into(), gate.enter()).await {
+                Ok(turn) => turn,
+                Err(_) => return Err(Failed::TimedOut),
+            },
+        };
+        // A node handed over by the previous local holder; one that can no longer be trusted
+        // is deleted as it drops, and we contend afresh.
+        if let Some(claimed) = turn.slot.warm.take().and_then(|warm| warm.claim()) {
+            Metrics::bump(&self.client.inner.metrics.handed_off);
+            return Ok(self.hold(
+                claimed.session,
+                claimed.node_path,
+                claimed.token,
+                claimed.losses_at_grant,
+                Some(turn),
+            ));
+        }
+        self.contend(deadline, Some(turn)).await
+    }
+
+    /// Attempts the recipe on successive sessions until one grants the lock or fails for good.
+    async fn contend(&self, deadline: Option<Instant>, turn: Option<Turn>) -> Result<LockGuard, Failed> {
+        let inner = &self.client.inner;
+        let recipe = Recipe {
+            dir: &self.dir,
+            rule: &*self.rule,
+            acls: inner.config.acls(),
+            cleanup: &inner.cleanup,
+        };
+        let mut restarts = 0;
+        loop {
+            let session = self.client.session(None).await.map_err(Failed::Error)?;
+            match queue::attempt(&recipe, &session, deadline).await {
+                Ok(granted) => {
+                    let losses = session.health().losses;
+                    let token = FencingToken::new(granted.czxid, 0);
+                    return Ok(self.hold(session, granted.node_path, token, losses, turn));
+                }
+                Err(Failed::SessionEnded) => {
+                    restarts += 1;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(Failed::TimedOut);
+                    }
+                    if restarts > MAX_SESSION_RESTARTS {
+                        return Err(Failed::SessionEnded);
+                    }
+                    debug!(lock = %self.name, "session ended while contending; starting over");
+                }
+                Err(failed) => return Err(failed),
+            }
+        }
+    }
+
+    fn hold(
+        &self,
+        session: Arc<Session>,
+        node_path: String,
+        token: FencingToken,
+        losses_at_grant: u64,
+        turn: Option<Turn>,
+    ) -> LockGuard {
+        let inner = &self.client.inner;
+        LockGuard {
+            hold: Arc::new(Holding {
+                session,
+                name: self.name.clone(),
+                dir: self.dir.clone(),
+                kind: self.kind,
+                node_path,
+                token,
+                losses_at_grant,
+                granted_at: Instant::now(),
+                turn,
+                max_handoffs: inner.config.max_local_handoffs,
+                cleanup: inner.cleanup.clone(),
+                metrics: inner.metrics.clone(),
+            }),
         }
     }
 }

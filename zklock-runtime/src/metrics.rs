@@ -10,7 +10,6 @@ pub(crate) struct Metrics {
     pub timed_out: AtomicU64,
     pub lost: AtomicU64,
     pub released: AtomicU64,
-    pub abandoned: AtomicU64,
 }
 
 impl Metrics {
@@ -18,7 +17,8 @@ impl Metrics {
         counter.fetch_add(1, Relaxed);
     }
 
-    pub fn snapshot(&self) -> MetricsSnapshot {
+    /// The counters, with the count of abandoned acquisitions the cleanup keeps.
+    pub fn snapshot(&self, abandoned: u64) -> MetricsSnapshot {
         MetricsSnapshot {
             acquired: self.acquired.load(Relaxed),
             reentered: self.reentered.load(Relaxed),
@@ -26,7 +26,7 @@ impl Metrics {
             timed_out: self.timed_out.load(Relaxed),
             lost: self.lost.load(Relaxed),
             released: self.released.load(Relaxed),
-            abandoned: self.abandoned.load(Relaxed),
+            abandoned,
         }
     }
 }

@@ -9,242 +9,91 @@
 //!
 //! The lock directory is a CONTAINER node, created on demand, so the server reaps it once it is
 //! empty. Everything that can fail midway leaves cleanup to [`Contending`]'s `Drop`.
+//!
+//! This is the recipe on one session and nothing else: the orchestrator ([`crate::lock`])
+//! decides about reentrancy, the in-process queue and new sessions, and hands down a
+//! [`Recipe`] with what the recipe needs.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tracing::{debug, info, Instrument};
+use tracing::debug;
 use zookeeper_client as zk;
 
-use crate::cleanup::{remove_contender, Cleanup};
-use crate::error::is_transient;
-use crate::guard::{FencingToken, Holding, LockGuard};
-use crate::local_queue::Turn;
-use crate::lock::Lock;
-use crate::metrics::Metrics;
-use crate::reentrancy::HoldKey;
-use crate::rules::{queue_order, Decision};
+use crate::cleanup::Cleanup;
+use crate::error::{is_session_over, is_transient};
+use crate::rules::{queue_order, Decision, Rule};
 use crate::session::Session;
 use crate::LockError;
 
-/// The least time one attempt gets for its round trips, however short the caller's timeout.
-const MIN_ATTEMPT_BUDGET: Duration = Duration::from_secs(2);
+/// What the recipe needs to know about one lock; handed down by the orchestrator
+/// ([`crate::lock`]), so the recipe never reaches back into the client.
+pub(crate) struct Recipe<'a> {
+    /// The lock directory.
+    pub dir: &'a str,
+    /// Who may go, whom to watch.
+    pub rule: &'a dyn Rule,
+    /// The ACL of the lock directory and of contender nodes.
+    pub acls: zk::Acls<'a>,
+    /// Where abandoned contenders are removed.
+    pub cleanup: &'a Cleanup,
+}
 
-/// The pause before retrying a request that failed on the connection.
-const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// A contender node the rule let go.
+pub(crate) struct Granted {
+    /// The node's full path.
+    pub node_path: String,
+    /// The node's creation zxid: the grant's fencing token.
+    pub czxid: i64,
+}
 
-/// How often one acquisition starts over on a fresh session before giving up.
-const MAX_SESSION_RESTARTS: u32 = 5;
-
-/// Why one attempt on one session did not produce a guard.
-enum Failed {
+/// Why one attempt on one session did not produce a grant.
+pub(crate) enum Failed {
     /// The session ended (or our node vanished with it); start over on a new one.
     SessionEnded,
+    /// The deadline passed while waiting for other holders.
+    TimedOut,
     /// Give up with this error.
     Error(LockError),
 }
 
-impl From<LockError> for Failed {
-    fn from(err: LockError) -> Self {
-        Failed::Error(err)
-    }
-}
-
 /// Maps a ZooKeeper error inside an attempt.
 fn failed(op: &'static str, err: zk::Error) -> Failed {
-    match err {
-        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::SessionMoved => Failed::SessionEnded,
-        err => Failed::Error(LockError::zk(op, err)),
+    if is_session_over(&err) {
+        Failed::SessionEnded
+    } else {
+        Failed::Error(LockError::zk(op, err))
     }
-}
-
-pub(crate) async fn acquire(lock: &Lock, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
-    let client = &lock.client;
-    let keys = lock.hold_keys();
-    for key in &keys {
-        if let Some(hold) = client.inner.holds.get(key) {
-            let guard = LockGuard { hold };
-            if guard.is_lost() {
-                return Err(guard.lost().await);
-            }
-            Metrics::bump(&client.inner.metrics.reentered);
-            debug!(lock = %lock.name, depth = guard.hold_count(), "reentrant acquire");
-            return Ok(guard);
-        }
-    }
-
-    let started = Instant::now();
-    let deadline = timeout.map(|t| started + t);
-    let span = tracing::info_span!("acquire", lock = %lock.name, kind = ?lock.kind);
-    let contend = queue_up(lock, deadline, keys.into_iter().next()).instrument(span);
-    let result = match timeout {
-        None => contend.await,
-        Some(timeout) => match tokio::time::timeout(timeout.max(MIN_ATTEMPT_BUDGET), contend).await {
-            Ok(result) => result,
-            Err(_) if client.status().is_connected() => Err(timed_out(lock, started)),
-            Err(_) => Err(LockError::Connection(format!(
-                "no answer from ZooKeeper at {} within {:?}",
-                client.inner.config.connect,
-                started.elapsed()
-            ))),
-        },
-    };
-    let result = match result {
-        Err(LockError::Timeout { .. }) => Err(timed_out(lock, started)),
-        other => other,
-    };
-    let metrics = &client.inner.metrics;
-    match &result {
-        Ok(guard) => {
-            Metrics::bump(&metrics.acquired);
-            info!(
-                lock = %lock.name,
-                node = %guard.node_path(),
-                token = %guard.fencing_token(),
-                waited_ms = started.elapsed().as_millis() as u64,
-                "lock acquired"
-            );
-        }
-        Err(LockError::Timeout { .. }) => {
-            Metrics::bump(&metrics.timed_out);
-            info!(lock = %lock.name, waited_ms = started.elapsed().as_millis() as u64, "lock timed out");
-        }
-        Err(err) => debug!(lock = %lock.name, %err, "acquire failed"),
-    }
-    result
-}
-
-fn timed_out(lock: &Lock, started: Instant) -> LockError {
-    LockError::Timeout {
-        name: lock.name.to_string(),
-        waited: started.elapsed(),
-    }
-}
-
-/// Waits for the front of this process's queue (exclusive locks), takes over a node handed
-/// over by the previous local holder, or else contends in ZooKeeper.
-async fn queue_up(lock: &Lock, deadline: Option<Instant>, key: Option<HoldKey>) -> Result<LockGuard, LockError> {
-    let Some(gate) = lock.client.inner.gates.gate(&lock.dir, lock.kind) else {
-        return contend(lock, deadline, key, None).await;
-    };
-    let mut turn = match deadline {
-        None => gate.enter().await,
-        Some(d) => match tokio::time::timeout_at(d.into(), gate.enter()).await {
-            Ok(turn) => turn,
-            Err(_) => return Err(timed_out_at(lock, deadline)),
-        },
-    };
-    if let Some(mut warm) = turn.slot.warm.take() {
-        if warm.is_sound() {
-            let node_path = warm.claim();
-            let token = FencingToken::new(warm.czxid, warm.generation + 1);
-            Metrics::bump(&lock.client.inner.metrics.handed_off);
-            return Ok(hold(
-                lock,
-                warm.session.clone(),
-                node_path,
-                token,
-                warm.losses_at_grant,
-                key,
-                Some(turn),
-            ));
-        }
-        // Dropping an unsound node deletes it; contend afresh.
-    }
-    contend(lock, deadline, key, Some(turn)).await
-}
-
-/// Attempts on successive sessions until one grants the lock or fails for good.
-async fn contend(
-    lock: &Lock,
-    deadline: Option<Instant>,
-    key: Option<HoldKey>,
-    turn: Option<Turn>,
-) -> Result<LockGuard, LockError> {
-    let started = Instant::now();
-    let mut restarts = 0;
-    loop {
-        let session = lock.client.session(None).await?;
-        match attempt(lock, &session, deadline).await {
-            Ok((node_path, stat)) => {
-                let losses = session.health().losses;
-                let token = FencingToken::new(stat.czxid, 0);
-                return Ok(hold(lock, session, node_path, token, losses, key, turn));
-            }
-            Err(Failed::Error(err)) => return Err(err),
-            Err(Failed::SessionEnded) => {
-                restarts += 1;
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(timed_out(lock, started));
-                }
-                if restarts > MAX_SESSION_RESTARTS {
-                    return Err(LockError::SessionExpired);
-                }
-                debug!(lock = %lock.name, "session ended while contending; starting over");
-            }
-        }
-    }
-}
-
-fn hold(
-    lock: &Lock,
-    session: Arc<Session>,
-    node_path: String,
-    token: FencingToken,
-    losses_at_grant: u64,
-    key: Option<HoldKey>,
-    turn: Option<Turn>,
-) -> LockGuard {
-    let holding = Arc::new(Holding {
-        client: lock.client.clone(),
-        losses_at_grant,
-        session,
-        name: lock.name.to_string(),
-        node_path,
-        token,
-        key: key.clone(),
-        granted_at: Instant::now(),
-        released: AtomicBool::new(false),
-        turn,
-    });
-    if let Some(key) = key {
-        lock.client.inner.holds.insert(key, &holding);
-    }
-    LockGuard { hold: holding }
 }
 
 /// A contender node that is ours until granted. Dropping it before [`disarm`](Self::disarm)
 /// (error, timeout, cancellation) hands its removal to the background.
-struct Contending {
-    cleanup: Cleanup,
+struct Contending<'a> {
+    cleanup: &'a Cleanup,
     session: Arc<Session>,
     dir: String,
     protect: String,
     node: Option<String>,
     armed: bool,
-    metrics: Arc<crate::client::ClientInner>,
 }
 
-impl Contending {
+impl Contending<'_> {
     fn disarm(mut self) {
         self.armed = false;
     }
 }
 
-impl Drop for Contending {
+impl Drop for Contending<'_> {
     fn drop(&mut self) {
         if !self.armed || !self.session.is_usable() {
             return;
         }
-        Metrics::bump(&self.metrics.metrics.abandoned);
-        let job = remove_contender(
-            self.session.clone(),
-            self.dir.clone(),
-            self.protect.clone(),
+        self.cleanup.spawn_removal(
+            &self.session,
+            std::mem::take(&mut self.dir),
+            std::mem::take(&mut self.protect),
             self.node.take(),
         );
-        self.cleanup.spawn(&self.session, job);
     }
 }
 
@@ -254,42 +103,49 @@ fn node_data() -> &'static [u8] {
     DATA.get_or_init(|| format!("zklock pid={}", std::process::id()).into_bytes())
 }
 
-/// One attempt on one session: returns our node's path and stat once the rule lets us go.
-async fn attempt(lock: &Lock, session: &Arc<Session>, deadline: Option<Instant>) -> Result<(String, zk::Stat), Failed> {
-    let dir: &str = &lock.dir;
+/// One attempt on one session: creates our contender node and waits until the rule lets it go
+/// or `deadline` passes. Dropping the future (or failing) removes the node in the background.
+pub(crate) async fn attempt(
+    recipe: &Recipe<'_>,
+    session: &Arc<Session>,
+    deadline: Option<Instant>,
+) -> Result<Granted, Failed> {
+    let dir = recipe.dir;
     let protect = format!("_c_{}-", uuid::Uuid::new_v4());
     let mut contending = Contending {
-        cleanup: lock.client.inner.cleanup.clone(),
+        cleanup: recipe.cleanup,
         session: session.clone(),
         dir: dir.to_owned(),
         protect: protect.clone(),
         node: None,
         armed: true,
-        metrics: lock.client.inner.clone(),
     };
-    let (ours, stat, mut children) = create_and_list(lock, session, &protect).await?;
+    let (ours, stat, mut children) = create_and_list(recipe, session, &protect).await?;
     contending.node = Some(ours.clone());
-    let our_path = format!("{dir}/{ours}");
+    let granted = Granted {
+        node_path: format!("{dir}/{ours}"),
+        czxid: stat.czxid,
+    };
 
     loop {
         let queue = queue_order(children);
         let Some(index) = queue.iter().position(|c| c.name == ours) else {
             // Our node is gone: its session ended under us (or an operator deleted it).
-            debug!(node = %our_path, "contender node vanished");
+            debug!(node = %granted.node_path, "contender node vanished");
             return Err(Failed::SessionEnded);
         };
-        let (on, last_blocker) = match lock.rule.decide(&queue, index) {
+        let (on, last_blocker) = match recipe.rule.decide(&queue, index) {
             Decision::Go => {
                 contending.disarm();
-                return Ok((our_path, stat));
+                return Ok(granted);
             }
             Decision::Wait { on, last_blocker } => (on, last_blocker),
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Failed::Error(timed_out_at(lock, deadline)));
+            return Err(Failed::TimedOut);
         }
         let blocker = format!("{dir}/{}", queue[on].name);
-        debug!(node = %our_path, waits_for = %blocker, "waiting");
+        debug!(node = %granted.node_path, waits_for = %blocker, "waiting");
         let gone = match session.zk.check_and_watch_stat(&blocker).await {
             Ok((None, _)) => true,
             Ok((Some(_), watcher)) => {
@@ -310,7 +166,7 @@ async fn attempt(lock: &Lock, session: &Arc<Session>, deadline: Option<Instant>)
                         }
                         _ => false,
                     },
-                    _ = sleep => return Err(Failed::Error(timed_out_at(lock, deadline))),
+                    _ = sleep => return Err(Failed::TimedOut),
                 }
             }
             Err(err) => {
@@ -320,17 +176,9 @@ async fn attempt(lock: &Lock, session: &Arc<Session>, deadline: Option<Instant>)
         };
         if gone && last_blocker {
             contending.disarm();
-            return Ok((our_path, stat));
+            return Ok(granted);
         }
         children = list(session, dir).await?;
-    }
-}
-
-/// A timeout inside an attempt; [`acquire`] fills in how long the caller waited.
-fn timed_out_at(lock: &Lock, _deadline: Option<Instant>) -> LockError {
-    LockError::Timeout {
-        name: lock.name.to_string(),
-        waited: Duration::ZERO,
     }
 }
 
@@ -340,12 +188,11 @@ async fn retry_after(session: &Session, op: &'static str, err: zk::Error) -> Res
         return Err(failed(op, err));
     }
     debug!(%err, op, "request interrupted; retrying once connected");
-    if !session.wait_connected().await {
-        return Err(Failed::SessionEnded);
+    if session.wait_to_retry().await {
+        Ok(())
+    } else {
+        Err(Failed::SessionEnded)
     }
-    // The library may report the loss before its state does; don't spin meanwhile.
-    tokio::time::sleep(RETRY_PAUSE).await;
-    Ok(())
 }
 
 /// Lists `dir`, waiting out connection losses.
@@ -362,28 +209,27 @@ async fn list(session: &Session, dir: &str) -> Result<Vec<String>, Failed> {
 /// directory (and namespace) as containers when missing, and finds our node again by its
 /// protected prefix when the create's answer was lost.
 async fn create_and_list(
-    lock: &Lock,
+    recipe: &Recipe<'_>,
     session: &Session,
     protect: &str,
 ) -> Result<(String, zk::Stat, Vec<String>), Failed> {
-    let config = &lock.client.inner.config;
-    let dir: &str = &lock.dir;
-    let prefix = format!("{dir}/{protect}{}", lock.rule.node_name());
-    let options = zk::CreateMode::EphemeralSequential.with_acls(config.acls());
+    let dir = recipe.dir;
+    let prefix = format!("{dir}/{protect}{}", recipe.rule.node_name());
+    let options = zk::CreateMode::EphemeralSequential.with_acls(recipe.acls);
     for _ in 0..8 {
         let create = session.zk.create(&prefix, node_data(), &options);
         let listing = session.zk.list_children(dir);
         let (created, listed) = tokio::join!(create, listing);
         match created {
             Ok((stat, sequence)) => {
-                let ours = format!("{protect}{}{sequence}", lock.rule.node_name());
+                let ours = format!("{protect}{}{sequence}", recipe.rule.node_name());
                 let children = match listed {
                     Ok(children) => children,
                     Err(_) => list(session, dir).await?,
                 };
                 return Ok((ours, stat, children));
             }
-            Err(zk::Error::NoNode) => ensure_dir(lock, session).await?,
+            Err(zk::Error::NoNode) => ensure_dir(recipe, session).await?,
             Err(err) if is_transient(&err) => {
                 retry_after(session, "create", err).await?;
                 if let Some((ours, stat)) = find_protected(session, dir, protect).await? {
@@ -402,36 +248,35 @@ async fn create_and_list(
 /// Looks for the node a create with lost answer may have made. Only a node owned by this very
 /// session counts (CURATOR-604): a node of an earlier session is never ours.
 async fn find_protected(session: &Session, dir: &str, protect: &str) -> Result<Option<(String, zk::Stat)>, Failed> {
-    let children = match session.zk.list_children(dir).await {
-        Ok(children) => children,
-        Err(zk::Error::NoNode) => return Ok(None),
-        Err(err) => {
-            retry_after(session, "list children", err).await?;
-            return Box::pin(find_protected(session, dir, protect)).await;
-        }
-    };
-    let Some(name) = children.into_iter().find(|c| c.starts_with(protect)) else {
-        return Ok(None);
-    };
-    match session.zk.check_stat(&format!("{dir}/{name}")).await {
-        Ok(Some(stat)) if stat.ephemeral_owner == session.id => {
-            debug!(node = %name, "found our contender after a lost create answer");
-            Ok(Some((name, stat)))
-        }
-        Ok(_) => Ok(None),
-        Err(err) => {
-            retry_after(session, "exists", err).await?;
-            Box::pin(find_protected(session, dir, protect)).await
+    loop {
+        let children = match session.zk.list_children(dir).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(err) => {
+                retry_after(session, "list children", err).await?;
+                continue;
+            }
+        };
+        let Some(name) = children.into_iter().find(|c| c.starts_with(protect)) else {
+            return Ok(None);
+        };
+        match session.zk.check_stat(&format!("{dir}/{name}")).await {
+            Ok(Some(stat)) if stat.ephemeral_owner == session.id => {
+                debug!(node = %name, "found our contender after a lost create answer");
+                return Ok(Some((name, stat)));
+            }
+            Ok(_) => return Ok(None),
+            Err(err) => retry_after(session, "exists", err).await?,
         }
     }
 }
 
 /// Creates the lock directory and its parents as containers (Curator's
 /// `creatingParentContainersIfNeeded`).
-async fn ensure_dir(lock: &Lock, session: &Session) -> Result<(), Failed> {
-    let options = zk::CreateMode::Container.with_acls(lock.client.inner.config.acls());
+async fn ensure_dir(recipe: &Recipe<'_>, session: &Session) -> Result<(), Failed> {
+    let options = zk::CreateMode::Container.with_acls(recipe.acls);
     loop {
-        match session.zk.mkdir(&lock.dir, &options).await {
+        match session.zk.mkdir(recipe.dir, &options).await {
             Ok(()) | Err(zk::Error::NodeExists) => return Ok(()),
             Err(err) => retry_after(session, "create lock dir", err).await?,
         }
@@ -478,7 +323,7 @@ mod tests {
             .unwrap();
         let session = client.session(None).await.unwrap();
         assert_ne!(session.id, other.session_id().0);
-        let found = match find_protected(&session, &lock.dir, &protect).await {
+        let found = match find_protected(&session, lock.path(), &protect).await {
             Ok(found) => found,
             Err(_) => panic!("lookup failed"),
         };
@@ -494,7 +339,7 @@ mod tests {
             .await
             .unwrap();
         let own_protect = format!("{protect}x-");
-        let found = match find_protected(&session, &lock.dir, &own_protect).await {
+        let found = match find_protected(&session, lock.path(), &own_protect).await {
             Ok(found) => found,
             Err(_) => panic!("lookup failed"),
         };

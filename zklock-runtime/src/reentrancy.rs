@@ -1,61 +1,183 @@
-//! Who holds what in this process, so the same logical holder can re-enter without a round trip.
+//! Reentrancy by call scope, and what a locked body can ask about the locks it runs under.
 //!
-//! The logical holder is the tokio task (by [`tokio::task::Id`]); code running directly inside
-//! `block_on` (such as `#[tokio::main]` or `#[tokio::test]` bodies) has no task, and is
-//! identified by its thread, which a `block_on` future never leaves. A guard moved to another
-//! task still counts as held by the task that acquired it.
+//! A lock re-enters the way a thread-reentrant lock follows the call stack: only for code that
+//! runs *inside* a holder's scope, that is in the future passed to [`LockGuard::scope`] (or the
+//! body of a `#[distributed_lock]` function) and in whatever that future awaits. The scope is a
+//! tokio task-local value that is set only while that future is being polled, so:
+//!
+//! - a sibling future polled by the same task (`join!`, `select!`, `FuturesUnordered`,
+//!   `buffer_unordered`, …) is *not* inside the scope: it is another holder and queues;
+//! - a task spawned from the body, or a `spawn_blocking` job, is not inside it either;
+//! - a guard moved to another task carries no scope with it; the task that acquired it does not
+//!   re-enter once the guard is gone from its scope.
+//!
+//! Outside every scope, [`Lock::acquire`](crate::Lock::acquire) always makes a new holder, like
+//! `tokio::sync::Mutex::lock`: a task that holds a guard and acquires the same lock again
+//! outside a scope waits for itself (until its timeout, or forever without one).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::future::Future;
+use std::sync::{Arc, Weak};
 
-use crate::guard::Holding;
+use crate::guard::{FencingToken, Holding, LockGuard, LossSignal};
+use crate::LockKind;
 
-/// The identity of a logical holder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Holder {
-    Task(tokio::task::Id),
-    Thread(std::thread::ThreadId),
+/// One hold whose scope the current future runs in.
+#[derive(Clone)]
+struct Entry {
+    hold: Weak<Holding>,
+    name: Arc<str>,
+    dir: Arc<str>,
+    kind: LockKind,
+    token: FencingToken,
+    loss: LossSignal,
 }
 
-impl Holder {
-    pub fn current() -> Holder {
-        match tokio::task::try_id() {
-            Some(id) => Holder::Task(id),
-            None => Holder::Thread(std::thread::current().id()),
-        }
+tokio::task_local! {
+    /// The holds whose scopes the future being polled runs in, innermost last.
+    static SCOPE: Arc<Vec<Entry>>;
+}
+
+fn with_scope<T>(f: impl FnOnce(&[Entry]) -> Option<T>) -> Option<T> {
+    SCOPE.try_with(|entries| f(entries)).ok().flatten()
+}
+
+/// Whether a hold of kind `held` lets an acquisition of kind `wanted` on the same lock
+/// directory re-enter. A writer may also read, as in Curator's read/write lock; semaphore
+/// leases never re-enter (each acquisition is another lease).
+fn reenters(held: LockKind, wanted: LockKind) -> bool {
+    match wanted {
+        LockKind::Semaphore { .. } => false,
+        LockKind::Read => matches!(held, LockKind::Read | LockKind::Write),
+        wanted => held == wanted,
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct HoldKey {
-    pub dir: String,
-    pub kind: crate::LockKind,
-    pub holder: Holder,
+/// The hold an acquisition of `kind` on `dir` re-enters: the innermost matching hold whose
+/// scope the current future runs in, if it is still alive.
+pub(crate) fn reentry(dir: &str, kind: LockKind) -> Option<Arc<Holding>> {
+    with_scope(|entries| {
+        entries
+            .iter()
+            .rev()
+            .find(|e| &*e.dir == dir && reenters(e.kind, kind))
+            .and_then(|e| e.hold.upgrade())
+    })
 }
 
-/// The registry of live holds, by key. Entries are weak: the guards own the hold.
-#[derive(Default)]
-pub(crate) struct Holds {
-    map: Mutex<HashMap<HoldKey, Weak<Holding>>>,
+/// Runs `fut` inside the scope of `hold`, nested in whatever scope is current.
+fn enter<F: Future>(hold: &Arc<Holding>, loss: LossSignal, fut: F) -> impl Future<Output = F::Output> {
+    let mut entries: Vec<Entry> = SCOPE.try_with(|e| e.to_vec()).unwrap_or_default();
+    entries.push(Entry {
+        hold: Arc::downgrade(hold),
+        name: hold.name.clone(),
+        dir: hold.dir.clone(),
+        kind: hold.kind,
+        token: hold.token,
+        loss,
+    });
+    SCOPE.scope(Arc::new(entries), fut)
 }
 
-impl Holds {
-    /// The live hold for `key`, if any.
-    pub fn get(&self, key: &HoldKey) -> Option<Arc<Holding>> {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key).and_then(Weak::upgrade)
+impl LockGuard {
+    /// Runs `fut` as code inside this hold: acquisitions of the same lock made while `fut` runs
+    /// (directly or in anything it awaits) re-enter this hold at once, with no round trip and
+    /// the same fencing token, and [`current_fencing_token`] answers this hold's token.
+    ///
+    /// Only `fut` is inside the hold. Futures polled beside it by the same task, tasks it
+    /// spawns and `spawn_blocking` jobs are other holders and queue for the lock. The scope
+    /// borrows the guard, so the hold outlives it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the hold itself is unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let lock = client.mutex("ledger")?;
+    /// let guard = lock.acquire().await?;
+    /// guard
+    ///     .scope(async {
+    ///         // Nested code may take the same lock again: it re-enters this hold.
+    ///         let inner = lock.acquire().await?;
+    ///         assert_eq!(inner.fencing_token(), guard.fencing_token());
+    ///         assert_eq!(zklock_runtime::current_fencing_token(), Some(guard.fencing_token()));
+    ///         Ok::<_, zklock_runtime::LockError>(())
+    ///     })
+    ///     .await?;
+    /// // Outside the scope, the same task acquiring again would wait for this guard.
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<'a, F>(&'a self, fut: F) -> impl Future<Output = F::Output> + 'a
+    where
+        F: Future + 'a,
+    {
+        enter(&self.hold, self.loss_signal(), fut)
     }
+}
 
-    pub fn insert(&self, key: HoldKey, holding: &Arc<Holding>) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.insert(key, Arc::downgrade(holding));
-    }
+/// The fencing token of the innermost hold whose scope the current code runs in (a
+/// `#[distributed_lock]` body, or [`LockGuard::scope`]); `None` outside every scope.
+///
+/// Pass it to the resource the lock protects, which should refuse writes carrying a token
+/// lower than one it has already seen. The binding introduced by the attribute's
+/// `token = name` option carries the same value.
+///
+/// Only code inside the scope sees the lock: a future polled beside the body by the same task,
+/// or a task spawned from the body, does not (read the token first and move it in).
+///
+/// ```
+/// // Outside a locked body there is no lock to report.
+/// assert_eq!(zklock_runtime::current_fencing_token(), None);
+/// ```
+///
+/// Inside `#[distributed_lock("ledger")] async fn append(…)`, it returns the token of the
+/// `ledger` lock the body runs under (see the `zklock` crate for the attribute).
+pub fn current_fencing_token() -> Option<FencingToken> {
+    with_scope(|entries| entries.last().map(|e| e.token))
+}
 
-    /// Forgets `key` if it still points at a dead hold (a newer hold may have replaced it).
-    pub fn remove_dead(&self, key: &HoldKey) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.get(key).is_some_and(|w| w.strong_count() == 0) {
-            map.remove(key);
-        }
+/// The fencing token of the lock named `name` (the name after placeholders are filled in)
+/// whose scope the current code runs in, innermost first.
+///
+/// ```
+/// assert_eq!(zklock_runtime::fencing_token("account:7"), None);
+/// ```
+///
+/// Inside `#[distributed_lock("account:{id}")] async fn debit(id: u64)` called with `id = 7`,
+/// `fencing_token("account:7")` is the token of that hold.
+pub fn fencing_token(name: &str) -> Option<FencingToken> {
+    with_scope(|entries| entries.iter().rev().find(|e| &*e.name == name).map(|e| e.token))
+}
+
+/// The loss signal of the innermost hold whose scope the current code runs in; useful with
+/// `on_lost = "continue"`, where the body decides itself what to do on loss.
+///
+/// ```
+/// assert!(zklock_runtime::current_loss_signal().is_none());
+/// ```
+///
+/// Inside a body declared with `on_lost = "continue"`, check
+/// `current_loss_signal().is_some_and(|loss| loss.is_lost())` between steps and stop early.
+pub fn current_loss_signal() -> Option<LossSignal> {
+    with_scope(|entries| entries.last().map(|e| e.loss.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_kinds_reenter() {
+        use LockKind::*;
+        assert!(reenters(Mutex, Mutex));
+        assert!(reenters(Write, Write));
+        assert!(reenters(Write, Read));
+        assert!(reenters(Read, Read));
+        assert!(!reenters(Read, Write), "no upgrade from read to write");
+        assert!(!reenters(Mutex, Write));
+        assert!(!reenters(Semaphore { leases: 2 }, Semaphore { leases: 2 }));
     }
 }

@@ -13,6 +13,9 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use zookeeper_client as zk;
 
+/// The pause before a request that failed on the connection is sent again.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
 /// The state of a client's ZooKeeper session, as far as held locks are concerned.
 ///
 /// ```
@@ -124,6 +127,18 @@ impl Session {
     /// Whether new work may still be started in this session.
     pub fn is_usable(&self) -> bool {
         !self.health().status.is_terminal() && !self.zk.state().is_terminated()
+    }
+
+    /// After a request failed on the connection ([`is_transient`](crate::error::is_transient)):
+    /// waits until the session is connected again (true) or over (false), then pauses briefly,
+    /// because the library may report the loss before its state does. The one place requests
+    /// wait out a connection loss before they are sent again.
+    pub async fn wait_to_retry(&self) -> bool {
+        if !self.wait_connected().await {
+            return false;
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+        true
     }
 
     /// Waits until the session is connected again (true) or over (false).
