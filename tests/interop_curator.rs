@@ -284,8 +284,13 @@ async fn curator_writer_excludes_zklock_readers_and_writers() {
     let node = peer.wait_acquired("w", SOON).await.unwrap();
     assert!(node.contains("__WRIT__"), "{node}");
 
+    // Queue the reader's node before the writer's: the order the test is about, made
+    // observable instead of assumed from the order the two tasks were spawned in.
+    let view = raw(&zk.connect_string()).await;
     let mut reader = ZkContender::spawn(read.clone());
+    wait_for_contenders(&view, read.path(), 2).await;
     let mut writer = ZkContender::spawn(write.clone());
+    wait_for_contenders(&view, read.path(), 3).await;
     reader.assert_waiting("a Curator writer holds").await;
     writer.assert_waiting("a Curator writer holds").await;
 
@@ -362,6 +367,8 @@ async fn foreign_sequential_nodes_are_honoured_in_sequence_order() {
         lock.try_acquire().await.unwrap().is_none(),
         "zklock ignored the foreign node {first}"
     );
+    // The try's node is removed in the background; wait for that, so the count below sees Z.
+    zl.flush().await;
     let mut z = ZkContender::spawn(lock.clone());
     wait_for_contenders(&view, &dir, 2).await;
     let second = foreign_contender(&foreign, &dir, "other-client-").await;

@@ -24,10 +24,21 @@ async fn client_via(proxy: &FaultProxy) -> LockClient {
 /// before anyone else can be granted it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curator_206_partitioned_holder_learns_of_loss_before_another_acquires() {
-    let zk = server();
+    // A 500 ms tick allows a 10 s session: the holder is told at about 0.4 × 10 s (the client
+    // notices the dead connection) + 2.5 s (loss_after), leaving seconds of margin before the
+    // server can expire the session, even when the machine is busy.
+    let zk = zklock_testing::ZkServer::builder()
+        .tick_time(Duration::from_millis(500))
+        .start()
+        .unwrap();
     let proxy = FaultProxy::start(zk.addr()).unwrap();
-    let holder = client_via(&proxy).await;
+    let holder = LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
     let other = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
     let guard = holder.mutex("partition").unwrap().acquire().await.unwrap();
     let loss = tokio::spawn({
         let mut signal = guard.loss_signal();
@@ -43,7 +54,14 @@ async fn curator_206_partitioned_holder_learns_of_loss_before_another_acquires()
             (Instant::now(), g.fencing_token())
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The other client is queued (its node is in the lock dir) before the partition.
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            contenders(&view, "/zklock/partition").await.len() == 2
+        })
+        .await,
+        "the other client never queued"
+    );
     let cut = Instant::now();
     proxy.blackhole();
     let (lost_at, err) = tokio::time::timeout(Duration::from_secs(20), loss)
@@ -82,9 +100,17 @@ async fn curator_678_release_during_connection_loss_still_deletes_the_node() {
     let lock = holder.mutex("release-loss").unwrap();
     let guard = lock.acquire().await.unwrap();
     let node = guard.node_path().to_owned();
+    let mut status = holder.watch_status();
     proxy.blackhole();
     let release = tokio::spawn(guard.release());
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    // The client noticed the partition: the release's delete is stuck behind it.
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        status.wait_for(|s| matches!(s, SessionStatus::Suspended | SessionStatus::Lost)),
+    )
+    .await
+    .expect("the holder never noticed the partition")
+    .unwrap();
     let raw = raw(&zk.connect_string()).await;
     assert!(
         raw.check_stat(&node).await.unwrap().is_some(),
@@ -102,6 +128,11 @@ async fn curator_678_release_during_connection_loss_still_deletes_the_node() {
         holder.session_id(),
         session,
         "the session survived; only the retry can have deleted the node"
+    );
+    assert_eq!(
+        holder.status(),
+        SessionStatus::Connected,
+        "the session must have survived the partition (not expired)"
     );
     assert!(
         raw.check_stat(&node).await.unwrap().is_none(),
@@ -216,29 +247,32 @@ async fn session_expiry_reports_loss_and_later_acquires_use_a_new_session() {
 /// A held lock survives the ensemble losing its leader, as long as the session lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_lock_survives_leader_failover() {
+    // A 1 s tick allows a 20 s session, and loss_after 15 s covers an election plus the
+    // client's reconnect backoff (its retries to three members come at about 0.3, 1, 2.3, 4.8
+    // and 9.7 s) on a busy machine.
     let ensemble = ZkEnsemble::builder(3)
-        .tick_time(Duration::from_millis(500))
+        .tick_time(Duration::from_millis(1000))
         .start()
         .unwrap();
     let connect = ensemble.connect_string();
     let holder = LockClient::builder(&connect)
-        .session_timeout(Duration::from_secs(10))
-        .loss_after(Duration::from_secs(6))
+        .session_timeout(Duration::from_secs(20))
+        .loss_after(Duration::from_secs(15))
         .connect()
         .await
         .unwrap();
     let other = LockClient::builder(&connect)
-        .session_timeout(Duration::from_secs(10))
+        .session_timeout(Duration::from_secs(20))
         .connect()
         .await
         .unwrap();
     let guard = holder.mutex("failover").unwrap().acquire().await.unwrap();
-    let leader = ensemble.leader().expect("a leader");
+    let leader = ensemble.wait_for_quorum(Duration::from_secs(60)).expect("a leader");
     ensemble.kill(leader).unwrap();
-    ensemble.wait_for_quorum(Duration::from_secs(30)).unwrap();
+    ensemble.wait_for_quorum(Duration::from_secs(60)).unwrap();
     let mut status = holder.watch_status();
     tokio::time::timeout(
-        Duration::from_secs(20),
+        Duration::from_secs(40),
         status.wait_for(|s| *s == SessionStatus::Connected),
     )
     .await

@@ -27,16 +27,29 @@ async fn readers_share_writers_exclude() {
         writer.try_acquire().await.unwrap().is_none(),
         "writer excluded by readers"
     );
+    // The try's node is removed in the background; count nodes only once it is gone.
+    c.flush().await;
+    let view = raw(&zk.connect_string()).await;
+    let queued = |n: usize| {
+        let view = &view;
+        async move {
+            eventually(Duration::from_secs(20), || async {
+                contenders(view, "/zklock/doc").await.len() == n
+            })
+            .await
+        }
+    };
     let w = tokio::spawn(async move { writer.acquire().await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(queued(3).await, "the writer never queued");
     // A reader arriving after the queued writer waits for it.
     let late = a.read_lock("doc").unwrap();
     let late_reader = tokio::spawn(async move { late.acquire().await.unwrap() });
+    assert!(queued(4).await, "the late reader never queued");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!w.is_finished() && !late_reader.is_finished());
     r1.release().await.unwrap();
     r2.release().await.unwrap();
-    let w = tokio::time::timeout(Duration::from_secs(5), w)
+    let w = tokio::time::timeout(Duration::from_secs(20), w)
         .await
         .expect("writer granted")
         .unwrap();
@@ -44,7 +57,7 @@ async fn readers_share_writers_exclude() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!late_reader.is_finished(), "reader went while the writer held");
     w.release().await.unwrap();
-    let late = tokio::time::timeout(Duration::from_secs(5), late_reader)
+    let late = tokio::time::timeout(Duration::from_secs(20), late_reader)
         .await
         .expect("late reader granted")
         .unwrap();
@@ -56,9 +69,10 @@ async fn writer_may_also_read() {
     let zk = server();
     let c = client(&zk.connect_string()).await;
     let w = c.write_lock("upgrade").unwrap().acquire().await.unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(2), c.read_lock("upgrade").unwrap().acquire())
+    let read = c.read_lock("upgrade").unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), w.scope(read.acquire()))
         .await
-        .expect("the writing task can read")
+        .expect("code inside the write hold can read")
         .unwrap();
     assert_eq!(r.node_path(), w.node_path());
 }

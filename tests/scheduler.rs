@@ -14,6 +14,20 @@ use zklock_testing::FaultProxy;
 
 const EVERY_SECOND: &str = "* * * * * *";
 
+/// The longest session the test server grants (20 ticks of 200 ms): the longer the session,
+/// the longer a stall of this busy machine can be before a node reports its lock lost.
+const SESSION: Duration = Duration::from_secs(4);
+
+/// Waits until no fire of these jobs is still under way: a scheduler that was shut down lets
+/// fires already started finish, and they may still count or log a run.
+async fn settle(stats: &[JobStats]) {
+    let settled = support::eventually(Duration::from_secs(30), || async {
+        stats.iter().all(|s| s.fires_in_flight() == 0)
+    })
+    .await;
+    assert!(settled, "fires still under way after shutdown: {stats:?}");
+}
+
 /// One run as the job itself saw it.
 #[derive(Debug, Clone)]
 struct Run {
@@ -29,7 +43,6 @@ type Log = Arc<Mutex<Vec<Run>>>;
 struct Node {
     scheduler: JobScheduler,
     stats: JobStats,
-    running: Arc<Mutex<bool>>,
 }
 
 impl Node {
@@ -42,7 +55,7 @@ impl Node {
         run_for: Duration,
         log: &Log,
     ) -> Node {
-        let client = support::client_with(connect, Duration::from_secs(2)).await;
+        let client = support::client_with(connect, SESSION).await;
         Node::start_with(client, index, job, policy, clock, run_for, None, log).await
     }
 
@@ -57,10 +70,9 @@ impl Node {
         lock_wait: Option<Duration>,
         log: &Log,
     ) -> Node {
-        let running = Arc::new(Mutex::new(false));
-        let (log, flag) = (log.clone(), running.clone());
+        let log = log.clone();
         let job = SingletonJob::new_async(EVERY_SECOND, &client, job, move |run| {
-            let (log, flag) = (log.clone(), flag.clone());
+            let log = log.clone();
             async move {
                 let at = {
                     let mut log = log.lock().unwrap();
@@ -72,9 +84,7 @@ impl Node {
                     });
                     log.len() - 1
                 };
-                *flag.lock().unwrap() = true;
                 tokio::time::sleep(run_for).await;
-                *flag.lock().unwrap() = false;
                 log.lock().unwrap()[at].end = Some(Instant::now());
             }
         })
@@ -88,11 +98,7 @@ impl Node {
         let scheduler = JobScheduler::new().await.expect("scheduler");
         let (_, stats) = scheduler.add_singleton(job).await.expect("add job");
         scheduler.start().await.expect("start scheduler");
-        Node {
-            scheduler,
-            stats,
-            running,
-        }
+        Node { scheduler, stats }
     }
 
     async fn stop(mut self) -> JobStats {
@@ -167,7 +173,7 @@ async fn once_per_tick_with(skewed: impl Clock, label: &str) {
     .await;
     wait_for_runs(&log, 8, Duration::from_secs(40)).await;
     let stats = [a.stop().await, b.stop().await, c.stop().await];
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    settle(&stats).await;
     let runs = log.lock().unwrap().clone();
     assert!(runs.len() >= 8);
     assert_each_tick_once(&runs);
@@ -206,7 +212,7 @@ async fn ticks_whose_fires_found_the_lock_busy_run_late_once_it_frees() {
     let wait = Some(Duration::from_millis(200));
     let mut nodes = Vec::new();
     for i in 0..2 {
-        let client = support::client_with(&server.connect_string(), Duration::from_secs(2)).await;
+        let client = support::client_with(&server.connect_string(), SESSION).await;
         let node = Node::start_with(
             client,
             i,
@@ -237,7 +243,7 @@ async fn ticks_whose_fires_found_the_lock_busy_run_late_once_it_frees() {
     for node in nodes {
         stats.push(node.stop().await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    settle(&stats).await;
     let runs = log.lock().unwrap().clone();
     assert_eq!(during, 0, "nothing ran while the lock was held elsewhere: {runs:?}");
     let skips: u64 = stats.iter().map(|s| s.skips()).sum();
@@ -277,7 +283,7 @@ async fn skip_policy_never_overlaps_runs_and_skips_busy_fires() {
         stats.push(node.stop().await);
     }
     // Let the last run finish so its end is known.
-    tokio::time::sleep(long + Duration::from_millis(500)).await;
+    settle(&stats).await;
     let mut runs = log.lock().unwrap().clone();
     runs.sort_by_key(|r| r.start);
     for pair in runs.windows(2) {
@@ -292,7 +298,9 @@ async fn skip_policy_never_overlaps_runs_and_skips_busy_fires() {
 async fn killing_the_running_node_moves_the_job_to_another() {
     let server = support::server();
     let log: Log = Arc::default();
-    let run_for = Duration::from_millis(3000);
+    // Long enough that the cut-off node is told of the loss (about 0.4 × 4 s + 1 s after the
+    // cut) well before its run would end by itself.
+    let run_for = Duration::from_millis(6000);
     let mut proxies = Vec::new();
     let mut nodes = Vec::new();
     for i in 0..3 {
@@ -310,12 +318,18 @@ async fn killing_the_running_node_moves_the_job_to_another() {
         proxies.push(proxy);
         nodes.push(node);
     }
-    // Wait until some node is in the middle of a run, then cut it off for good.
+    // Wait for a run to start (one that started before we looked may be about to end), then
+    // cut its node off for good.
+    let seen_before = log.lock().unwrap().len();
     let victim = {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(i) = nodes.iter().position(|n| *n.running.lock().unwrap()) {
-                break i;
+            let started = log.lock().unwrap()[seen_before..]
+                .iter()
+                .find(|r| r.end.is_none())
+                .map(|r| r.node);
+            if let Some(node) = started {
+                break node;
             }
             assert!(Instant::now() < deadline, "no node started a run");
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -373,7 +387,7 @@ async fn a_failed_run_is_counted_recorded_and_not_rerun_elsewhere() {
     let mut schedulers = Vec::new();
     let mut all_stats = Vec::new();
     for _ in 0..2 {
-        let client = support::client_with(&server.connect_string(), Duration::from_secs(2)).await;
+        let client = support::client_with(&server.connect_string(), SESSION).await;
         let ticks = ticks.clone();
         let job = SingletonJob::new_async(EVERY_SECOND, &client, "flaky", move |run| {
             let ticks = ticks.clone();
@@ -394,7 +408,7 @@ async fn a_failed_run_is_counted_recorded_and_not_rerun_elsewhere() {
     for mut scheduler in schedulers {
         scheduler.shutdown().await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    settle(&all_stats).await;
 
     let runs: Vec<Run> = ticks
         .lock()

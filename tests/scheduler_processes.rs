@@ -58,15 +58,20 @@ fn node_process() {
     });
 }
 
-/// A child process that is killed when dropped.
+/// A child process that is killed when dropped. Dropping it also waits until every line the
+/// child printed before it died has been read, so whatever is seen afterwards came later.
 struct NodeProcess {
     child: Child,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for NodeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
     }
 }
 
@@ -95,7 +100,7 @@ fn spawn_node(connect: &str, node: usize, seen: &Arc<Mutex<Vec<Seen>>>) -> NodeP
         .expect("spawn node process");
     let stdout = child.stdout.take().unwrap();
     let seen = seen.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             // The child's first report shares its line with the test harness's own
             // `test node_process ... ` prefix (printed without a newline), so look for the
@@ -116,7 +121,10 @@ fn spawn_node(connect: &str, node: usize, seen: &Arc<Mutex<Vec<Seen>>>) -> NodeP
             }
         }
     });
-    NodeProcess { child }
+    NodeProcess {
+        child,
+        reader: Some(reader),
+    }
 }
 
 fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
@@ -151,7 +159,7 @@ fn killing_the_running_process_moves_the_job() {
     }
 
     let victim = before.iter().max_by_key(|s| s.at).unwrap().node;
-    drop(nodes[victim].take()); // SIGKILL
+    drop(nodes[victim].take()); // SIGKILL, then read what it printed before dying
     let killed_at = Instant::now();
 
     let moved = wait_until(Duration::from_secs(40), || {

@@ -46,7 +46,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             tick_time: Duration::from_millis(200),
-            force_sync: true,
+            force_sync: false,
             system_properties: Vec::new(),
             config: Vec::new(),
             start_timeout: Duration::from_secs(60),
@@ -465,8 +465,10 @@ macro_rules! settings_methods {
             self
         }
 
-        /// Whether the server fsyncs its transaction log (`forceSync`). Default `true`, as in
-        /// production.
+        /// Whether the server fsyncs its transaction log (`forceSync`). Default `false`: a
+        /// throw-away test server has nothing to keep, and the server answers a client's ping
+        /// only behind its pending syncs, so one slow fsync on a busy disk would look to the
+        /// client like a partition. Set `true` to measure or test with production durability.
         pub fn force_sync(mut self, force_sync: bool) -> Self {
             self.settings.force_sync = force_sync;
             self

@@ -94,6 +94,7 @@ impl Shared {
 
 /// Entry point of every fire.
 pub(crate) async fn fire(shared: Arc<Shared>) {
+    let _in_flight = shared.stats.fire_started();
     let seen = shared.clock.now();
     let Some(own) = shared.ticks.tick_at(seen) else {
         shared.stats.failed();

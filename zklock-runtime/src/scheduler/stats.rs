@@ -15,6 +15,7 @@ struct Counters {
     skips: AtomicU64,
     failures: AtomicU64,
     lost: AtomicU64,
+    in_flight: AtomicU64,
     last_tick: AtomicI64,
     last_recorded_tick: AtomicI64,
 }
@@ -66,6 +67,7 @@ impl JobStats {
                 skips: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
                 lost: AtomicU64::new(0),
+                in_flight: AtomicU64::new(0),
                 last_tick: AtomicI64::new(NONE),
                 last_recorded_tick: AtomicI64::new(NONE),
             }),
@@ -118,6 +120,26 @@ impl JobStats {
             last_tick: self.last_tick(),
             last_recorded_tick: self.last_recorded_tick(),
         }
+    }
+
+    /// Fires of this job on this node that have started and not yet finished (deciding,
+    /// waiting for the lock, or running). After the scheduler is shut down, a fire already
+    /// under way still finishes: wait for this to reach 0 before reading final counts.
+    pub fn fires_in_flight(&self) -> u64 {
+        self.inner.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Counts a fire as in flight until the returned value drops (also when the fire is
+    /// cancelled).
+    pub(crate) fn fire_started(&self) -> impl Drop {
+        struct InFlight(Arc<Counters>);
+        impl Drop for InFlight {
+            fn drop(&mut self) {
+                self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self.inner.clone())
     }
 
     pub(crate) fn ran(&self, tick: i64) {
