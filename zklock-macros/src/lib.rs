@@ -117,9 +117,12 @@
 //!
 //! # Reentrancy
 //!
-//! A locked function that calls another function locked on the same name (and kind), in the
-//! same task, re-enters the hold at once: no deadlock, no ZooKeeper round trip. Recursive calls
-//! work the same way (box the recursive future, as any recursive `async fn` must).
+//! A locked function whose body calls (and awaits) another function locked on the same name
+//! and kind re-enters the hold at once: no deadlock, no ZooKeeper round trip, the same fencing
+//! token. Recursive calls work the same way (box the recursive future, as any recursive
+//! `async fn` must). Reentrancy follows the call scope, not the task: two calls run side by
+//! side in one task (`join!`, `buffer_unordered`, …) are two holders and exclude each other,
+//! and a task spawned from the body that takes the same lock waits for the body to finish.
 //!
 //! # Where it goes
 //!
