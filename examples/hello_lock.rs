@@ -8,39 +8,25 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use zklock::testing::ZkServer;
 use zklock::{FencingToken, LockClient, LockError};
 
 const LOCK_NAME: &str = "hello:demo";
 const HOLD: Duration = Duration::from_millis(1500);
 
-fn usage() -> &'static str {
-    "usage: hello_lock [--zk HOST:PORT]\n\
-     Without --zk a ZooKeeper server is started for the run (needs scripts/install-deps.sh)."
+/// Two clients contend for one ZooKeeper lock and print their fencing tokens.
+#[derive(Debug, Parser)]
+#[command(about)]
+struct Args {
+    /// ZooKeeper to use (HOST:PORT[,HOST:PORT...]); without it a server is started for the run
+    /// (needs scripts/install-deps.sh).
+    #[arg(long, value_name = "HOST:PORT")]
+    zk: Option<String>,
 }
 
 fn main() -> ExitCode {
-    let mut zk = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--zk" => match args.next() {
-                Some(addr) => zk = Some(addr),
-                None => {
-                    eprintln!("--zk needs HOST:PORT\n{}", usage());
-                    return ExitCode::from(2);
-                }
-            },
-            "-h" | "--help" => {
-                println!("{}", usage());
-                return ExitCode::SUCCESS;
-            }
-            other => {
-                eprintln!("unknown argument {other:?}\n{}", usage());
-                return ExitCode::from(2);
-            }
-        }
-    }
+    let zk = Args::parse().zk;
 
     // The server (if we start one) lives until the end of main and is stopped on drop.
     let (_server, connect) = match zk {

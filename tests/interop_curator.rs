@@ -6,43 +6,25 @@
 //! The Curator side is a real JVM running the Debian Curator jars
 //! (`zklock_testing::curator::CuratorPeer`).
 
+mod support;
+
 use std::time::Duration;
 
+use support::{client, raw, server};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use zklock_runtime::{zk, Lock, LockClient, LockError};
+use zklock_runtime::{zk, Lock, LockError};
 use zklock_testing::curator::{CuratorPeer, RwMode};
-use zklock_testing::ZkServer;
 
 /// Generous bound for anything that should happen promptly on a loaded machine.
 const SOON: Duration = Duration::from_secs(20);
 /// How long a contender that must keep waiting is watched.
 const STAYS_WAITING: Duration = Duration::from_millis(800);
 
-fn server() -> ZkServer {
-    ZkServer::start().expect("start ZooKeeper (run scripts/install-deps.sh)")
-}
-
-async fn client(connect: &str) -> LockClient {
-    LockClient::builder(connect)
-        .session_timeout(Duration::from_secs(4))
-        .connect()
-        .await
-        .expect("connect lock client")
-}
-
 async fn curator(connect: &str) -> CuratorPeer {
     CuratorPeer::start(connect)
         .await
         .expect("start the Curator peer (run scripts/install-deps.sh)")
-}
-
-async fn raw(connect: &str) -> zk::Client {
-    zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(4))
-        .connect(connect)
-        .await
-        .expect("connect raw client")
 }
 
 async fn children(raw: &zk::Client, dir: &str) -> Vec<String> {

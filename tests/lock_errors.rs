@@ -9,10 +9,7 @@ use zklock_runtime::{LockClient, LockError};
 use zklock_testing::FaultProxy;
 
 fn closed_port() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    addr.to_string()
+    zklock_testing::process::closed_address().to_string()
 }
 
 #[tokio::test]

@@ -145,12 +145,7 @@ fn assert_send<T: Send>(_: &T) {}
 
 /// A client whose ensemble does not exist: every call fails to connect.
 fn unreachable_client() -> LockClient {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    LockClient::builder(format!("127.0.0.1:{port}"))
+    LockClient::builder(zklock_testing::process::closed_address().to_string())
         .connect_timeout(Duration::from_millis(500))
         .build()
         .expect("building a client does not connect")

@@ -7,33 +7,14 @@ use std::time::Duration;
 
 use tokio::sync::Barrier;
 use zklock::{current_fencing_token, distributed_lock, fencing_token, FencingToken, LockClient, LockError};
-use zklock_testing::{FaultProxy, ZkServer};
+use zklock_testing::FaultProxy;
 
 /// Bound on anything that should happen "soon": generous, so a loaded machine does not flake.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-}
+mod support;
 
-impl From<LockError> for AppError {
-    fn from(err: LockError) -> Self {
-        AppError::Lock(err)
-    }
-}
-
-fn server() -> ZkServer {
-    ZkServer::start().expect("start ZooKeeper (run scripts/install-deps.sh)")
-}
-
-async fn client(connect: &str) -> LockClient {
-    LockClient::builder(connect)
-        .session_timeout(Duration::from_secs(4))
-        .connect()
-        .await
-        .expect("connect lock client")
-}
+use support::{client, server, AppError};
 
 /// Counts bodies inside the critical section, with the client the struct holds.
 struct Counter {

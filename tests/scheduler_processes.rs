@@ -5,7 +5,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,14 +83,8 @@ struct Seen {
 }
 
 fn spawn_node(connect: &str, node: usize, seen: &Arc<Mutex<Vec<Seen>>>) -> NodeProcess {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "node_process",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut child = zklock_testing::process::rerun_test("node_process")
+        .expect("the test binary's path")
         .env(CONNECT_VAR, connect)
         .env(NODE_VAR, node.to_string())
         .stdin(Stdio::piped())

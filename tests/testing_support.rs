@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use zklock_runtime::zk;
@@ -439,14 +439,8 @@ impl Drop for KillOnDrop {
 #[test]
 fn server_dies_with_a_killed_test_process() {
     let mut child = KillOnDrop(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_process_holding_a_server",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        zklock_testing::process::rerun_test("child_process_holding_a_server")
+            .expect("the test binary's path")
             .env(CHILD_ENV, "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

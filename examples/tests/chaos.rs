@@ -31,13 +31,7 @@ fn lock_stays_safe_under_leader_kill_partition_pause_restart_and_reap() {
         misbehave_percent: 25,
         child: ChildCommand {
             program,
-            args: vec![
-                CONTENDER_ENTRY.into(),
-                "--exact".into(),
-                "--ignored".into(),
-                "--nocapture".into(),
-                "--test-threads=1".into(),
-            ],
+            args: zklock::testing::process::rerun_args(CONTENDER_ENTRY).to_vec(),
         },
         history_path: Some(std::env::temp_dir().join(format!("zklock-chaos-{}.jsonl", std::process::id()))),
         verbose: true,

@@ -9,7 +9,6 @@
 //!
 //! The bad-input and unavailability tests run the service in-process, on a free port.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,17 +27,9 @@ const SERVE_ARGS_ENV: &str = "SECKILL_E2E_SERVE_ARGS";
 
 /// Launches an instance as a child process of this test binary.
 fn test_launcher() -> Box<Launcher> {
-    let exe = std::env::current_exe().expect("test binary path");
     Box::new(move |args: &[String]| {
-        let mut cmd = Command::new(&exe);
-        cmd.args([
-            "seckill_instance_process",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SERVE_ARGS_ENV, serde_json::to_string(args).expect("args as JSON"));
+        let mut cmd = zklock::testing::process::rerun_test("seckill_instance_process").expect("test binary path");
+        cmd.env(SERVE_ARGS_ENV, serde_json::to_string(args).expect("args as JSON"));
         cmd
     })
 }
@@ -180,10 +171,7 @@ async fn temp_store(dir: &tempfile::TempDir) -> Store {
 
 /// A connect string nothing listens on.
 fn closed_port() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
-    addr.to_string()
+    zklock::testing::process::closed_address().to_string()
 }
 
 async fn send(http: &reqwest::Client, method: reqwest::Method, url: String, body: Option<&str>) -> (u16, Value) {

@@ -4,8 +4,21 @@
 
 use std::time::Duration;
 
-use zklock_runtime::{zk, LockClient};
+use zklock_runtime::{zk, LockClient, LockError};
 use zklock_testing::ZkServer;
+
+/// The error type of locked functions in tests: a lock error, or the test's own failure.
+#[derive(Debug)]
+pub enum AppError {
+    Lock(LockError),
+    Other(String),
+}
+
+impl From<LockError> for AppError {
+    fn from(err: LockError) -> Self {
+        AppError::Lock(err)
+    }
+}
 
 /// A standalone server with a 200 ms tick (sessions of 0.4–4 s) that reaps empty containers
 /// every 100 ms.

@@ -9,6 +9,7 @@
 //!   (SIGSTOP) and resume it; ask it four-letter words (`ruok`, `srvr`, `mntr`, `wchs`).
 //! - [`ZkEnsemble`]: an N-member quorum; find the leader, kill or pause members, wait for a
 //!   quorum again.
+//! - [`process`]: re-running the test binary as a child process, and a closed port.
 //! - [`FaultProxy`]: a TCP proxy between a client and a server that can drop all traffic
 //!   (a partition), reset every connection, or add latency, switched at runtime.
 //!
@@ -43,6 +44,7 @@ mod error;
 mod four_letter;
 mod java;
 mod ports;
+pub mod process;
 mod proxy;
 mod server;
 
