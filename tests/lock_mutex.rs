@@ -330,6 +330,8 @@ async fn empty_lock_dirs_are_reaped() {
 async fn local_waiters_share_one_node_and_remote_waiters_are_not_starved() {
     let zk = server();
     let (local, remote) = (client(&zk.connect_string()).await, client(&zk.connect_string()).await);
+    // Every grant, local (`false`) and remote (`true`), in the order granted: each is recorded
+    // while its holder still holds the lock.
     let grants = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -339,36 +341,38 @@ async fn local_waiters_share_one_node_and_remote_waiters_are_not_starved() {
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 let g = lock.acquire().await.unwrap();
-                grants
-                    .lock()
-                    .unwrap()
-                    .push((std::time::Instant::now(), g.fencing_token()));
+                grants.lock().unwrap().push((false, g.fencing_token()));
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 drop(g);
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let busy = eventually(Duration::from_secs(20), || {
+        let enough = grants.lock().unwrap().len() >= 20;
+        async move { enough }
+    })
+    .await;
+    assert!(busy, "the local tasks did not get going");
     let raw = raw(&zk.connect_string()).await;
     assert!(
         contenders(&raw, "/zklock/handoff").await.len() <= 1,
         "local waiters each created a node"
     );
-    let asked = std::time::Instant::now();
     let g = remote
         .mutex("handoff")
         .unwrap()
         .acquire_timeout(Duration::from_secs(20))
         .await
         .unwrap();
-    let granted = std::time::Instant::now();
+    let remote_token = g.fencing_token();
+    grants.lock().unwrap().push((true, remote_token));
     stop.store(true, Ordering::SeqCst);
     drop(g);
     for t in tasks {
         t.await.unwrap();
     }
     let grants = grants.lock().unwrap();
-    let tokens: Vec<_> = grants.iter().map(|(_, t)| *t).collect();
+    let tokens: Vec<_> = grants.iter().filter(|(remote, _)| !remote).map(|(_, t)| *t).collect();
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "tokens did not strictly increase across local handoffs"
@@ -377,15 +381,22 @@ async fn local_waiters_share_one_node_and_remote_waiters_are_not_starved() {
         tokens.iter().any(|t| t.generation() > 0),
         "no grant was handed off locally"
     );
-    let overtaking = grants.iter().filter(|(at, _)| *at > asked && *at < granted).count();
-    eprintln!(
-        "{} local grants; {overtaking} while the remote waiter queued",
-        grants.len()
+    // No local node created after the remote one was granted before it, and no node was
+    // handed on more often than the default bound (16).
+    let remote_at = grants.iter().position(|(remote, _)| *remote).unwrap();
+    let overtaking: Vec<_> = grants[..remote_at]
+        .iter()
+        .filter(|(_, t)| t.zxid() > remote_token.zxid())
+        .collect();
+    assert!(
+        overtaking.is_empty(),
+        "local grants overtook the remote waiter ({remote_token}): {overtaking:?}"
     );
     assert!(
-        overtaking <= 17,
-        "the remote waiter waited through {overtaking} local grants"
+        tokens.iter().all(|t| t.generation() <= 16),
+        "a node was handed on more than 16 times"
     );
+    eprintln!("{} local grants, the remote one at position {remote_at}", tokens.len());
     assert!(local.metrics().handed_off > 0);
 }
 

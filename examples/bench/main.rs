@@ -81,6 +81,9 @@ struct Plan {
     herd_waiters: usize,
     herd_releases: usize,
     reentrant_cycles: usize,
+    /// Handoff bounds compared by the fairness section (the default bound is 16).
+    fairness_bounds: Vec<u32>,
+    fairness_tasks: usize,
 }
 
 impl Plan {
@@ -98,6 +101,8 @@ impl Plan {
                 herd_waiters: 200,
                 herd_releases: 5,
                 reentrant_cycles: 20_000,
+                fairness_bounds: vec![0, 4, 16],
+                fairness_tasks: 4,
             }
         } else {
             Plan {
@@ -112,12 +117,14 @@ impl Plan {
                 herd_waiters: 200,
                 herd_releases: 20,
                 reentrant_cycles: 200_000,
+                fairness_bounds: vec![0, 4, 16],
+                fairness_tasks: 4,
             }
         }
     }
 
     fn steps(&self) -> usize {
-        3 + 2 * self.in_process.len() + 2 * self.cross_process.len() + 2 + 2
+        3 + 2 * self.in_process.len() + 2 * self.cross_process.len() + self.fairness_bounds.len() + 2 + 2
     }
 }
 
@@ -240,6 +247,17 @@ async fn run(args: Args) -> Result<(), BoxError> {
         in_process.push(contention_entry(tasks, 1, tasks, &[z], &c, plan.window));
     }
 
+    // (c') the price of local handoff in fairness: a remote contender's waits per bound.
+    let mut fairness = Vec::new();
+    for &bound in &plan.fairness_bounds {
+        progress.step(&format!(
+            "handoff fairness: {} local tasks and one remote contender, max_local_handoffs {bound}",
+            plan.fairness_tasks
+        ));
+        let (start, end) = window(Duration::from_millis(300), plan.window);
+        fairness.push(zklock_side::handoff_fairness(&connect, bound, plan.fairness_tasks, start, end).await?);
+    }
+
     // (b) cross-process contention.
     let mut cross_process = Vec::new();
     for &(procs, tasks) in &plan.cross_process {
@@ -336,6 +354,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "cross_process": cross_process,
         "in_process": in_process,
         "herd": { "zklock": zk_herd, "curator": cur_herd },
+        "handoff_fairness": fairness,
         "reentrant": {
             "cycles": plan.reentrant_cycles,
             "zklock_ns_per_cycle": round(zk_re),
@@ -595,6 +614,23 @@ fn print_table(r: &Value) {
         println!(
             "  {:<8} W={} per release {} (watches set before: {})",
             who, h["waiters"], h["notifications_per_release"], h["watches_before_first_release"]
+        );
+    }
+    println!();
+    println!("Handoff fairness (local tasks of one client vs one remote contender)");
+    println!(
+        "  {:>18} {:>16} {:>14} {:>16} {:>16}",
+        "max_local_handoffs", "local acq/s", "remote grants", "remote wait p50", "remote wait max"
+    );
+    for f in r["handoff_fairness"].as_array().into_iter().flatten() {
+        let ms = |v: &Value| v.as_f64().map_or("-".to_string(), |v| format!("{v:.1} ms"));
+        println!(
+            "  {:>18} {:>16.0} {:>14} {:>16} {:>16}",
+            f["max_local_handoffs"].to_string(),
+            f["local_acquisitions_per_sec"].as_f64().unwrap_or(0.0),
+            f["remote_grants"].to_string(),
+            ms(&f["remote_wait_p50_ms"]),
+            ms(&f["remote_wait_max_ms"])
         );
     }
     let re = &r["reentrant"];

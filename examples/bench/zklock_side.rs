@@ -146,23 +146,83 @@ pub async fn contended(
     }))
 }
 
-/// Re-acquiring a mutex the task already holds.
+/// Re-acquiring a mutex inside the scope of a hold of it (what a locked function calling
+/// another one on the same name does).
 pub async fn reentrant(connect: &str, warmup: usize, cycles: usize) -> Result<f64, BoxError> {
     let client = client(connect).await?;
     let lock = client.mutex("bench-reentrant-zklock")?;
     let outer = lock.acquire().await?;
-    for _ in 0..warmup {
-        lock.acquire().await?.release().await?;
-    }
-    let start = Instant::now();
-    for _ in 0..cycles {
-        let inner = lock.acquire().await?;
-        debug_assert!(inner.hold_count() >= 2);
-        inner.release().await?;
-    }
-    let ns = start.elapsed().as_nanos() as f64 / cycles as f64;
+    let ns = outer
+        .scope(async {
+            for _ in 0..warmup {
+                lock.acquire().await?.release().await?;
+            }
+            let start = Instant::now();
+            for _ in 0..cycles {
+                let inner = lock.acquire().await?;
+                debug_assert!(inner.hold_count() >= 2);
+                inner.release().await?;
+            }
+            Ok::<_, zklock::LockError>(start.elapsed().as_nanos() as f64 / cycles as f64)
+        })
+        .await?;
     outer.release().await?;
     Ok(ns)
+}
+
+/// The fairness side of local handoff: `tasks` tasks of one client loop on one lock while a
+/// contender with a session of its own (another process, as far as ZooKeeper is concerned)
+/// loops on the same lock. Reports the local throughput and how long the remote contender
+/// waited for each grant, with the client's handoff bound set to `bound`.
+pub async fn handoff_fairness(
+    connect: &str,
+    bound: u32,
+    tasks: usize,
+    start_ms: u64,
+    end_ms: u64,
+) -> Result<Value, BoxError> {
+    let local = LockClient::builder(connect)
+        .session_timeout(Duration::from_secs(10))
+        .max_local_handoffs(bound)
+        .connect()
+        .await?;
+    let remote = client(connect).await?;
+    let name = format!("bench-fairness-{bound}");
+    let local_run = contended(&local, &name, tasks, start_ms, end_ms);
+    let lock = remote.mutex(&name)?;
+    let remote_run = async move {
+        let now = epoch_ms();
+        if start_ms > now {
+            tokio::time::sleep(Duration::from_millis(start_ms - now)).await;
+        }
+        let mut waits_us = Vec::new();
+        while epoch_ms() < end_ms {
+            let asked = Instant::now();
+            let guard = lock.acquire().await?;
+            waits_us.push(asked.elapsed().as_micros() as u64);
+            guard.release().await?;
+        }
+        Ok::<_, zklock::LockError>(waits_us)
+    };
+    let (local_result, waits) = tokio::join!(local_run, remote_run);
+    let local_result = local_result?;
+    let mut waits = waits?;
+    waits.sort_unstable();
+    let window_s = (end_ms - start_ms) as f64 / 1000.0;
+    let at = |q: f64| {
+        waits
+            .get(((waits.len() as f64 - 1.0) * q).round() as usize)
+            .map(|us| *us as f64 / 1000.0)
+    };
+    Ok(json!({
+        "max_local_handoffs": bound,
+        "local_tasks": tasks,
+        "local_acquisitions_per_sec": local_result["acquisitions"].as_f64().unwrap_or(0.0) / window_s,
+        "local_overlaps": local_result["overlaps"],
+        "remote_grants": waits.len(),
+        "remote_wait_p50_ms": at(0.5),
+        "remote_wait_max_ms": waits.last().map(|us| *us as f64 / 1000.0),
+    }))
 }
 
 /// Herd check: `waiters` contenders queue behind a holder (spread over `sessions` clients;

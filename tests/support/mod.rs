@@ -7,8 +7,10 @@ use std::time::Duration;
 use zklock_runtime::{zk, LockClient, LockError};
 use zklock_testing::ZkServer;
 
-/// The error type of locked functions in tests: a lock error, or the test's own failure.
+/// The error type of locked functions in tests: a lock error, or the test's own failure (read
+/// through `Debug` when a test fails).
 #[derive(Debug)]
+#[allow(dead_code)]
 pub enum AppError {
     Lock(LockError),
     Other(String),
