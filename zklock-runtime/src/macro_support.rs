@@ -3,7 +3,7 @@
 //!
 //! Everything here is for generated code only: names may change between releases. What a
 //! locked body may call ([`current_fencing_token`](crate::current_fencing_token) and friends)
-//! lives in [`crate::reentrancy`].
+//! is re-exported at the crate root.
 //!
 //! The attribute expands a function into one call of [`run_locked`]; all lock logic lives
 //! here, so the expansion stays short and readable:
@@ -47,7 +47,7 @@ pub enum OnLost {
     /// Drop the body's future at its next `.await` and return [`LockError::Lost`] through the
     /// function's error type.
     Abort,
-    /// Let the body run to its end; it can look at [`current_loss_signal`] itself.
+    /// Let the body run to its end; it can look at [`current_loss_signal`](crate::current_loss_signal) itself.
     Continue,
 }
 
@@ -172,7 +172,7 @@ pub fn converter<R: LockedReturn>() -> fn(LockError) -> R {
 ///    with neither, the function returns [`LockError::InvalidConfig`] through its error type.
 /// 2. The lock is acquired with the timeout of `options` ([`DEFAULT_TIMEOUT`] unless given);
 ///    called from inside the body of a function locked on the same name and kind, it
-///    re-enters at once, without a round trip (see [`crate::reentrancy`]).
+///    re-enters at once, without a round trip (see [`Lock`](crate::Lock#reentrancy)).
 /// 3. The body runs with the fencing token, inside the hold's scope
 ///    ([`LockGuard::scope`](crate::LockGuard::scope)), which makes nested acquisitions
 ///    re-enter and [`current_fencing_token`](crate::current_fencing_token) answer. With
