@@ -36,6 +36,38 @@ async fn invalid_lock_names_say_why() {
     assert!(c.mutex("inventory:{42} ünïcode ok").is_ok());
 }
 
+/// ZooKeeper refuses node names with characters outside the Basic Multilingual Plane (its Java
+/// strings hold them as surrogate pairs); the name check refuses them up front, with a reason,
+/// and still lets through every BMP name the server takes.
+#[tokio::test]
+async fn names_outside_the_basic_multilingual_plane_are_refused_up_front() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let raw = support::raw(&zk.connect_string()).await;
+    let options = zklock_runtime::zk::CreateMode::Persistent.with_acls(zklock_runtime::zk::Acls::anyone_all());
+    for name in ["🔒", "k:😀", "a\u{1F600}b"] {
+        assert!(
+            raw.create(&format!("/{name}"), b"", &options).await.is_err(),
+            "the server took {name:?}; the check would be too strict"
+        );
+        match c.mutex(name) {
+            Err(LockError::InvalidName { reason, .. }) => {
+                assert!(reason.contains("Basic Multilingual Plane"), "{name:?}: {reason}")
+            }
+            other => panic!("{name:?} accepted: {other:?}"),
+        }
+    }
+    for name in ["库存:42", "ünïcödé", "\u{ffef}"] {
+        let guard = c
+            .mutex(name)
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{name:?}: {e}"));
+        guard.release().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn bad_configuration_is_rejected_before_connecting() {
     for namespace in ["", "zklock", "/", "/a//b", "/zookeeper/x"] {

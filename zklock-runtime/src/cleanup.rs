@@ -40,23 +40,26 @@ impl Cleanup {
         Self::default()
     }
 
-    /// Runs `job` on the session's runtime, counted until it finishes.
+    /// Runs `job` on the session's runtime, counted until it finishes, or until the runtime
+    /// drops it unfinished (a runtime that shut down): either way [`flush`](Self::flush) stops
+    /// waiting for it.
     pub fn spawn(&self, session: &Session, job: impl Future<Output = ()> + Send + 'static) {
-        let state = self.state.clone();
-        state.pending.fetch_add(1, Ordering::SeqCst);
-        session.runtime.spawn(async move {
-            job.await;
-            if state.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-                state.idle.notify_waiters();
+        struct Pending(Arc<State>);
+        impl Drop for Pending {
+            fn drop(&mut self) {
+                if self.0.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    self.0.idle.notify_waiters();
+                }
             }
-        });
-    }
-
-    /// Deletes `path` in the background (the request is on the wire when this returns).
-    pub fn spawn_delete(&self, session: &Arc<Session>, path: String) {
-        let job = delete_node(session, path);
-        self.spawn(session, async move {
-            let _ = job.await;
+        }
+        self.state.pending.fetch_add(1, Ordering::SeqCst);
+        let pending = Pending(self.state.clone());
+        if session.runtime_gone() {
+            return; // dropping `pending` uncounts the job; the session's nodes went with it
+        }
+        session.runtime.spawn(async move {
+            let _pending = pending;
+            job.await;
         });
     }
 
@@ -94,6 +97,7 @@ pub(crate) fn delete_node(
     path: String,
 ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
     let first = session.zk.delete(&path, None);
+    session.untrack(&path);
     let session = session.clone();
     async move {
         let mut outcome = first.await;
@@ -129,7 +133,9 @@ async fn remove_contender(session: Arc<Session>, dir: String, protect: String, n
         return;
     }
     loop {
-        match session.zk.list_children(&dir).await {
+        // `sync` first, pipelined: a create answered by another server must be seen here.
+        let (_, listed) = tokio::join!(session.zk.sync(&dir), session.zk.list_children(&dir));
+        match listed {
             Ok(children) => {
                 if let Some(node) = children.into_iter().find(|c| c.starts_with(&protect)) {
                     let _ = delete_node(&session, format!("{dir}/{node}")).await;

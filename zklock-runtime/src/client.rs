@@ -1,13 +1,14 @@
 //! The lock client: configuration, the current ZooKeeper session, and the default client.
 
-use std::sync::{Arc, OnceLock, RwLock as StdRwLock};
+use std::sync::{Arc, Mutex as StdMutex, OnceLock, RwLock as StdRwLock};
 use std::time::Duration;
 
 use tokio::sync::{watch, Mutex as AsyncMutex};
 use tracing::{debug, info};
 use zookeeper_client as zk;
 
-use crate::cleanup::Cleanup;
+use crate::cleanup::{delete_node, Cleanup};
+use crate::connect;
 use crate::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::name::validate_namespace;
@@ -75,6 +76,10 @@ impl Config {
 
 pub(crate) struct ClientInner {
     pub config: Config,
+    /// The connect string's servers, checked when the client was built.
+    servers: Vec<connect::Server>,
+    /// Why the client cannot be used any more, once it cannot.
+    closed: StdMutex<Option<String>>,
     /// The session new work goes to. Locked while a session is being opened, so concurrent
     /// callers share one connect attempt.
     current: AsyncMutex<Option<Arc<Session>>>,
@@ -190,9 +195,7 @@ impl LockClientBuilder {
     /// Validates the configuration without connecting; the first acquisition connects.
     pub fn build(self) -> Result<LockClient, LockError> {
         validate_namespace(&self.namespace)?;
-        if self.connect.trim().is_empty() {
-            return Err(LockError::InvalidConfig("the connect string is empty".into()));
-        }
+        let servers = connect::parse(&self.connect)?;
         if self.session_timeout.is_zero() {
             return Err(LockError::InvalidConfig("the session timeout is zero".into()));
         }
@@ -217,6 +220,8 @@ impl LockClientBuilder {
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 config,
+                servers,
+                closed: StdMutex::new(None),
                 current: AsyncMutex::new(None),
                 latest: StdRwLock::new(None),
                 status,
@@ -283,6 +288,70 @@ impl LockClient {
         self.inner.cleanup.flush().await
     }
 
+    /// Closes the client: later acquisitions fail with [`LockError::Closed`]; every lock still
+    /// held through it is released (its node deleted) and its guards report it lost; releases
+    /// and cleanups already handed to the background finish ([`flush`](Self::flush)); and the
+    /// ZooKeeper session is closed, so the server forgets it at once instead of after the
+    /// session timeout. (While guards of it are still alive, the session itself stays open,
+    /// holding nothing, until the last of them is dropped.) Calling it again does nothing.
+    ///
+    /// Dropping the last clone of a client (and its last guard) closes the session too, but
+    /// without waiting: call `close` before a process exits, so its locks are freed at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// The client is closed as soon as this is called; dropping the future only stops waiting
+    /// for the session's close to be confirmed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::connect("127.0.0.1:2181").await?;
+    /// let guard = client.mutex("report")?.acquire().await?;
+    /// guard.release().await?;
+    /// client.close().await;
+    /// assert!(matches!(client.mutex("report")?.acquire().await, Err(zklock_runtime::LockError::Closed(_))));
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(&self) {
+        self.mark_closed("it was closed with LockClient::close()");
+        let session = self.inner.current.lock().await.take();
+        self.inner.latest.write().unwrap_or_else(|e| e.into_inner()).take();
+        self.inner.status.send_replace(SessionStatus::Closed);
+        if let Some(session) = &session {
+            // Every hold of the session is lost from here on; delete the nodes still held
+            // (pipelined: all requests go out before the first answer is awaited).
+            let deletions: Vec<_> = session
+                .close_holds()
+                .into_iter()
+                .map(|path| delete_node(session, path))
+                .collect();
+            for deletion in deletions {
+                let _ = deletion.await;
+            }
+        }
+        self.flush().await;
+        let Some(session) = session else { return };
+        // When nothing else holds the session, dropping it drops the ZooKeeper client, which
+        // then sends the server a close request; wait (a bounded time) to see it done.
+        let mut states = session.zk.state_watcher();
+        let bound = self
+            .inner
+            .config
+            .connect_timeout
+            .unwrap_or(self.inner.config.session_timeout);
+        if Arc::strong_count(&session) == 1 {
+            drop(session);
+            let _ = tokio::time::timeout(bound, async {
+                while !states.peek_state().is_terminated() {
+                    states.changed().await;
+                }
+            })
+            .await;
+        }
+    }
+
     /// The raw ZooKeeper client of the live session (opening one if needed), for adapters
     /// that keep their own state next to the locks.
     pub async fn zookeeper(&self) -> Result<zk::Client, LockError> {
@@ -334,6 +403,7 @@ impl LockClient {
             if let Some(session) = current.as_ref().filter(|s| s.is_usable()) {
                 return Ok(session.clone());
             }
+            self.check_open()?;
             let session = self.open_session().await?;
             *current = Some(session.clone());
             *self.inner.latest.write().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
@@ -349,9 +419,34 @@ impl LockClient {
         }
     }
 
+    /// `Err(Closed)` once the client cannot be used any more: it was closed, or the runtime
+    /// its session ran on has shut down (which closes it for good).
+    pub(crate) fn check_open(&self) -> Result<(), LockError> {
+        if self.latest().is_some_and(|s| s.runtime_gone()) {
+            self.mark_closed(
+                "the tokio runtime it was opened on has shut down, and its ZooKeeper session \
+                 with it; a client lives on one runtime, open a new one on this runtime",
+            );
+        }
+        match &*self.inner.closed.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(reason) => Err(LockError::Closed(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the client for good (the first reason given is kept).
+    fn mark_closed(&self, reason: &str) {
+        let mut closed = self.inner.closed.lock().unwrap_or_else(|e| e.into_inner());
+        if closed.is_none() {
+            *closed = Some(reason.to_owned());
+        }
+        self.inner.status.send_replace(SessionStatus::Closed);
+    }
+
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
         let config = &self.inner.config;
         self.inner.status.send_replace(SessionStatus::Connecting);
+        connect::resolve(&config.connect, &self.inner.servers).await?;
         let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
         for (scheme, auth) in &config.auth {
             connector = connector.with_auth(scheme, auth);
@@ -384,7 +479,7 @@ impl LockClient {
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
                 .map(|s| s.id);
-            if latest.map_or(true, |latest| latest == id) {
+            if latest == Some(id) && inner.closed.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
                 inner.status.send_replace(health.status);
             }
         });

@@ -42,6 +42,11 @@ pub enum LockError {
     /// No usable connection to the ZooKeeper ensemble.
     #[error("cannot reach ZooKeeper: {0}")]
     Connection(String),
+    /// The client cannot be used any more: it was closed with
+    /// [`LockClient::close`](crate::LockClient::close), or the tokio runtime its session ran on
+    /// has shut down. The message says which; open a new client.
+    #[error("the lock client is closed: {0}")]
+    Closed(String),
     /// The lock name cannot be used.
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName {

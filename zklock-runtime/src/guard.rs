@@ -131,7 +131,7 @@ impl Holding {
     /// is waiting, the node has not used up its handoffs, and the session is connected and was
     /// never reported lost since the grant.
     fn can_hand_off(&self) -> bool {
-        self.turn.as_ref().is_some_and(|t| t.gate.has_waiters())
+        self.turn.as_ref().is_some_and(|t| t.has_waiters())
             && self.token.generation() < self.max_handoffs
             && self.session.health().status.is_connected()
             && !self.is_lost()
@@ -152,10 +152,11 @@ impl Holding {
         }
     }
 
-    /// Ends the hold, once: hands the node to the next local waiter (`None`), or sends its
-    /// delete and returns the rest of the deletion to await or run in the background. Every
-    /// release (drop, [`LockGuard::release`]) goes through here.
-    fn end(&mut self) -> Option<impl Future<Output = Result<(), LockError>> + Send + 'static> {
+    /// Ends the hold, once: hands the node to the next local waiter, or sends its delete. Every
+    /// release (drop, [`LockGuard::release`]) goes through here. Returns what is left to wait
+    /// for: the rest of the deletion, or, when `confirm` is set, the handed-over node being
+    /// taken by the waiter (or deleted, if the waiter gave up); `None` when nothing is.
+    fn end(&mut self, confirm: bool) -> Option<Pending> {
         if self.node_path.is_empty() {
             return None;
         }
@@ -168,23 +169,34 @@ impl Holding {
         let node_path = std::mem::take(&mut self.node_path);
         if self.can_hand_off() {
             if let Some(turn) = self.turn.as_mut() {
-                turn.slot.warm = Some(Warm::new(
+                let (taken, outcome) = if confirm {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    (Some(tx), Some(rx))
+                } else {
+                    (None, None)
+                };
+                turn.hand_over(Warm::new(
                     self.session.clone(),
                     node_path,
                     self.token,
                     self.losses_at_grant,
                     self.cleanup.clone(),
+                    taken,
                 ));
-                return None;
+                // A dropped sender means the node went with its session.
+                return outcome.map(|rx| -> Pending { Box::pin(async move { rx.await.unwrap_or(Ok(())) }) });
             }
         }
-        Some(delete_node(&self.session, node_path))
+        Some(Box::pin(delete_node(&self.session, node_path)))
     }
 }
 
+/// What is left of a release to wait for.
+type Pending = std::pin::Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
+
 impl Drop for Holding {
     fn drop(&mut self) {
-        if let Some(deletion) = self.end() {
+        if let Some(deletion) = self.end(false) {
             self.cleanup.spawn(&self.session, async move {
                 let _ = deletion.await;
             });
@@ -296,7 +308,11 @@ impl LockGuard {
         if self.is_lost() {
             return Err(self.lost().await);
         }
-        match self.hold.session.zk.check_stat(&self.hold.node_path).await {
+        // `sync` first, pipelined in the same round trip, so a server that lags the one the
+        // node was created or deleted on cannot answer from the past.
+        let zk = &self.hold.session.zk;
+        let (_, checked) = tokio::join!(zk.sync(&self.hold.node_path), zk.check_stat(&self.hold.node_path));
+        match checked {
             Ok(Some(stat)) if stat.ephemeral_owner == self.hold.session.id => Ok(()),
             Ok(_) => Err(LockError::NotHeld {
                 name: self.hold.name.to_string(),
@@ -307,8 +323,10 @@ impl LockGuard {
 
     /// Releases the hold and waits for the outcome. When other guards share the hold (a
     /// reentrant acquisition), only this guard's share ends and the result is `Ok`. Otherwise
-    /// the node is handed to the next task of this process that waits for the lock, or deleted
-    /// and waited for until it is gone or its session has ended.
+    /// the node is handed to the next task of this process that waits for the lock, and this
+    /// waits until that task has taken it (or, if it gave up meanwhile, until the node is
+    /// deleted); or the node is deleted and this waits until it is gone or its session has
+    /// ended. `Ok` means: no holder of this grant is left.
     ///
     /// Errors: [`LockError::Lost`] when the hold had been reported lost before the release (the
     /// node is still deleted if the session lives); a ZooKeeper error when the server refused
@@ -334,13 +352,18 @@ impl LockGuard {
             Err(_shared) => return Ok(()),
         };
         let lost = hold.is_lost().then(|| hold.lost_error());
-        let deleted = match hold.end() {
-            Some(deletion) => {
+        let pending = hold.end(true);
+        let (cleanup, session) = (hold.cleanup.clone(), hold.session.clone());
+        // Leave this process's queue for the lock before waiting: the next local holder can
+        // only take a handed-over node once this hold is gone.
+        drop(hold);
+        let deleted = match pending {
+            Some(pending) => {
                 // Dropped midway, the deletion must still finish: run it as a background job
                 // and wait for that.
                 let (done, outcome) = tokio::sync::oneshot::channel();
-                hold.cleanup.spawn(&hold.session, async move {
-                    let _ = done.send(deletion.await);
+                cleanup.spawn(&session, async move {
+                    let _ = done.send(pending.await);
                 });
                 outcome.await.unwrap_or(Ok(()))
             }

@@ -29,6 +29,7 @@
 
 mod cleanup;
 mod client;
+mod connect;
 mod error;
 mod guard;
 mod local_queue;

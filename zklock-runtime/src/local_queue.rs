@@ -14,15 +14,16 @@
 //! waiters are served in FIFO order.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use crate::cleanup::Cleanup;
+use tokio::sync::oneshot;
+
+use crate::cleanup::{delete_node, Cleanup};
 use crate::guard::FencingToken;
 use crate::session::Session;
-use crate::LockKind;
+use crate::{LockError, LockKind};
 
 /// How many times in a row one contender node may be handed to the next task of this process
 /// before it goes back to the end of the ZooKeeper queue, unless the builder says otherwise.
@@ -37,6 +38,9 @@ pub(crate) struct Warm {
     pub token: FencingToken,
     pub losses_at_grant: u64,
     cleanup: Cleanup,
+    /// Told whether the node was taken (`Ok`) or what deleting it came to, for a release that
+    /// waits for its outcome.
+    taken: Option<oneshot::Sender<Result<(), LockError>>>,
 }
 
 /// A handed-over node taken by the next local holder.
@@ -55,6 +59,7 @@ impl Warm {
         token: FencingToken,
         losses_at_grant: u64,
         cleanup: Cleanup,
+        taken: Option<oneshot::Sender<Result<(), LockError>>>,
     ) -> Warm {
         Warm {
             session,
@@ -62,6 +67,7 @@ impl Warm {
             token,
             losses_at_grant,
             cleanup,
+            taken,
         }
     }
 
@@ -73,69 +79,126 @@ impl Warm {
         if !health.status.is_connected() || health.invalidates(self.losses_at_grant) {
             return None;
         }
-        Some(Claimed {
+        let claimed = Claimed {
             session: self.session.clone(),
             node_path: self.node_path.take()?,
             token: self.token.next_generation(),
             losses_at_grant: self.losses_at_grant,
-        })
+        };
+        if let Some(taken) = self.taken.take() {
+            let _ = taken.send(Ok(()));
+        }
+        Some(claimed)
     }
 }
 
 impl Drop for Warm {
     fn drop(&mut self) {
         let Some(path) = self.node_path.take() else { return };
-        if self.session.is_usable() {
-            self.cleanup.spawn_delete(&self.session, path);
+        let taken = self.taken.take();
+        if !self.session.is_usable() {
+            return; // the node went with its session (a dropped `taken` says so)
         }
+        let deletion = delete_node(&self.session, path);
+        self.cleanup.spawn(&self.session, async move {
+            let outcome = deletion.await;
+            if let Some(taken) = taken {
+                let _ = taken.send(outcome);
+            }
+        });
     }
 }
 
 /// What the front of the local queue owns: possibly a node handed over by the previous holder.
 #[derive(Default)]
 pub(crate) struct Slot {
-    pub warm: Option<Warm>,
+    warm: Option<Warm>,
 }
 
 /// The local queue for one exclusive lock.
+///
+/// A handed-over node must never be left in the slot with nobody queued to take it (it would
+/// block other processes, and a release waiting for it to be taken would wait for ever). Two
+/// parties can find the queue empty: the holder leaving the front, and the last waiter giving
+/// up. Both decide under `waiting`'s lock, and the holder leaves the front inside it, so
+/// whichever comes second sees the other's move and drops the node.
 #[derive(Default)]
 pub(crate) struct Gate {
     slot: Arc<AsyncMutex<Slot>>,
-    waiting: AtomicUsize,
+    /// How many tasks wait for the front of the queue.
+    waiting: Mutex<usize>,
 }
 
 /// The front of a local queue: held for as long as the lock is held in this process.
 pub(crate) struct Turn {
-    pub gate: Arc<Gate>,
-    pub slot: OwnedMutexGuard<Slot>,
+    gate: Arc<Gate>,
+    /// `None` only while dropping.
+    slot: Option<OwnedMutexGuard<Slot>>,
+}
+
+impl Turn {
+    /// Takes the node the previous holder handed over, if any.
+    pub fn take_warm(&mut self) -> Option<Warm> {
+        self.slot.as_mut()?.warm.take()
+    }
+
+    /// Leaves `warm` for the next local holder.
+    pub fn hand_over(&mut self, warm: Warm) {
+        if let Some(slot) = self.slot.as_mut() {
+            slot.warm = Some(warm);
+        }
+    }
+
+    /// Whether another task of this process is waiting for the lock.
+    pub fn has_waiters(&self) -> bool {
+        self.gate.waiting() > 0
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let waiting = self.gate.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.slot.take();
+        if *waiting == 0 {
+            if let Some(slot) = slot.as_mut() {
+                slot.warm = None; // nobody left to take it: delete it
+            }
+        }
+        drop(slot); // leave the front while still holding `waiting`
+        drop(waiting);
+    }
 }
 
 impl Gate {
+    fn waiting(&self) -> usize {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Waits for the front of the queue. Cancel safe: a dropped wait leaves the queue.
     pub async fn enter(self: Arc<Self>) -> Turn {
         /// Leaves the count of waiters; a waiter that gives up last also deletes a node that
-        /// was kept for it, unless someone is at the front of the queue (who will use it).
+        /// was kept for it, unless someone is at the front of the queue (who decides then).
         struct Waiting<'a>(&'a Gate);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
-                if self.0.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
+                let mut waiting = self.0.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                *waiting -= 1;
+                if *waiting == 0 {
                     if let Ok(mut slot) = self.0.slot.try_lock() {
                         slot.warm = None;
                     }
                 }
             }
         }
-        self.waiting.fetch_add(1, Ordering::SeqCst);
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         let waiting = Waiting(&self);
         let slot = self.slot.clone().lock_owned().await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
         std::mem::forget(waiting);
-        Turn { gate: self, slot }
-    }
-
-    /// Whether another task of this process is waiting for the lock.
-    pub fn has_waiters(&self) -> bool {
-        self.waiting.load(Ordering::SeqCst) > 0
+        Turn {
+            gate: self,
+            slot: Some(slot),
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use crate::queue::{self, Failed, Recipe};
 use crate::reentrancy;
 use crate::rules::{Leases, Readers, Rule, LEASE_NODE, MUTEX_NODE, WRITE_NODE};
 use crate::session::Session;
-use crate::LockError;
+use crate::{LockError, SessionStatus};
 
 /// The least time one acquisition gets for its round trips, however short the caller's
 /// timeout: a try (`Duration::ZERO`) still needs one create-and-list round trip.
@@ -264,6 +264,7 @@ impl Lock {
 
     /// The acquire path: reentrancy, then the local queue, then ZooKeeper.
     async fn acquire_within(&self, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+        self.client.check_open()?;
         let metrics = &self.client.inner.metrics;
         if let Some(hold) = reentrancy::reentry(&self.dir, self.kind) {
             let guard = LockGuard { hold };
@@ -327,16 +328,26 @@ impl Lock {
         let Some(gate) = self.client.inner.gates.gate(&self.dir, self.kind) else {
             return self.contend(deadline, None).await;
         };
-        let mut turn = match deadline {
-            None => gate.enter().await,
-            Some(d) => match tokio::time::timeout_at(d.into(), gate.enter()).await {
-                Ok(turn) => turn,
-                Err(_) => return Err(Failed::TimedOut),
-            },
+        // Waiting behind a local holder ends early if the client closes meanwhile (the holder
+        // may keep its guard, lost, for a long time).
+        let mut status = self.client.watch_status();
+        let closed = status.wait_for(|s| *s == SessionStatus::Closed);
+        let deadline_passed = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut turn = tokio::select! {
+            turn = gate.enter() => turn,
+            _ = deadline_passed => return Err(Failed::TimedOut),
+            _ = closed => {
+                return Err(Failed::Error(self.client.check_open().err().unwrap_or(LockError::SessionExpired)));
+            }
         };
         // A node handed over by the previous local holder; one that can no longer be trusted
         // is deleted as it drops, and we contend afresh.
-        if let Some(claimed) = turn.slot.warm.take().and_then(|warm| warm.claim()) {
+        if let Some(claimed) = turn.take_warm().and_then(|warm| warm.claim()) {
             Metrics::bump(&self.client.inner.metrics.handed_off);
             return Ok(self.hold(
                 claimed.session,
@@ -391,6 +402,7 @@ impl Lock {
         turn: Option<Turn>,
     ) -> LockGuard {
         let inner = &self.client.inner;
+        session.track(&node_path);
         LockGuard {
             hold: Arc::new(Holding {
                 session,

@@ -9,7 +9,8 @@ pub const MAX_NAME_LEN: usize = 200;
 ///
 /// A lock name becomes one ZooKeeper node under the client's namespace, so it must be a
 /// single, printable path segment: not empty, at most [`MAX_NAME_LEN`] bytes, no `/`, no
-/// control characters, not `.` or `..`.
+/// control characters, not `.` or `..`, and no characters outside the Basic Multilingual Plane
+/// (emoji and the like), which ZooKeeper refuses.
 ///
 /// ```
 /// use zklock_runtime::validate_name;
@@ -39,7 +40,10 @@ pub fn validate_name(name: &str) -> Result<(), LockError> {
         return reject("it contains `/`; a lock name is a single path segment");
     }
     if name.chars().any(forbidden_char) {
-        return reject("it contains a control or non-character code point");
+        return reject(
+            "it contains a control character, a private-use or non-character code point, or a \
+             character outside the Basic Multilingual Plane (such as an emoji), which ZooKeeper refuses",
+        );
     }
     Ok(())
 }
@@ -67,9 +71,13 @@ pub(crate) fn validate_namespace(root: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-/// Characters ZooKeeper refuses in node names (see `PathUtils.validatePath`).
+/// Characters ZooKeeper refuses in node names (see `PathUtils.validatePath`). Characters
+/// outside the Basic Multilingual Plane are refused too: the server's Java strings hold them as
+/// surrogate pairs, which that check forbids, so such a name would only fail later, on the
+/// server, with an unhelpful error.
 fn forbidden_char(c: char) -> bool {
     matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+        || c > '\u{ffff}'
 }
 
 #[cfg(test)]
@@ -84,6 +92,10 @@ mod tests {
         assert!(validate_name("..").is_err());
         assert!(validate_name("a\u{7f}").is_err());
         assert!(validate_name("ünïcödé").is_ok());
+        assert!(validate_name("库存:42").is_ok());
+        for outside_bmp in ["🔒", "k:😀", "\u{10000}"] {
+            assert!(validate_name(outside_bmp).is_err(), "{outside_bmp:?} accepted");
+        }
     }
 
     #[test]

@@ -167,6 +167,8 @@ pub(crate) async fn attempt(
                         _ => false,
                     },
                     _ = sleep => return Err(Failed::TimedOut),
+                    // Closed by the client, or its runtime went away: no event will come.
+                    _ = session.ended() => return Err(Failed::SessionEnded),
                 }
             }
             Err(err) => {
@@ -249,7 +251,10 @@ async fn create_and_list(
 /// session counts (CURATOR-604): a node of an earlier session is never ours.
 async fn find_protected(session: &Session, dir: &str, protect: &str) -> Result<Option<(String, zk::Stat)>, Failed> {
     loop {
-        let children = match session.zk.list_children(dir).await {
+        // After a reconnect the server we talk to may lag the one that took the create: `sync`
+        // first (pipelined, same round trip), so a create that happened is never missed.
+        let (_, listed) = tokio::join!(session.zk.sync(dir), session.zk.list_children(dir));
+        let children = match listed {
             Ok(children) => children,
             Err(zk::Error::NoNode) => return Ok(None),
             Err(err) => {

@@ -6,7 +6,9 @@
 //! must stop trusting its lock (CURATOR-206), so this module turns "disconnected for
 //! `loss_after`" into a sticky loss count that every guard of the session watches.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -77,6 +79,12 @@ pub(crate) struct Session {
     /// dropped anywhere.
     pub runtime: tokio::runtime::Handle,
     health: watch::Sender<Health>,
+    /// Set when the runtime the session was opened on has shut down: the client library's
+    /// connection task died with it, so nothing sent on this session will ever be answered.
+    runtime_gone: Arc<AtomicBool>,
+    /// Contender nodes granted in this session and not yet deleted (held or handed over), so
+    /// that closing the client can release them all.
+    held: Mutex<HashSet<String>>,
     /// Dropping the session drops this and so ends its monitor task.
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -98,22 +106,63 @@ impl Session {
             losses: 0,
         });
         let (stop, stopped) = tokio::sync::oneshot::channel();
+        let runtime_gone = Arc::new(AtomicBool::new(false));
         let session = Arc::new(Session {
             zk,
             id,
             runtime: tokio::runtime::Handle::current(),
             health,
+            runtime_gone: runtime_gone.clone(),
+            held: Mutex::default(),
             _stop: stop,
         });
         let states = session.zk.state_watcher();
         let sender = session.health.clone();
+        // The monitor task lives as long as the session; if its future is dropped before it
+        // finished, the runtime dropped it while shutting down.
+        let mut sentinel = RuntimeSentinel {
+            finished: false,
+            gone: runtime_gone,
+            health: sender.clone(),
+            on_change: on_change.clone(),
+        };
         tokio::spawn(async move {
             tokio::select! {
                 _ = monitor(id, states, sender, loss_after, on_change) => {}
                 _ = stopped => {}
             }
+            sentinel.disarm();
         });
         session
+    }
+
+    /// Notes a node granted in this session.
+    pub fn track(&self, node_path: &str) {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node_path.to_owned());
+    }
+
+    /// Forgets a node that is being deleted.
+    pub fn untrack(&self, node_path: &str) {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(node_path);
+    }
+
+    /// Ends the session for its holders as the client closes: every hold of it is reported
+    /// lost from now on (for good: the loss count is sticky and the status stays `Closed`).
+    /// Returns the nodes still granted, for the caller to delete.
+    pub fn close_holds(&self) -> Vec<String> {
+        self.health.send_modify(|h| {
+            h.status = SessionStatus::Closed;
+            h.losses += 1;
+        });
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).drain().collect()
+    }
+
+    /// Whether the runtime this session was opened on has shut down.
+    pub fn runtime_gone(&self) -> bool {
+        self.runtime_gone.load(Ordering::SeqCst)
     }
 
     pub fn health(&self) -> Health {
@@ -126,7 +175,7 @@ impl Session {
 
     /// Whether new work may still be started in this session.
     pub fn is_usable(&self) -> bool {
-        !self.health().status.is_terminal() && !self.zk.state().is_terminated()
+        !self.health().status.is_terminal() && !self.zk.state().is_terminated() && !self.runtime_gone()
     }
 
     /// After a request failed on the connection ([`is_transient`](crate::error::is_transient)):
@@ -139,6 +188,12 @@ impl Session {
         }
         tokio::time::sleep(RETRY_PAUSE).await;
         true
+    }
+
+    /// Resolves once the session is over (expired, closed, or its runtime gone).
+    pub async fn ended(&self) {
+        let mut rx = self.subscribe();
+        let _ = rx.wait_for(|h| h.status.is_terminal()).await;
     }
 
     /// Waits until the session is connected again (true) or over (false).
@@ -159,6 +214,34 @@ impl Session {
     }
 }
 
+/// Owned by a session's monitor task. Dropped unfinished, it means the runtime is shutting down
+/// and took the client library's connection task with it: the session is over (nothing will
+/// answer it, and every hold of it must be reported lost), which nobody else would notice.
+struct RuntimeSentinel {
+    finished: bool,
+    gone: Arc<AtomicBool>,
+    health: watch::Sender<Health>,
+    on_change: Arc<dyn Fn(Health) + Send + Sync>,
+}
+
+impl RuntimeSentinel {
+    /// The monitor finished normally: the runtime did not go away under it.
+    fn disarm(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for RuntimeSentinel {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.gone.store(true, Ordering::SeqCst);
+        self.health.send_modify(|h| h.status = SessionStatus::Closed);
+        (self.on_change)(*self.health.borrow());
+    }
+}
+
 /// Follows the client library's session states and derives [`Health`].
 async fn monitor(
     id: i64,
@@ -169,6 +252,9 @@ async fn monitor(
 ) {
     let set = |status: SessionStatus, lost: bool| {
         health.send_if_modified(|h| {
+            if h.status.is_terminal() {
+                return false; // closed or expired: that is final
+            }
             let next = Health {
                 status,
                 losses: h.losses + u64::from(lost),

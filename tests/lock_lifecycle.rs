@@ -1,0 +1,225 @@
+//! A client's life against a real server: bad connect strings refused up front, an unknown host
+//! named as such, `close()` freeing every lock at once, a client whose runtime shut down saying
+//! so, and `release()` reporting what became of the grant.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{client, contenders, eventually, raw, server};
+use zklock_runtime::{LockClient, LockError, SessionStatus};
+use zklock_testing::{FaultProxy, ZkServer};
+
+/// Bound on anything that should happen "soon", generous for a loaded machine.
+const SOON: Duration = Duration::from_secs(30);
+
+#[test]
+fn malformed_connect_strings_are_refused_when_the_client_is_built() {
+    for bad in [
+        "not a connect string!!",
+        ":::",
+        "zk1:0",
+        "zk1,,zk2",
+        "[::1",
+        "zk1:2181//x",
+        " ",
+    ] {
+        match LockClient::builder(bad).build() {
+            Err(LockError::InvalidConfig(why)) => {
+                assert!(why.contains("connect string"), "{bad:?}: {why}");
+            }
+            other => panic!("{bad:?} accepted: {other:?}"),
+        }
+    }
+    for good in [
+        "127.0.0.1:2181",
+        "zk1,zk2:2182,zk3/apps/shop",
+        "[::1]:2181",
+        "localhost",
+    ] {
+        LockClient::builder(good)
+            .build()
+            .unwrap_or_else(|e| panic!("{good:?}: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn an_unresolvable_host_is_named_as_such_not_left_to_the_connect_timeout() {
+    let started = Instant::now();
+    let err = LockClient::builder("no-such-host.invalid:2181")
+        .connect_timeout(Duration::from_secs(60))
+        .connect()
+        .await
+        .unwrap_err();
+    match &err {
+        LockError::Connection(why) => assert!(
+            why.contains("cannot resolve") && why.contains("no-such-host.invalid"),
+            "{why}"
+        ),
+        other => panic!("expected a connection error naming the lookup, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the lookup failure waited for the connect timeout: {:?}",
+        started.elapsed()
+    );
+}
+
+/// The server's view of whether a session is still open.
+async fn session_is_open(server: &ZkServer, session: i64) -> bool {
+    let dump = tokio::task::block_in_place(|| server.four_letter_word("cons")).unwrap_or_default();
+    dump.contains(&format!("sid=0x{session:x}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_releases_every_lock_at_once_and_later_calls_say_closed() {
+    // A 500 ms tick allows a 10 s session: an expiry would take far longer than the bounds below.
+    let zk = ZkServer::builder()
+        .tick_time(Duration::from_millis(500))
+        .system_property("znode.container.checkIntervalMs", "100")
+        .start()
+        .unwrap();
+    let holder = support::client_with(&zk.connect_string(), Duration::from_secs(10)).await;
+    let other = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let session = holder.session_id().unwrap();
+
+    let kept = holder.mutex("close-kept").unwrap().acquire().await.unwrap();
+    let dropped = holder.mutex("close-dropped").unwrap().acquire().await.unwrap();
+    drop(dropped); // its delete is in the background: close() waits for it
+    let mut loss = kept.loss_signal();
+
+    holder.close().await;
+
+    assert!(
+        contenders(&view, "/zklock/close-kept").await.is_empty(),
+        "the held lock's node outlived close()"
+    );
+    assert!(contenders(&view, "/zklock/close-dropped").await.is_empty());
+    assert!(kept.is_lost(), "a guard of a closed client still looks held");
+    assert!(matches!(
+        tokio::time::timeout(SOON, loss.lost()).await,
+        Ok(LockError::Lost { .. })
+    ));
+    assert_eq!(holder.status(), SessionStatus::Closed);
+    match holder.mutex("close-kept").unwrap().acquire_timeout(SOON).await {
+        Err(LockError::Closed(why)) => assert!(why.contains("close()"), "{why}"),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    // Another client gets the lock at once, long before a 10 s session could expire.
+    let next = other
+        .mutex("close-kept")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .expect("the lock was freed by close()");
+    drop(next);
+    // The session itself closes once its last guard is gone.
+    drop(kept);
+    let closed = eventually(SOON, || async { !session_is_open(&zk, session).await }).await;
+    assert!(closed, "the server still has session {session:#x} open");
+    holder.close().await; // a second close does nothing
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_client_without_guards_closes_its_session_before_returning() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let session = holder.session_id().unwrap();
+    holder
+        .mutex("brief")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(session_is_open(&zk, session).await);
+    holder.close().await;
+    let closed = eventually(SOON, || async { !session_is_open(&zk, session).await }).await;
+    assert!(closed, "the server still has session {session:#x} open after close()");
+}
+
+#[test]
+fn a_client_whose_runtime_shut_down_says_so_at_once() {
+    let zk = server();
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let (client, guard) = first.block_on(async {
+        let client = client(&zk.connect_string()).await;
+        let guard = client.mutex("runtime-gone").unwrap().acquire().await.unwrap();
+        (client, guard)
+    });
+    assert_eq!(client.status(), SessionStatus::Connected);
+    drop(first); // the session's connection task dies with its runtime
+
+    assert!(guard.is_lost(), "a hold of a dead session still looks held");
+    assert_eq!(client.status(), SessionStatus::Closed);
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        let acquired = tokio::time::timeout(SOON, client.mutex("runtime-gone").unwrap().acquire()).await;
+        match acquired.expect("acquire on a dead runtime's client hung") {
+            Err(LockError::Closed(why)) => assert!(why.contains("runtime"), "{why}"),
+            other => panic!("expected Closed, got {other:?}"),
+        }
+        drop(guard); // its delete cannot run anywhere: it must not be waited for
+        tokio::time::timeout(SOON, client.flush())
+            .await
+            .expect("flush() on a dead runtime's client hung");
+    });
+    // The server frees the lock when the orphaned session expires.
+    second.block_on(async {
+        let other = support::client(&zk.connect_string()).await;
+        let granted = other.mutex("runtime-gone").unwrap().acquire_timeout(SOON).await;
+        assert!(granted.is_ok(), "{granted:?}");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_of_a_lost_hold_says_lost() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let holder = support::client_with(&proxy.connect_string(), Duration::from_secs(4)).await;
+    let guard = holder.mutex("release-lost").unwrap().acquire().await.unwrap();
+    proxy.blackhole();
+    tokio::time::timeout(SOON, guard.lost()).await.expect("loss reported");
+    proxy.pass();
+    match guard.release().await {
+        Err(LockError::Lost { name, .. }) => assert_eq!(name, "release-lost"),
+        other => panic!("expected Err(Lost), got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_handed_to_a_waiter_that_gives_up_returns_once_the_node_is_gone() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = c.mutex("handoff-abandoned").unwrap();
+    // A local waiter queues behind the guard and gives up at about the moment the node is
+    // handed to it; tried a few times to land in that window.
+    for _ in 0..20 {
+        let guard = lock.acquire().await.unwrap();
+        let node = guard.node_path().to_owned();
+        let waiter = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.acquire_timeout(Duration::from_millis(50)).await.map(drop) }
+        });
+        tokio::task::yield_now().await;
+        let released = guard.release().await;
+        assert!(released.is_ok(), "{released:?}");
+        match waiter.await.unwrap() {
+            // The waiter gave up: release() said Ok, so the node must be gone already.
+            Err(LockError::Timeout { .. }) => assert!(
+                view.check_stat(&node).await.unwrap().is_none(),
+                "release() returned Ok while its node {node} was still there, taken by nobody"
+            ),
+            // The waiter took the node over and released it in turn.
+            Ok(()) => {
+                c.flush().await;
+                assert!(view.check_stat(&node).await.unwrap().is_none(), "{node} leaked");
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+}

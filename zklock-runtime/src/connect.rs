@@ -1,0 +1,184 @@
+//! The connect string: checked when a client is built, resolved before a session is opened, so
+//! a typo or an unknown host name is a clear error at once rather than a connect timeout.
+//!
+//! ZooKeeper's format: `host[:port][,host[:port]…][/chroot]`, where `host` is a host name, an
+//! IPv4 address or a bracketed IPv6 address (`[::1]:2181`), the port defaults to 2181, and an
+//! address may carry the client library's scheme prefix (`tcp://`, `tcp+tls://`).
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::LockError;
+
+const DEFAULT_PORT: u16 = 2181;
+
+/// One server address of a connect string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Server {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Server {
+    /// Whether the host is an address literal, which needs no lookup.
+    fn is_literal(&self) -> bool {
+        self.host.parse::<Ipv4Addr>().is_ok() || self.host.parse::<Ipv6Addr>().is_ok()
+    }
+}
+
+/// Checks a connect string and returns its servers; the error names what is wrong.
+pub(crate) fn parse(connect: &str) -> Result<Vec<Server>, LockError> {
+    let bad = |why: String| Err(LockError::InvalidConfig(format!("connect string {connect:?}: {why}")));
+    if connect.trim().is_empty() {
+        return bad("it is empty".into());
+    }
+    // The chroot starts at the first `/` that follows the addresses (after any scheme's `//`).
+    let (hosts, chroot) = split_chroot(connect);
+    if let Some(chroot) = chroot {
+        if chroot.len() < 2 || chroot.ends_with('/') || chroot.contains("//") {
+            return bad(format!(
+                "the chroot {chroot:?} is not an absolute path like `/apps/shop`"
+            ));
+        }
+    }
+    let mut servers = Vec::new();
+    for address in hosts.split(',') {
+        let plain = address
+            .strip_prefix("tcp+tls://")
+            .or_else(|| address.strip_prefix("tcp://"))
+            .unwrap_or(address);
+        match parse_address(plain) {
+            Ok(server) => servers.push(server),
+            Err(why) => return bad(format!("{address:?} is not `host[:port]`: {why}")),
+        }
+    }
+    Ok(servers)
+}
+
+fn split_chroot(connect: &str) -> (&str, Option<&str>) {
+    let mut from = 0;
+    for (scheme_end, _) in connect.match_indices("://") {
+        from = from.max(scheme_end + 3);
+    }
+    match connect[from..].find('/') {
+        Some(i) => (&connect[..from + i], Some(&connect[from + i..])),
+        None => (connect, None),
+    }
+}
+
+fn parse_address(address: &str) -> Result<Server, &'static str> {
+    let (host, port) = if let Some(rest) = address.strip_prefix('[') {
+        let (host, rest) = rest.split_once(']').ok_or("an IPv6 address needs its closing `]`")?;
+        host.parse::<Ipv6Addr>()
+            .map_err(|_| "not an IPv6 address between `[` and `]`")?;
+        match rest {
+            "" => (host, None),
+            rest => (host, Some(rest.strip_prefix(':').ok_or("expected `:port` after `]`")?)),
+        }
+    } else {
+        match address.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (address, None),
+        }
+    };
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => port,
+            _ => return Err("the port must be a number from 1 to 65535"),
+        },
+    };
+    if host.is_empty() {
+        return Err("the host is empty");
+    }
+    if !address.starts_with('[') && !is_host_name(host) {
+        return Err("the host is neither a host name nor an IP address");
+    }
+    Ok(Server {
+        host: host.to_owned(),
+        port,
+    })
+}
+
+/// A DNS host name (letters, digits, `-` and `_` in dot-separated labels) or an IPv4 address.
+fn is_host_name(host: &str) -> bool {
+    host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// Looks up every host name of `servers`; fails only when no server at all can be resolved,
+/// naming each lookup failure. Address literals need no lookup.
+pub(crate) async fn resolve(connect: &str, servers: &[Server]) -> Result<(), LockError> {
+    if servers.iter().any(Server::is_literal) {
+        return Ok(());
+    }
+    let mut failures = Vec::new();
+    for server in servers {
+        match tokio::net::lookup_host((server.host.as_str(), server.port)).await {
+            Ok(addrs) => {
+                if addrs.count() > 0 {
+                    return Ok(());
+                }
+                failures.push(format!("{}: no address", server.host));
+            }
+            Err(err) => failures.push(format!("{}: {err}", server.host)),
+        }
+    }
+    Err(LockError::Connection(format!(
+        "cannot resolve any server of {connect:?} ({})",
+        failures.join("; ")
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(connect: &str) -> Vec<(String, u16)> {
+        parse(connect)
+            .unwrap_or_else(|e| panic!("{connect:?}: {e}"))
+            .into_iter()
+            .map(|s| (s.host, s.port))
+            .collect()
+    }
+
+    #[test]
+    fn accepts_what_zookeeper_accepts() {
+        assert_eq!(hosts("127.0.0.1:2181"), [("127.0.0.1".into(), 2181)]);
+        assert_eq!(hosts("zk1,zk2:2182/apps/shop").len(), 2);
+        assert_eq!(hosts("zk1")[0].1, 2181);
+        assert_eq!(hosts("[::1]:2190"), [("::1".into(), 2190)]);
+        assert_eq!(
+            hosts("tcp+tls://zk.example.com:2281"),
+            [("zk.example.com".into(), 2281)]
+        );
+        assert_eq!(hosts("my_host-1.local:1/chroot"), [("my_host-1.local".into(), 1)]);
+    }
+
+    #[test]
+    fn refuses_what_is_no_connect_string() {
+        for bad in [
+            "",
+            "   ",
+            "not a connect string!!",
+            ":::",
+            "host:",
+            "host:0",
+            "host:99999",
+            "a,,b",
+            "[::1",
+            "[zz]:1",
+            "host:2181/",
+            "host:2181//x",
+            "ho st:2181",
+        ] {
+            let err = parse(bad).expect_err(bad);
+            assert!(matches!(err, LockError::InvalidConfig(_)), "{bad:?}: {err:?}");
+        }
+    }
+}
