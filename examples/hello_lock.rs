@@ -108,8 +108,9 @@ async fn demo(connect: &str) -> Result<(), LockError> {
             Err(e) => return Err(LockError::InvalidConfig(format!("contender task failed: {e}"))),
         }
     }
-    alice.flush().await;
-    bob.flush().await;
+    // Closing ends both sessions at once (nothing is left for the server to expire).
+    alice.close().await;
+    bob.close().await;
 
     println!("\nsummary for lock {LOCK_NAME:?}:");
     for turn in &turns {

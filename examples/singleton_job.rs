@@ -106,10 +106,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.name, args.schedule, policy
     );
 
-    // Report this node's skips and failures as the counters move.
+    // Report this node's skips and failures as the counters move, until Ctrl-C or SIGTERM.
+    let mut stop = std::pin::pin!(stop_requested());
     let mut last = stats.snapshot();
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = &mut stop => break,
+        }
         let now = stats.snapshot();
         if now.skips > last.skips {
             match (policy, now.last_recorded_tick) {
@@ -128,10 +132,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             break;
         }
     }
+    let mut scheduler = scheduler;
+    scheduler.shutdown().await?;
+    // Closing ends this node's ZooKeeper session at once, so a job it held is free for the
+    // other nodes now, not after the session timeout.
+    client.close().await;
     let s = stats.snapshot();
     println!(
         "[{node}] done: {} runs, {} skips, {} failures, {} lost",
         s.runs, s.skips, s.failures, s.lost
     );
     Ok(())
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+async fn stop_requested() {
+    let terminated = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminated => {}
+    }
 }

@@ -249,6 +249,20 @@ impl Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
+        // A clean stop first: on SIGTERM the instance finishes its requests and closes its lock
+        // client, so its ZooKeeper session ends at once. Killed if it does not stop in time.
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: sending a signal to our own child process has no memory effects here.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                match self.child.try_wait() {
+                    Ok(Some(_)) => return,
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                    Err(_) => break,
+                }
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

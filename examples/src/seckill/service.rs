@@ -346,8 +346,10 @@ pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error
     Ok(Inventory::new(store, locks, !args.unsafe_no_lock, args.race_window))
 }
 
-/// Runs one service instance until it is stopped (or, with `--exit-with-stdin`, until its
-/// standard input closes).
+/// Runs one service instance until it is stopped: SIGINT (Ctrl-C), SIGTERM, or, with
+/// `--exit-with-stdin`, its standard input closing. Requests under way are finished, then the
+/// lock client is closed, so the instance's ZooKeeper session ends at once rather than at its
+/// timeout.
 pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let inventory = Arc::new(inventory(&args).await?);
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
@@ -358,13 +360,39 @@ pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Se
         if args.unsafe_no_lock { "OFF" } else { "on" },
         args.zk
     );
-    if args.exit_with_stdin {
-        std::thread::spawn(|| {
+    let served = axum::serve(listener, router(inventory.clone()))
+        .with_graceful_shutdown(stop_requested(args.exit_with_stdin))
+        .await;
+    inventory.locks.close().await;
+    eprintln!("seckill: {addr} stopped; lock client closed");
+    Ok(served?)
+}
+
+/// Resolves on SIGINT or SIGTERM, or when standard input closes if `with_stdin`.
+async fn stop_requested(with_stdin: bool) {
+    let stdin_closed = async {
+        if !with_stdin {
+            return std::future::pending().await;
+        }
+        let (closed, on_close) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
             let mut sink = Vec::new();
             let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
-            std::process::exit(0);
+            let _ = closed.send(());
         });
+        let _ = on_close.await;
+    };
+    let terminated = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminated => {}
+        _ = stdin_closed => {}
     }
-    axum::serve(listener, router(inventory)).await?;
-    Ok(())
 }
