@@ -204,6 +204,32 @@ async fn once_per_tick_holds_with_one_clock_behind_by_most_of_the_period() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_clock_far_ahead_of_zookeeper_is_measured_against_the_commit_time() {
+    let server = support::server();
+    let log: Log = Arc::default();
+    let ahead = Duration::from_secs(3);
+    let node = Node::start(
+        &server.connect_string(),
+        0,
+        "skewed-alone",
+        Policy::OncePerTick,
+        OffsetClock::ahead(ahead),
+        Duration::from_millis(10),
+        &log,
+    )
+    .await;
+    wait_for_runs(&log, 1, Duration::from_secs(40)).await;
+    let stats = node.stop().await;
+    settle(std::slice::from_ref(&stats)).await;
+    // The clock is read after the claim's commit, so the skew seen is at least the offset.
+    let skew = stats.clock_skew_ms().expect("a claimed tick measures the skew");
+    assert!(
+        skew >= ahead.as_millis() as i64,
+        "skew {skew} ms for a clock {ahead:?} ahead"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ticks_whose_fires_found_the_lock_busy_run_late_once_it_frees() {
     let server = support::server();
     let log: Log = Arc::default();

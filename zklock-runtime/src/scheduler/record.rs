@@ -97,6 +97,38 @@ impl TickRecord {
     }
 }
 
+impl RecordStore {
+    /// After a write of `record` over `version` failed without a definite answer (the
+    /// connection dropped: the multi-operation may or may not have been applied), finds out
+    /// which: syncs and re-reads the record until the server answers, for at most `within`.
+    /// `Some(stat)` when the record is at `version + 1` and is exactly `record` — which carries
+    /// this session's id, so only our write can have put it there (the multi is atomic, so it
+    /// also passed its lock check); `None` when it was not applied or cannot be told.
+    pub async fn confirm(
+        &self,
+        zk: &zk::Client,
+        record: &TickRecord,
+        version: i32,
+        within: std::time::Duration,
+    ) -> Option<zk::Stat> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let (_, read) = tokio::join!(zk.sync(&self.path), zk.get_data(&self.path));
+            match read {
+                Ok((data, stat)) => {
+                    let ours = stat.version == version + 1
+                        && TickRecord::decode(&data).ok().flatten().as_ref() == Some(record);
+                    return ours.then_some(stat);
+                }
+                Err(err) if crate::error::is_transient(&err) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
 /// Why a fenced write did not happen.
 #[derive(Debug)]
 pub(crate) enum WriteError {
@@ -179,6 +211,20 @@ impl RecordStore {
         record: &TickRecord,
         version: i32,
     ) -> Result<i32, WriteError> {
+        self.write_stat(zk, lock_node, record, version)
+            .await
+            .map(|stat| stat.version)
+    }
+
+    /// Like [`write`](Self::write), returning the record's new stat (its version, and its
+    /// `mtime`: the ensemble's commit time of the write).
+    pub async fn write_stat(
+        &self,
+        zk: &zk::Client,
+        lock_node: &str,
+        record: &TickRecord,
+        version: i32,
+    ) -> Result<zk::Stat, WriteError> {
         let data = record.encode();
         let mut multi = zk.new_multi_writer();
         multi.add_check_version(lock_node, -1).map_err(WriteError::ZooKeeper)?;
@@ -187,7 +233,7 @@ impl RecordStore {
             .map_err(WriteError::ZooKeeper)?;
         match multi.commit().await {
             Ok(results) => match results.into_iter().nth(1) {
-                Some(zk::MultiWriteResult::SetData { stat }) => Ok(stat.version),
+                Some(zk::MultiWriteResult::SetData { stat }) => Ok(stat),
                 _ => Err(WriteError::ZooKeeper(zk::Error::UnexpectedError(
                     "multi-operation answered without the set-data result".into(),
                 ))),
@@ -223,6 +269,45 @@ mod tests {
         assert!(TickRecord::decode(b"garbage").is_err());
         assert!(TickRecord::decode(&[0xff, 0xfe]).is_err());
         assert!(TickRecord::decode(b"tick=5 state=weird").is_err());
+    }
+
+    /// A claim whose multi-operation was applied but whose answer was lost (a connection drop
+    /// during failover) is recognised from the record itself; a record someone else wrote, or
+    /// one written again since, is not taken for ours.
+    #[tokio::test]
+    async fn an_applied_claim_whose_answer_was_lost_is_recognised() {
+        let server = zklock_testing::ZkServer::start().unwrap();
+        let zk = zk::Client::connector()
+            .with_session_timeout(std::time::Duration::from_secs(4))
+            .connect(&server.connect_string())
+            .await
+            .unwrap();
+        let store = RecordStore::for_job("/zklock", "ambiguous");
+        let (_, version) = store.read(&zk, zk::Acls::anyone_all()).await.unwrap();
+        let ours = TickRecord {
+            tick: 1_718_000_000_000,
+            state: RunState::Running,
+            session: Some(zk.session_id().0),
+        };
+        let within = std::time::Duration::from_secs(5);
+        // Not applied: the record is still at `version`.
+        assert!(store.confirm(&zk, &ours, version, within).await.is_none());
+        // Applied (the write went through; only its answer is missing).
+        zk.set_data(&store.path, &ours.encode(), Some(version)).await.unwrap();
+        let stat = store
+            .confirm(&zk, &ours, version, within)
+            .await
+            .expect("recognised as ours");
+        assert_eq!(stat.version, version + 1);
+        // Another session's claim of the same tick is not ours.
+        let theirs = TickRecord {
+            session: Some(zk.session_id().0 + 1),
+            ..ours.clone()
+        };
+        assert!(store.confirm(&zk, &theirs, version, within).await.is_none());
+        // Written again since: not the version our write would have made.
+        zk.set_data(&store.path, &ours.encode(), None).await.unwrap();
+        assert!(store.confirm(&zk, &ours, version, within).await.is_none());
     }
 
     #[test]

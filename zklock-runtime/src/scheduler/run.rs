@@ -13,6 +13,7 @@ use super::policy::{OnLoss, Policy};
 use super::record::{RecordStore, RunState, TickRecord, WriteError};
 use super::stats::JobStats;
 use super::ticks::{show, tick_time, Ticks};
+use crate::error::is_transient;
 use crate::{FencingToken, Lock, LockClient, LockError, LockGuard, LossSignal};
 
 /// The boxed user closure: builds the run's future for one tick.
@@ -274,18 +275,43 @@ async fn catch_up(shared: &Shared, since: Option<i64>, own: i64) -> Option<i64> 
             state: RunState::Running,
             session,
         };
-        version = match shared.store.write(&zk, guard.node_path(), &claim, version).await {
-            Ok(version) => version,
+        let claimed = match shared.store.write_stat(&zk, guard.node_path(), &claim, version).await {
+            Ok(stat) => stat,
             Err(WriteError::Fenced) => {
                 fail(tick, "lost the job's lock before taking the tick", &WriteError::Fenced);
                 return decided;
+            }
+            Err(WriteError::ZooKeeper(err)) if is_transient(&err) => {
+                // The answer was lost, not necessarily the write: if it was applied, the tick
+                // is ours and would otherwise run nowhere.
+                match shared.store.confirm(&zk, &claim, version, wait).await {
+                    Some(stat) => {
+                        info!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
+                            "the claim's answer was lost, but the record shows it was applied");
+                        stat
+                    }
+                    None => {
+                        fail(tick, "could not take the tick", &err);
+                        return decided;
+                    }
+                }
             }
             Err(err) => {
                 fail(tick, "could not take the tick", &err);
                 return decided;
             }
         };
+        version = claimed.version;
         decided = Some(tick);
+        check_clock(shared, claimed.mtime);
+        if guard.is_lost() {
+            // The tick is taken (the record says so), but running it now would run it
+            // without the lock; it is given up rather than risked twice.
+            shared.stats.lost_lock();
+            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick),
+                "the job's lock was lost right after the tick was taken; not running it");
+            return decided;
+        }
         shared.stats.saw_recorded(tick);
         shared.stats.ran(tick);
         info!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
@@ -310,6 +336,28 @@ async fn catch_up(shared: &Shared, since: Option<i64>, own: i64) -> Option<i64> 
     }
     drop(guard);
     decided
+}
+
+/// How far this node's clock may be off ZooKeeper's before it is warned about.
+const CLOCK_SKEW_WARNING: Duration = Duration::from_millis(500);
+
+/// Compares this node's clock with the ensemble's commit time of a write just made (`mtime`,
+/// milliseconds since the epoch): a node whose clock runs far ahead takes ticks early and pushes
+/// the record forward, so the others skip them; a node far behind runs ticks late. Records the
+/// skew in the stats and warns when it exceeds [`CLOCK_SKEW_WARNING`]. The write's round trip
+/// is in the figure too, so small skews are not told apart from latency.
+fn check_clock(shared: &Shared, mtime: i64) {
+    let local = match shared.clock.now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(since) => since.as_millis() as i64,
+        Err(_) => return,
+    };
+    let skew_ms = local - mtime;
+    shared.stats.saw_clock_skew(skew_ms);
+    if skew_ms.unsigned_abs() > CLOCK_SKEW_WARNING.as_millis() as u64 {
+        warn!(target: "zklock::scheduler", job = %shared.name, skew_ms,
+            "this node's clock is {} ZooKeeper's by {} ms; ticks run early or late and other nodes may skip them; sync the clocks",
+            if skew_ms > 0 { "ahead of" } else { "behind" }, skew_ms.unsigned_abs());
+    }
 }
 
 /// Runs the user's closure for `tick` in its own task, racing it against the loss of `guard`.

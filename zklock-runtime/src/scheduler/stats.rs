@@ -16,6 +16,7 @@ struct Counters {
     failures: AtomicU64,
     lost: AtomicU64,
     in_flight: AtomicU64,
+    clock_skew_ms: AtomicI64,
     last_tick: AtomicI64,
     last_recorded_tick: AtomicI64,
 }
@@ -68,6 +69,7 @@ impl JobStats {
                 failures: AtomicU64::new(0),
                 lost: AtomicU64::new(0),
                 in_flight: AtomicU64::new(0),
+                clock_skew_ms: AtomicI64::new(NONE),
                 last_tick: AtomicI64::new(NONE),
                 last_recorded_tick: AtomicI64::new(NONE),
             }),
@@ -127,6 +129,20 @@ impl JobStats {
     /// under way still finishes: wait for this to reach 0 before reading final counts.
     pub fn fires_in_flight(&self) -> u64 {
         self.inner.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// How far ahead of ZooKeeper's clock (negative: behind) this node's clock was at the last
+    /// tick it took, in milliseconds, measured against the ensemble's commit time of the claim
+    /// (so it includes that write's round trip). `None` before the first claim.
+    pub fn clock_skew_ms(&self) -> Option<i64> {
+        match self.inner.clock_skew_ms.load(Ordering::SeqCst) {
+            NONE => None,
+            skew => Some(skew),
+        }
+    }
+
+    pub(crate) fn saw_clock_skew(&self, skew_ms: i64) {
+        self.inner.clock_skew_ms.store(skew_ms, Ordering::SeqCst);
     }
 
     /// Counts a fire as in flight until the returned value drops (also when the fire is
