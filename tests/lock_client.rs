@@ -111,3 +111,24 @@ async fn default_client_round_trip() {
     let d = LockClient::default_client().unwrap();
     assert_eq!(d.session_id(), c.session_id());
 }
+
+/// The server may grant a shorter session than asked for; a `loss_after` that would report
+/// loss after the granted session could already have expired is lowered to half of it.
+#[tokio::test]
+async fn loss_after_is_measured_against_the_negotiated_session_timeout() {
+    let zk = server(); // tickTime 200 ms: sessions of at most 4 s
+    let asked = |loss_after: Option<Duration>| {
+        let mut builder = LockClient::builder(zk.connect_string()).session_timeout(Duration::from_secs(30));
+        if let Some(loss_after) = loss_after {
+            builder = builder.loss_after(loss_after);
+        }
+        builder.connect()
+    };
+    let clamped = asked(Some(Duration::from_secs(5))).await.unwrap();
+    assert_eq!(clamped.session_timeout(), Some(Duration::from_secs(4)));
+    assert_eq!(clamped.loss_after(), Some(Duration::from_secs(2)));
+    let kept = asked(Some(Duration::from_millis(1500))).await.unwrap();
+    assert_eq!(kept.loss_after(), Some(Duration::from_millis(1500)));
+    let default = asked(None).await.unwrap();
+    assert_eq!(default.loss_after(), Some(Duration::from_secs(1)));
+}

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex as StdMutex, OnceLock, RwLock as StdRwLock};
 use std::time::Duration;
 
 use tokio::sync::{watch, Mutex as AsyncMutex};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 use zookeeper_client as zk;
 
 use crate::cleanup::{delete_node, Cleanup};
@@ -15,7 +15,10 @@ use crate::name::validate_namespace;
 use crate::session::{Health, Session, SessionStatus};
 use crate::LockError;
 
-const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// 30 s: safe against ZooKeeper's default server settings (tickTime 2 s, syncLimit 5), where a
+/// follower cut off from the quorum keeps its clients connected for up to 10 s while the leader
+/// may already expire their sessions; see the loss-timing precondition in docs/safety.md.
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_NAMESPACE: &str = "/zklock";
 
 /// A handle to a ZooKeeper ensemble for taking locks. Cheap to clone; clones share one session.
@@ -117,8 +120,15 @@ pub struct LockClientBuilder {
 }
 
 impl LockClientBuilder {
-    /// The session timeout to ask the server for (default 10 s). The server clamps it to
-    /// between 2 and 20 times its `tickTime`.
+    /// The session timeout to ask the server for (default 30 s). The server clamps it to
+    /// between 2 and 20 times its `tickTime`; [`LockClient::session_timeout`] tells what it
+    /// granted.
+    ///
+    /// It bounds how long a crashed holder blocks others, and it must leave room for the loss
+    /// signal: a holder is told of trouble within `syncLimit × tickTime` of the servers (when
+    /// the member it talks to is cut off from the quorum) plus [`loss_after`](Self::loss_after),
+    /// which must stay below the session timeout with a margin. With ZooKeeper's defaults
+    /// (tickTime 2 s, syncLimit 5) that is 10 s + 7.5 s against the default 30 s.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = timeout;
         self
@@ -158,6 +168,11 @@ impl LockClientBuilder {
     /// within 2/5 of the session timeout, so the default reports loss by about 0.65 × the
     /// session timeout, before the server could expire the session and grant the lock to
     /// someone else.
+    ///
+    /// Measured against the timeout the server *negotiates*, which may be shorter than the one
+    /// asked for: a value above half of it would report loss after the server may already have
+    /// expired the session, so it is lowered to half of the negotiated timeout, with a warning
+    /// ([`LockClient::loss_after`] tells the value in force).
     pub fn loss_after(mut self, after: Duration) -> Self {
         self.loss_after = Some(after);
         self
@@ -236,7 +251,7 @@ impl LockClientBuilder {
 static DEFAULT_CLIENT: OnceLock<StdRwLock<Option<LockClient>>> = OnceLock::new();
 
 impl LockClient {
-    /// Connects with default settings: 10 s session timeout, namespace `/zklock`, open ACL.
+    /// Connects with default settings: 30 s session timeout, namespace `/zklock`, open ACL.
     ///
     /// The connect string is ZooKeeper's: `host:port[,host:port…][/chroot]`.
     pub async fn connect(connect_string: &str) -> Result<LockClient, LockError> {
@@ -265,6 +280,17 @@ impl LockClient {
     /// A receiver that sees every change of [`status`](Self::status).
     pub fn watch_status(&self) -> watch::Receiver<SessionStatus> {
         self.inner.status.subscribe()
+    }
+
+    /// The session timeout the server granted for the current session, once one is open.
+    pub fn session_timeout(&self) -> Option<Duration> {
+        self.latest().map(|s| s.zk.session_timeout())
+    }
+
+    /// How long the connection of the current session may stay down before its holds are
+    /// reported lost, as in force (see [`LockClientBuilder::loss_after`]).
+    pub fn loss_after(&self) -> Option<Duration> {
+        self.latest().map(|s| s.loss_after)
     }
 
     /// The id of the current session, once one is open.
@@ -460,7 +486,20 @@ impl LockClient {
             e => LockError::Connection(format!("cannot open a session to {}: {e}", config.connect)),
         })?;
         let negotiated = zk.session_timeout();
-        let loss_after = config.loss_after.unwrap_or(negotiated / 4);
+        let loss_after = match config.loss_after {
+            None => negotiated / 4,
+            Some(asked) if asked > negotiated / 2 => {
+                warn!(
+                    asked = ?asked,
+                    negotiated = ?negotiated,
+                    using = ?(negotiated / 2),
+                    "loss_after is too long for the session timeout the server granted: loss would be \
+                     reported after the server may have expired the session; using half the session timeout"
+                );
+                negotiated / 2
+            }
+            Some(asked) => asked,
+        };
         info!(
             session = format_args!("{:#x}", zk.session_id().0),
             timeout = ?negotiated,

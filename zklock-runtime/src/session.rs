@@ -75,6 +75,8 @@ impl Health {
 pub(crate) struct Session {
     pub zk: zk::Client,
     pub id: i64,
+    /// How long the connection may stay down before holds are reported lost.
+    pub loss_after: Duration,
     /// The runtime the session was opened on; background cleanup runs there, so a guard can be
     /// dropped anywhere.
     pub runtime: tokio::runtime::Handle,
@@ -110,6 +112,7 @@ impl Session {
         let session = Arc::new(Session {
             zk,
             id,
+            loss_after,
             runtime: tokio::runtime::Handle::current(),
             health,
             runtime_gone: runtime_gone.clone(),
