@@ -1,4 +1,5 @@
-//! Read/write lock and semaphore on the shared queue core, against a real ZooKeeper.
+//! Read/write lock on the shared queue core, and the semaphore (Curator's semaphore layout),
+//! against a real ZooKeeper.
 
 mod support;
 
@@ -107,12 +108,69 @@ async fn semaphore_admits_n_holders() {
     let raw = raw(&zk.connect_string()).await;
     clients[0].flush().await;
     clients[1].flush().await;
+    for dir in ["/zklock/pool/leases", "/zklock/pool/locks"] {
+        assert!(
+            eventually(Duration::from_secs(20), || async {
+                contenders(&raw, dir).await.is_empty()
+            })
+            .await,
+            "{dir} kept nodes: {:?}",
+            contenders(&raw, dir).await
+        );
+    }
+}
+
+/// With two leases held by A and B and two acquirers C then D waiting: A releases and C gets a
+/// lease; then C releases while B still holds. D must get the lease C freed, although the holder
+/// it queued behind in a per-predecessor queue (B) never released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freed_lease_is_taken_whichever_holder_released_it() {
+    let zk = server();
+    let clients = [
+        client(&zk.connect_string()).await,
+        client(&zk.connect_string()).await,
+        client(&zk.connect_string()).await,
+        client(&zk.connect_string()).await,
+    ];
+    let view = raw(&zk.connect_string()).await;
+    let sem = |i: usize| clients[i].semaphore("two", 2).unwrap();
+    let a = sem(0).acquire().await.unwrap();
+    let b = sem(1).acquire().await.unwrap();
+    let c = tokio::spawn({
+        let sem = sem(2);
+        async move { sem.acquire().await.unwrap() }
+    });
+    // C holds the acquirers' mutex and waits with its lease node in place.
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            contenders(&raw, "/zklock/pool").await.is_empty()
+        eventually(Duration::from_secs(20), || async {
+            contenders(&view, "/zklock/two/leases").await.len() == 3
         })
         .await
     );
+    let d = tokio::spawn({
+        let sem = sem(3);
+        async move { sem.acquire().await.unwrap() }
+    });
+    // D queues for the mutex behind C.
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            contenders(&view, "/zklock/two/locks").await.len() == 2
+        })
+        .await
+    );
+    a.release().await.unwrap();
+    let c = tokio::time::timeout(Duration::from_secs(20), c)
+        .await
+        .expect("C got A's lease")
+        .unwrap();
+    c.release().await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(20), d)
+        .await
+        .expect("D waited although a lease was free (B still holds, C released)")
+        .unwrap();
+    assert!(d.node_path().starts_with("/zklock/two/leases/_c_"), "{}", d.node_path());
+    assert!(d.node_path().contains("-lease-"), "{}", d.node_path());
+    drop((b, d));
 }
 
 #[tokio::test]

@@ -43,6 +43,7 @@ mod reentrancy;
 mod rules;
 #[cfg(feature = "scheduler")]
 pub mod scheduler;
+mod semaphore;
 mod session;
 
 pub use client::{LockClient, LockClientBuilder};

@@ -21,7 +21,8 @@ use crate::local_queue::Turn;
 use crate::metrics::Metrics;
 use crate::queue::{self, Failed, Recipe};
 use crate::reentrancy;
-use crate::rules::{Leases, Readers, Rule, LEASE_NODE, MUTEX_NODE, WRITE_NODE};
+use crate::rules::{Leases, Readers, Rule, MUTEX_NODE, WRITE_NODE};
+use crate::semaphore;
 use crate::session::Session;
 use crate::{LockError, SessionStatus};
 
@@ -48,7 +49,8 @@ pub enum LockKind {
     Read,
     /// The exclusive side of a read/write lock (`__WRIT__`): waits for every earlier contender.
     Write,
-    /// Up to `leases` holders at once (`lease-` nodes).
+    /// Up to `leases` holders at once, in Curator's `InterProcessSemaphoreV2` layout (a
+    /// `locks` mutex over the acquirers and `leases/…-lease-` nodes).
     Semaphore {
         /// How many holders may hold the semaphore at once.
         leases: u32,
@@ -67,10 +69,8 @@ impl LockKind {
                 node: WRITE_NODE,
             }),
             LockKind::Read => Arc::new(Readers),
-            LockKind::Semaphore { leases } => Arc::new(Leases {
-                leases,
-                node: LEASE_NODE,
-            }),
+            // A semaphore contends in the queue of its acquirers' mutex (see `semaphore.rs`).
+            LockKind::Semaphore { .. } => LockKind::Mutex.rule(),
         }
     }
 }
@@ -322,9 +322,19 @@ impl Lock {
         result
     }
 
-    /// Waits for the front of this process's queue (exclusive locks), takes over a node handed
-    /// over by the previous local holder, or else contends in ZooKeeper.
+    /// Waits for the lock: a lease for a semaphore, otherwise the front of this process's queue
+    /// (exclusive locks), taking over a node the previous local holder handed on, or else
+    /// contending in ZooKeeper.
     async fn queue_up(&self, deadline: Option<Instant>) -> Result<LockGuard, Failed> {
+        match self.kind {
+            LockKind::Semaphore { leases } => self.lease(leases, deadline).await,
+            _ => self.queue_locally(deadline).await,
+        }
+    }
+
+    /// The queue path of mutexes and read/write locks: this process's queue (exclusive kinds),
+    /// then ZooKeeper's.
+    async fn queue_locally(&self, deadline: Option<Instant>) -> Result<LockGuard, Failed> {
         let Some(gate) = self.client.inner.gates.gate(&self.dir, self.kind) else {
             return self.contend(deadline, None).await;
         };
@@ -365,14 +375,14 @@ impl Lock {
         let inner = &self.client.inner;
         let recipe = Recipe {
             dir: &self.dir,
-            rule: &*self.rule,
+            node_name: self.rule.node_name(),
             acls: inner.config.acls(),
             cleanup: &inner.cleanup,
         };
         let mut restarts = 0;
         loop {
             let session = self.client.session(None).await.map_err(Failed::Error)?;
-            match queue::attempt(&recipe, &session, deadline).await {
+            match queue::attempt(&recipe, &*self.rule, &session, deadline).await {
                 Ok(granted) => {
                     let losses = session.health().losses;
                     let token = FencingToken::new(granted.czxid, 0);
@@ -387,6 +397,44 @@ impl Lock {
                         return Err(Failed::SessionEnded);
                     }
                     debug!(lock = %self.name, "session ended while contending; starting over");
+                }
+                Err(failed) => return Err(failed),
+            }
+        }
+    }
+
+    /// A semaphore lease ([`crate::semaphore`]): the mutex over acquirers, then a lease node
+    /// in the session the mutex is held in; the mutex is given up as soon as the lease is held.
+    async fn lease(&self, leases: u32, deadline: Option<Instant>) -> Result<LockGuard, Failed> {
+        let inner = &self.client.inner;
+        let mutex = Lock {
+            client: self.client.clone(),
+            name: self.name.clone(),
+            dir: format!("{}/{}", self.dir, semaphore::LOCKS_DIR).into(),
+            kind: LockKind::Mutex,
+            rule: LockKind::Mutex.rule(),
+        };
+        let leases_dir = format!("{}/{}", self.dir, semaphore::LEASES_DIR);
+        let recipe = Recipe {
+            dir: &leases_dir,
+            node_name: semaphore::LEASE_NODE,
+            acls: inner.config.acls(),
+            cleanup: &inner.cleanup,
+        };
+        let mut restarts = 0;
+        loop {
+            let acquirers = mutex.queue_locally(deadline).await?;
+            let session = acquirers.hold.session.clone();
+            match semaphore::take_lease(&recipe, leases, &session, deadline).await {
+                Ok(granted) => {
+                    drop(acquirers);
+                    let losses = session.health().losses;
+                    let token = FencingToken::new(granted.czxid, 0);
+                    return Ok(self.hold(session, granted.node_path, token, losses, None));
+                }
+                Err(Failed::SessionEnded) if restarts < MAX_SESSION_RESTARTS => {
+                    restarts += 1;
+                    debug!(lock = %self.name, "session ended while waiting for a lease; starting over");
                 }
                 Err(failed) => return Err(failed),
             }

@@ -31,8 +31,9 @@ use crate::LockError;
 pub(crate) struct Recipe<'a> {
     /// The lock directory.
     pub dir: &'a str,
-    /// Who may go, whom to watch.
-    pub rule: &'a dyn Rule,
+    /// The name part of contender nodes, between the protected prefix and the sequence number
+    /// (Curator's "lock name": `lock-`, `__READ__`, `__WRIT__`, `lease-`).
+    pub node_name: &'a str,
     /// The ACL of the lock directory and of contender nodes.
     pub acls: zk::Acls<'a>,
     /// Where abandoned contenders are removed.
@@ -58,7 +59,7 @@ pub(crate) enum Failed {
 }
 
 /// Maps a ZooKeeper error inside an attempt.
-fn failed(op: &'static str, err: zk::Error) -> Failed {
+pub(crate) fn failed(op: &'static str, err: zk::Error) -> Failed {
     if is_session_over(&err) {
         Failed::SessionEnded
     } else {
@@ -68,7 +69,7 @@ fn failed(op: &'static str, err: zk::Error) -> Failed {
 
 /// A contender node that is ours until granted. Dropping it before [`disarm`](Self::disarm)
 /// (error, timeout, cancellation) hands its removal to the background.
-struct Contending<'a> {
+pub(crate) struct Contending<'a> {
     cleanup: &'a Cleanup,
     session: Arc<Session>,
     dir: String,
@@ -77,8 +78,30 @@ struct Contending<'a> {
     armed: bool,
 }
 
-impl Contending<'_> {
-    fn disarm(mut self) {
+impl<'a> Contending<'a> {
+    /// Creates our contender node in `recipe.dir` (listing the directory in the same round
+    /// trip) and owns it until [`disarm`](Self::disarm)ed. Returns the node's name, its stat
+    /// and the listing.
+    pub async fn create(
+        recipe: &Recipe<'a>,
+        session: &Arc<Session>,
+    ) -> Result<(Contending<'a>, String, zk::Stat, Vec<String>), Failed> {
+        let protect = format!("_c_{}-", uuid::Uuid::new_v4());
+        let mut contending = Contending {
+            cleanup: recipe.cleanup,
+            session: session.clone(),
+            dir: recipe.dir.to_owned(),
+            protect: protect.clone(),
+            node: None,
+            armed: true,
+        };
+        let (ours, stat, children) = create_and_list(recipe, session, &protect).await?;
+        contending.node = Some(ours.clone());
+        Ok((contending, ours, stat, children))
+    }
+
+    /// The node is granted: it is no longer removed when this drops.
+    pub fn disarm(mut self) {
         self.armed = false;
     }
 }
@@ -107,21 +130,12 @@ fn node_data() -> &'static [u8] {
 /// or `deadline` passes. Dropping the future (or failing) removes the node in the background.
 pub(crate) async fn attempt(
     recipe: &Recipe<'_>,
+    rule: &dyn Rule,
     session: &Arc<Session>,
     deadline: Option<Instant>,
 ) -> Result<Granted, Failed> {
     let dir = recipe.dir;
-    let protect = format!("_c_{}-", uuid::Uuid::new_v4());
-    let mut contending = Contending {
-        cleanup: recipe.cleanup,
-        session: session.clone(),
-        dir: dir.to_owned(),
-        protect: protect.clone(),
-        node: None,
-        armed: true,
-    };
-    let (ours, stat, mut children) = create_and_list(recipe, session, &protect).await?;
-    contending.node = Some(ours.clone());
+    let (contending, ours, stat, mut children) = Contending::create(recipe, session).await?;
     let granted = Granted {
         node_path: format!("{dir}/{ours}"),
         czxid: stat.czxid,
@@ -134,7 +148,7 @@ pub(crate) async fn attempt(
             debug!(node = %granted.node_path, "contender node vanished");
             return Err(Failed::SessionEnded);
         };
-        let (on, last_blocker) = match recipe.rule.decide(&queue, index) {
+        let (on, last_blocker) = match rule.decide(&queue, index) {
             Decision::Go => {
                 contending.disarm();
                 return Ok(granted);
@@ -185,7 +199,7 @@ pub(crate) async fn attempt(
 }
 
 /// Decides what to do after a failed request: wait out a connection loss (Ok, retry) or fail.
-async fn retry_after(session: &Session, op: &'static str, err: zk::Error) -> Result<(), Failed> {
+pub(crate) async fn retry_after(session: &Session, op: &'static str, err: zk::Error) -> Result<(), Failed> {
     if !is_transient(&err) {
         return Err(failed(op, err));
     }
@@ -216,7 +230,7 @@ async fn create_and_list(
     protect: &str,
 ) -> Result<(String, zk::Stat, Vec<String>), Failed> {
     let dir = recipe.dir;
-    let prefix = format!("{dir}/{protect}{}", recipe.rule.node_name());
+    let prefix = format!("{dir}/{protect}{}", recipe.node_name);
     let options = zk::CreateMode::EphemeralSequential.with_acls(recipe.acls);
     for _ in 0..8 {
         let create = session.zk.create(&prefix, node_data(), &options);
@@ -224,7 +238,7 @@ async fn create_and_list(
         let (created, listed) = tokio::join!(create, listing);
         match created {
             Ok((stat, sequence)) => {
-                let ours = format!("{protect}{}{sequence}", recipe.rule.node_name());
+                let ours = format!("{protect}{}{sequence}", recipe.node_name);
                 let children = match listed {
                     Ok(children) => children,
                     Err(_) => list(session, dir).await?,

@@ -57,8 +57,6 @@ pub(crate) trait Rule: Send + Sync + std::fmt::Debug {
 
 /// Node name of mutex contenders, as Curator's `InterProcessMutex` names them.
 pub(crate) const MUTEX_NODE: &str = "lock-";
-/// Node name of semaphore lease holders.
-pub(crate) const LEASE_NODE: &str = "lease-";
 /// Node names of Curator's `InterProcessReadWriteLock`.
 pub(crate) const READ_NODE: &str = "__READ__";
 pub(crate) const WRITE_NODE: &str = "__WRIT__";
@@ -162,7 +160,7 @@ mod tests {
     fn semaphore_lets_n_in() {
         let rule = Leases {
             leases: 2,
-            node: LEASE_NODE,
+            node: MUTEX_NODE,
         };
         let q = queue(&["a-0000000001", "b-0000000002", "c-0000000003"]);
         assert_eq!(rule.decide(&q, 1), Decision::Go);
