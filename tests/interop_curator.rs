@@ -375,3 +375,68 @@ async fn foreign_sequential_nodes_are_honoured_in_sequence_order() {
     after.wait_granted().await;
     after.release().await;
 }
+
+/// zklock and Curator semaphores (`InterProcessSemaphoreV2`) on one path count each other's
+/// leases, in both directions: with 2 leases, one held by each, neither side gets a third, and a
+/// lease returned by one side goes to a waiter of the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zklock_and_curator_semaphores_share_their_leases() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let zl2 = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let sem = zl.semaphore("interop-sem", 2).unwrap();
+    for id in ["c1", "c2"] {
+        peer.semaphore(id, sem.path(), 2).await.unwrap();
+    }
+
+    // One lease each.
+    peer.acquire("c1", Some(SOON)).unwrap();
+    let curator_lease = peer.wait_acquired("c1", SOON).await.unwrap();
+    assert!(
+        curator_lease.starts_with(&format!("{}/leases/", sem.path())),
+        "{curator_lease}"
+    );
+    let zklock_lease = sem.acquire_timeout(SOON).await.unwrap();
+    assert!(zklock_lease.node_path().starts_with(&format!("{}/leases/", sem.path())));
+
+    // Full: a third zklock lease and a third Curator lease both wait.
+    assert!(matches!(
+        zl2.semaphore("interop-sem", 2).unwrap().try_acquire().await,
+        Ok(None)
+    ));
+    peer.acquire("c2", Some(Duration::from_millis(500))).unwrap();
+    assert!(
+        matches!(
+            peer.wait_acquired("c2", SOON).await,
+            Err(zklock_testing::curator::PeerError::NotAcquired { .. })
+        ),
+        "Curator got a third lease of two"
+    );
+
+    // Curator returns its lease: a waiting zklock acquirer gets it.
+    let waiter = tokio::spawn({
+        let sem = zl2.semaphore("interop-sem", 2).unwrap();
+        async move { sem.acquire_timeout(SOON).await }
+    });
+    let view = raw(&zk.connect_string()).await;
+    wait_for_contenders(&view, &format!("{}/leases", sem.path()), 3).await;
+    peer.release("c1").await.unwrap();
+    let zklock_second = tokio::time::timeout(SOON, waiter)
+        .await
+        .expect("zklock got the lease Curator returned")
+        .unwrap()
+        .unwrap();
+
+    // zklock returns one: a waiting Curator acquirer gets it.
+    peer.acquire("c2", Some(SOON)).unwrap();
+    wait_for_contenders(&view, &format!("{}/leases", sem.path()), 3).await;
+    zklock_lease.release().await.unwrap();
+    let node = peer
+        .wait_acquired("c2", SOON)
+        .await
+        .expect("Curator got the lease zklock returned");
+    assert!(node.starts_with(&format!("{}/leases/", sem.path())), "{node}");
+    peer.release("c2").await.unwrap();
+    zklock_second.release().await.unwrap();
+}

@@ -1,8 +1,8 @@
 // A small Apache Curator program driven line by line over stdin/stdout.
 //
 // zklock's interoperability tests and its benchmark run this peer next to zklock contenders on
-// the same ZooKeeper server, so that a real InterProcessMutex / InterProcessReadWriteLock takes
-// part in the same queue. Every command is answered with exactly one line; lock events
+// the same ZooKeeper server, so that a real InterProcessMutex / InterProcessReadWriteLock /
+// InterProcessSemaphoreV2 takes part in the same queue. Every command is answered with exactly one line; lock events
 // (ACQUIRED, TIMEOUT, RELEASED, ERROR) are printed when they happen, so acquires never block the
 // command loop.
 //
@@ -10,9 +10,14 @@
 //   connect <connectString> <sessionMs>            -> CONNECTED <sessionIdHex> | ERROR - <msg>
 //   mutex <id> <path>                              -> OK <id>
 //   rwlock <id> <path>                             -> OK <id>
+//   semaphore <id> <path> <maxLeases>              -> OK <id>
 //   acquire <id> [read|write] <timeoutMs>          -> (later) ACQUIRED <id> <nodePath> | TIMEOUT <id>
-//                                                     (timeoutMs < 0 waits without bound)
-//   release <id>                                   -> (later) RELEASED <id>
+//                                                     (timeoutMs < 0 waits without bound; read|write
+//                                                     only for rwlock; for a semaphore one lease is
+//                                                     acquired and nodePath is its lease node,
+//                                                     <path>/leases/...)
+//   release <id>                                   -> (later) RELEASED <id> (a semaphore returns
+//                                                     its lease)
 //   bench-uncontended <path> <warmup> <cycles>     -> RESULT <json>
 //   bench-contended <path> <threads> <startEpochMs> <endEpochMs>
 //                                                  -> RESULT <json>
@@ -41,25 +46,43 @@ import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.curator.utils.ZKPaths;
 
 public final class CuratorPeer {
     private static final PrintStream OUT =
             new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), false, StandardCharsets.UTF_8);
 
-    /** One lock the driver named: a recipe plus the single thread that acquires and releases it. */
+    /**
+     * One lock the driver named: a recipe (exactly one of mutex, rw, semaphore) plus the single
+     * thread that acquires and releases it.
+     */
     private static final class Contender {
         final String id;
         final InterProcessMutex mutex;
         final InterProcessReadWriteLock rw;
+        final InterProcessSemaphoreV2 semaphore;
+        /** The semaphore's path, to turn a lease's node name into its full path. */
+        final String semaphorePath;
         // Curator ties a hold to the thread that acquired it, so release must run on that thread.
         final ExecutorService thread;
         volatile InterProcessMutex held;
+        /** The semaphore lease this contender holds (at most one). */
+        volatile Lease lease;
 
         Contender(String id, InterProcessMutex mutex, InterProcessReadWriteLock rw) {
+            this(id, mutex, rw, null, null);
+        }
+
+        Contender(String id, InterProcessMutex mutex, InterProcessReadWriteLock rw,
+                InterProcessSemaphoreV2 semaphore, String semaphorePath) {
             this.id = id;
             this.mutex = mutex;
             this.rw = rw;
+            this.semaphore = semaphore;
+            this.semaphorePath = semaphorePath;
             this.thread = Executors.newSingleThreadExecutor(r -> {
                 Thread t = new Thread(r, "contender-" + id);
                 t.setDaemon(true);
@@ -94,7 +117,7 @@ public final class CuratorPeer {
                 }
             } catch (Exception e) {
                 // Commands about one lock report failures under its id, the rest under "-".
-                boolean aboutLock = w.length > 1 && Arrays.asList("mutex", "rwlock", "acquire", "release").contains(w[0]);
+                boolean aboutLock = w.length > 1 && Arrays.asList("mutex", "rwlock", "semaphore", "acquire", "release").contains(w[0]);
                 say("ERROR " + (aboutLock ? w[1] : "-") + " " + describe(e));
             }
         }
@@ -172,9 +195,29 @@ public final class CuratorPeer {
                 say("OK " + w[1]);
                 return true;
             }
+            case "semaphore": {
+                need(w, 4, "semaphore <id> <path> <maxLeases>");
+                if (CONTENDERS.containsKey(w[1])) {
+                    say("ERROR " + w[1] + " id already in use");
+                    return true;
+                }
+                int maxLeases = Integer.parseInt(w[3]);
+                if (maxLeases < 1) {
+                    throw new IllegalArgumentException("maxLeases must be at least 1, got " + w[3]);
+                }
+                InterProcessSemaphoreV2 s = new InterProcessSemaphoreV2(client(), w[2], maxLeases);
+                CONTENDERS.put(w[1], new Contender(w[1], null, null, s, w[2]));
+                say("OK " + w[1]);
+                return true;
+            }
             case "acquire": {
                 need(w, 3, "acquire <id> [read|write] <timeoutMs>");
                 Contender c = contender(w[1]);
+                if (c.semaphore != null) {
+                    long timeoutMs = Long.parseLong(w[w.length - 1]);
+                    c.thread.submit(() -> acquireLease(c, timeoutMs));
+                    return true;
+                }
                 InterProcessMutex which;
                 long timeoutMs;
                 if (c.rw != null) {
@@ -198,6 +241,10 @@ public final class CuratorPeer {
                 need(w, 2, "release <id>");
                 Contender c = contender(w[1]);
                 c.thread.submit(() -> {
+                    if (c.semaphore != null) {
+                        releaseLease(c);
+                        return;
+                    }
                     InterProcessMutex held = c.held;
                     if (held == null) {
                         say("ERROR " + c.id + " not held");
@@ -249,6 +296,46 @@ public final class CuratorPeer {
             } else {
                 say("TIMEOUT " + c.id);
             }
+        } catch (Exception e) {
+            say("ERROR " + c.id + " " + describe(e));
+        }
+    }
+
+    /** Acquires one lease of a semaphore contender (on its thread); one lease at a time. */
+    private static void acquireLease(Contender c, long timeoutMs) {
+        if (c.lease != null) {
+            say("ERROR " + c.id + " already holds a lease");
+            return;
+        }
+        try {
+            Lease lease = timeoutMs < 0
+                    ? c.semaphore.acquire()
+                    : c.semaphore.acquire(timeoutMs, TimeUnit.MILLISECONDS);
+            if (lease != null) {
+                c.lease = lease;
+                // getNodeName() is only the last path segment; leases live in <path>/leases.
+                say("ACQUIRED " + c.id + " " + ZKPaths.makePath(c.semaphorePath, "leases", lease.getNodeName()));
+            } else {
+                say("TIMEOUT " + c.id);
+            }
+        } catch (Exception e) {
+            say("ERROR " + c.id + " " + describe(e));
+        }
+    }
+
+    /** Returns a semaphore contender's lease (on its thread). */
+    private static void releaseLease(Contender c) {
+        Lease lease = c.lease;
+        if (lease == null) {
+            say("ERROR " + c.id + " not held");
+            return;
+        }
+        try {
+            // Deletes the lease node (a guaranteed delete: Curator retries it in the background
+            // if this attempt fails). Unlike returnLease, close reports the failure.
+            lease.close();
+            c.lease = null;
+            say("RELEASED " + c.id);
         } catch (Exception e) {
             say("ERROR " + c.id + " " + describe(e));
         }

@@ -304,18 +304,43 @@ impl CuratorPeer {
 
     /// Creates an `InterProcessMutex` on `path` under the name `id`.
     pub async fn mutex(&self, id: &str, path: &str) -> Result<(), PeerError> {
-        self.declare("mutex", id, path).await
+        self.declare("mutex", id, path, "").await
     }
 
     /// Creates an `InterProcessReadWriteLock` on `path` under the name `id`.
     pub async fn rw_lock(&self, id: &str, path: &str) -> Result<(), PeerError> {
-        self.declare("rwlock", id, path).await
+        self.declare("rwlock", id, path, "").await
     }
 
-    async fn declare(&self, kind: &str, id: &str, path: &str) -> Result<(), PeerError> {
+    /// Creates an `InterProcessSemaphoreV2` on `path` with `leases` leases under the name `id`.
+    ///
+    /// Each id is one contender holding at most one lease: [`acquire`](Self::acquire) asks for
+    /// a lease, [`wait_acquired`](Self::wait_acquired) returns its node (under
+    /// `<path>/leases/`), and [`release`](Self::release) returns it. Declare several ids on the
+    /// same path (all with the same `leases`, as Curator expects) for several holders.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_testing::curator::PeerError> {
+    /// use std::time::Duration;
+    /// use zklock_testing::curator::CuratorPeer;
+    ///
+    /// let peer = CuratorPeer::start("127.0.0.1:2181").await?;
+    /// peer.semaphore("a", "/zklock/pool", 2).await?;
+    /// peer.acquire("a", Some(Duration::from_secs(5)))?;
+    /// let lease = peer.wait_acquired("a", Duration::from_secs(10)).await?;
+    /// assert!(lease.starts_with("/zklock/pool/leases/"));
+    /// peer.release("a").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn semaphore(&self, id: &str, path: &str, leases: u32) -> Result<(), PeerError> {
+        self.declare("semaphore", id, path, &format!(" {leases}")).await
+    }
+
+    /// Sends `<kind> <id> <path><extra>` and waits for `OK <id>`.
+    async fn declare(&self, kind: &str, id: &str, path: &str, extra: &str) -> Result<(), PeerError> {
         check_word(id)?;
         check_word(path)?;
-        self.send(&format!("{kind} {id} {path}"))?;
+        self.send(&format!("{kind} {id} {path}{extra}"))?;
         let ok = format!("OK {id}");
         self.wait_event(&format!("OK for {id}"), Duration::from_secs(30), |e| {
             matches!(e, PeerEvent::Line(l) if *l == ok) || matches!(e, PeerEvent::Error { id: i, .. } if i == id)
@@ -325,8 +350,9 @@ impl CuratorPeer {
         .map(drop)
     }
 
-    /// Starts acquiring mutex `id` (`None`: without bound). Returns at once; the outcome
-    /// arrives as an event, see [`wait_acquired`](Self::wait_acquired).
+    /// Starts acquiring mutex `id`, or one lease of semaphore `id` (`None`: without bound).
+    /// Returns at once; the outcome arrives as an event, see
+    /// [`wait_acquired`](Self::wait_acquired).
     pub fn acquire(&self, id: &str, timeout: Option<Duration>) -> Result<(), PeerError> {
         check_word(id)?;
         self.send(&format!("acquire {id} {}", millis(timeout)))
@@ -369,7 +395,8 @@ impl CuratorPeer {
         }
     }
 
-    /// Releases lock `id` on the thread that acquired it and waits for the confirmation.
+    /// Releases lock `id` (or returns semaphore `id`'s lease) on the thread that acquired it and
+    /// waits for the confirmation.
     pub async fn release(&self, id: &str) -> Result<(), PeerError> {
         check_word(id)?;
         self.send(&format!("release {id}"))?;
@@ -672,5 +699,50 @@ mod tests {
         assert!(dir.join("CuratorPeer.class").exists());
         // A second call is served from the cache.
         assert_eq!(compiled_classes().unwrap(), dir);
+    }
+
+    /// `semaphore` / `acquire` / `release` against a real server: two leases go to the first
+    /// two contenders, the third times out until one is returned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn semaphore_grants_at_most_max_leases() {
+        let server = crate::ZkServer::start().expect("start ZooKeeper");
+        let peer = CuratorPeer::start(&server.connect_string())
+            .await
+            .expect("start the Curator peer");
+        let soon = Duration::from_secs(20);
+        for id in ["a", "b", "c"] {
+            peer.semaphore(id, "/sem/x", 2).await.expect("declare semaphore");
+        }
+        let mut held = Vec::new();
+        for id in ["a", "b"] {
+            peer.acquire(id, Some(Duration::from_secs(10))).unwrap();
+            let node = peer.wait_acquired(id, soon).await.expect("a lease is free");
+            assert!(node.starts_with("/sem/x/leases/"), "{id} got {node}");
+            held.push(node);
+        }
+        assert_ne!(held[0], held[1]);
+
+        peer.acquire("c", Some(Duration::from_millis(300))).unwrap();
+        match peer.wait_acquired("c", soon).await {
+            Err(PeerError::NotAcquired { id }) => assert_eq!(id, "c"),
+            other => panic!("both leases are taken, yet c got {other:?}"),
+        }
+
+        peer.release("a").await.expect("return a's lease");
+        peer.acquire("c", Some(Duration::from_secs(10))).unwrap();
+        let node = peer.wait_acquired("c", soon).await.expect("a's lease is free again");
+        assert!(
+            node.starts_with("/sem/x/leases/") && !held.contains(&node),
+            "c got {node}"
+        );
+
+        // One lease per id: a second acquire while holding is refused, not queued.
+        peer.acquire("c", Some(Duration::from_millis(300))).unwrap();
+        assert!(matches!(
+            peer.wait_acquired("c", soon).await,
+            Err(PeerError::Peer { id, .. }) if id == "c"
+        ));
+        peer.release("b").await.unwrap();
+        peer.release("c").await.unwrap();
     }
 }
