@@ -32,7 +32,7 @@ cargo clippy --workspace --all-targets --all-features "${locked[@]}" -- -D warni
 step "rustdoc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features "${locked[@]}"
 
-# zklock-examples is `publish = false`; every other member is packaged and its packaged copy
+# zklock-examples and zklock-renamed-dependency are `publish = false`; every other member is packaged and its packaged copy
 # built against the others' packaged copies (a local registry overlay), so a file outside a
 # crate's directory or a missing `include` fails here, not on publish.
 step "cargo package"
@@ -40,6 +40,6 @@ allow_dirty=()
 if [[ -n "$(git status --porcelain 2>/dev/null)" ]]; then
     allow_dirty=(--allow-dirty)
 fi
-cargo package --workspace --exclude zklock-examples "${locked[@]}" "${allow_dirty[@]}"
+cargo package --workspace --exclude zklock-examples --exclude zklock-renamed-dependency "${locked[@]}" "${allow_dirty[@]}"
 
 step "all checks passed"

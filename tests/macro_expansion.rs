@@ -23,25 +23,29 @@ struct Inventory {
 
 impl Inventory {
     async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
+        use ::zklock; // the crate's name in Cargo.toml, or `crate = …`
         let name = ::std::format!("inventory:{}", sku);
-        let client = ::zklock::__private::explicit_client(&(self.locks));
-        ::zklock::__private::run_locked(
+        let client = zklock::__private::explicit_client(&(self.locks));
+        zklock::__private::run_locked(
             client,
             name,
-            ::zklock::__private::LockOptions {
-                kind: ::zklock::LockKind::Mutex,
-                timeout: ::zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
-                on_lost: ::zklock::__private::OnLost::Abort,
+            zklock::__private::LockOptions {
+                kind: zklock::LockKind::Mutex,
+                timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
+                on_lost: zklock::__private::OnLost::Abort,
             },
-            ::zklock::__private::result_converter::<_, AppError>(),
-            move |_: ::zklock::FencingToken| async move {
-                let out: Result<u32, AppError> = {
+            zklock::__private::result_converter::<_, AppError>(),
+            move |_: zklock::FencingToken| async move {
+                // Fixes the future's output type before the body is checked (never runs).
+                if let ::core::option::Option::Some(ret) = ::core::option::Option::None::<Result<u32, AppError>> {
+                    return ret;
+                }
+                {
                     if qty > 100 {
                         return Err(AppError::OutOfStock);
                     }
                     Ok(100 - qty)
-                };
-                out
+                }
             },
         )
         .await

@@ -141,6 +141,96 @@ async fn countdown(n: u32) -> Result<u32, AppError> {
     Ok(1 + Box::pin(countdown(n - 1)).await?)
 }
 
+// Bodies that never fall through: no `unreachable expression` warning (this file denies
+// warnings, and clippy runs on it with `-D warnings`).
+#[distributed_lock("worker:{shard}", timeout = "forever")]
+async fn worker(shard: u32) -> Result<(), AppError> {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[distributed_lock("todo:{id}")]
+async fn not_written_yet(id: u32) -> Result<u32, AppError> {
+    todo!()
+}
+
+#[distributed_lock("trailing:{x}")]
+#[allow(clippy::needless_return)]
+async fn trailing_return(x: u32) -> Result<u32, AppError> {
+    let y = x + 1;
+    return Ok(y);
+}
+
+// Inner attributes apply to the whole function.
+#[distributed_lock("inner:{id}")]
+async fn inner_attributes(id: u32) -> Result<u32, AppError> {
+    #![allow(unused_variables)]
+    let unused = 1;
+    Ok(id)
+}
+
+// Raw identifiers and widths from parameters in placeholders.
+#[distributed_lock("raw:{r#type}:{id:>width$}")]
+async fn raw_and_width(r#type: &str, id: u32, width: usize) -> Result<u32, AppError> {
+    Ok(id)
+}
+
+// The crate through an alias.
+mod reexport {
+    pub use zklock as locks;
+}
+
+#[distributed_lock("aliased", crate = reexport::locks, timeout = "10 sec")]
+async fn through_reexport() -> Result<(), AppError> {
+    Ok(())
+}
+
+// `#[async_trait]` methods, in both orders with `#[tracing::instrument]`.
+#[async_trait::async_trait]
+trait Ledger: Send + Sync {
+    async fn post(&self, entry: u32) -> Result<u32, AppError>;
+    async fn pair(&self, pair: (u8, u8)) -> Result<u8, AppError>;
+    async fn traced_outside(&self, id: u32) -> Result<u32, AppError>;
+    async fn traced_inside(&self, id: u32) -> Result<u32, AppError>;
+    async fn consume(self: Box<Self>) -> Result<String, AppError>;
+}
+
+#[async_trait::async_trait]
+impl Ledger for Service {
+    #[distributed_lock("ledger:{self.region}:{entry}", client = self.locks, token = fence)]
+    async fn post(&self, entry: u32) -> Result<u32, AppError> {
+        if entry == 0 {
+            return Ok(0);
+        }
+        Ok(entry + self.count + u32::from(fence.zxid() > 0))
+    }
+
+    #[distributed_lock("ledger:{a}:{b}", client = self.shared)]
+    async fn pair(&self, (a, b): (u8, u8)) -> Result<u8, AppError> {
+        Ok(a + b)
+    }
+
+    #[tracing::instrument(skip(self))]
+    #[distributed_lock("ledger-traced:{id}", client = self.locks)]
+    async fn traced_outside(&self, id: u32) -> Result<u32, AppError> {
+        tracing::info!("inside");
+        Ok(id)
+    }
+
+    #[distributed_lock("ledger-traced:{id}", client = self.locks)]
+    #[tracing::instrument(skip(self), err(Debug))]
+    async fn traced_inside(&self, id: u32) -> Result<u32, AppError> {
+        tracing::info!("inside");
+        Ok(id)
+    }
+
+    #[distributed_lock("ledger:{self.region}", client = self.locks.clone())]
+    async fn consume(self: Box<Self>) -> Result<String, AppError> {
+        Ok(self.region)
+    }
+}
+
 fn assert_send<T: Send>(_: &T) {}
 
 /// A client whose ensemble does not exist: every call fails to connect.
@@ -171,9 +261,47 @@ fn locked_futures_are_send_when_the_body_is() {
     assert_send(&with_where("k", "tail"));
     assert_send(&question_mark("1"));
     assert_send(&service.run_default());
+    assert_send(&worker(1));
+    assert_send(&not_written_yet(1));
+    assert_send(&trailing_return(1));
+    assert_send(&inner_attributes(1));
+    assert_send(&raw_and_width("t", 1, 4));
+    assert_send(&through_reexport());
+    assert_send(&service.post(1));
+    assert_send(&service.pair((1, 2)));
+    assert_send(&service.traced_outside(1));
+    assert_send(&service.traced_inside(1));
     let mut service = service;
     assert_send(&service.by_mut());
     assert_send(&Box::new(service).boxed());
+}
+
+#[tokio::test]
+async fn async_trait_methods_and_aliased_crates_reach_the_runtime() {
+    let service = Service {
+        locks: unreachable_client(),
+        shared: Arc::new(unreachable_client()),
+        region: "eu".into(),
+        count: 0,
+    };
+    let ledger: Box<dyn Ledger> = Box::new(service);
+    for result in [
+        ledger.post(1).await,
+        ledger.pair((1, 2)).await.map(u32::from),
+        ledger.traced_outside(2).await,
+        ledger.traced_inside(3).await,
+    ] {
+        match result {
+            Err(AppError::Lock(LockError::Connection(_) | LockError::Timeout { .. })) => {}
+            other => panic!("expected a connection error, got {other:?}"),
+        }
+    }
+    assert!(ledger.consume().await.is_err());
+    // No default client in this binary.
+    assert!(matches!(
+        through_reexport().await,
+        Err(AppError::Lock(LockError::InvalidConfig(_)))
+    ));
 }
 
 #[tokio::test]

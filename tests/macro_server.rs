@@ -1,5 +1,6 @@
 //! `#[distributed_lock]` against a real ZooKeeper: exclusion, reentrancy, timeouts, loss,
-//! fencing, clients held by a struct, the default client, and read/write sharing.
+//! fencing, clients held by a struct, the default client, read/write sharing, and methods of
+//! `#[async_trait]` impls.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -378,4 +379,102 @@ async fn readers_hold_together_and_exclude_a_writer() {
     tokio::time::timeout(PATIENCE, writer_in)
         .await
         .expect("the writer got in after the readers left");
+}
+
+/// A trait object's methods, locked inside `#[async_trait]`'s boxed future.
+#[async_trait::async_trait]
+trait Ledger: Send + Sync {
+    async fn post(&self, pause: Duration) -> Result<FencingToken, AppError>;
+    async fn hold_until(&self, held: &tokio::sync::Notify, release: &tokio::sync::Notify) -> Result<(), AppError>;
+}
+
+struct ZkLedger {
+    locks: LockClient,
+    book: &'static str,
+    inside: Arc<AtomicUsize>,
+    overlaps: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl Ledger for ZkLedger {
+    #[distributed_lock("macro-ledger:{self.book}", client = self.locks, timeout = "1m", token = fence)]
+    async fn post(&self, pause: Duration) -> Result<FencingToken, AppError> {
+        assert_eq!(current_fencing_token(), Some(fence));
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(pause).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        Ok(fence)
+    }
+
+    #[distributed_lock("macro-ledger:{self.book}", client = self.locks, timeout = "1m")]
+    async fn hold_until(&self, held: &tokio::sync::Notify, release: &tokio::sync::Notify) -> Result<(), AppError> {
+        held.notify_one();
+        release.notified().await;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_trait_methods_lock_in_zookeeper_and_release() {
+    let zk = server();
+    let (inside, overlaps) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut ledgers: Vec<Arc<dyn Ledger>> = Vec::new();
+    for _ in 0..2 {
+        ledgers.push(Arc::new(ZkLedger {
+            locks: client(&zk.connect_string()).await,
+            book: "main",
+            inside: inside.clone(),
+            overlaps: overlaps.clone(),
+        }));
+    }
+
+    // Exclusion across two clients, from spawned tasks (the boxed future is `Send`).
+    let mut tasks = Vec::new();
+    for (i, ledger) in ledgers.iter().enumerate() {
+        for t in 0..2 {
+            let ledger = ledger.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tokens = Vec::new();
+                for _ in 0..3 {
+                    tokens.push(ledger.post(Duration::from_millis(2 + (i + t) as u64)).await.unwrap());
+                }
+                tokens
+            }));
+        }
+    }
+    let mut tokens = Vec::new();
+    for task in tasks {
+        tokens.extend(
+            tokio::time::timeout(PATIENCE, task)
+                .await
+                .expect("no deadlock")
+                .unwrap(),
+        );
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two bodies ran at once");
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 12, "every call held the lock on its own");
+
+    // While a method runs, the lock is held in ZooKeeper: another client cannot take it.
+    let other = client(&zk.connect_string()).await;
+    let lock = other.mutex("macro-ledger:main").unwrap();
+    let (held, release) = (tokio::sync::Notify::new(), tokio::sync::Notify::new());
+    let holder = ledgers[0].hold_until(&held, &release);
+    let probe = async {
+        held.notified().await;
+        let busy = lock.try_acquire().await.unwrap();
+        assert!(busy.is_none(), "another client took the lock while the method held it");
+        release.notify_one();
+    };
+    let (result, ()) = tokio::time::timeout(PATIENCE, async { tokio::join!(holder, probe) })
+        .await
+        .expect("the method finished");
+    result.unwrap();
+
+    // Once it returned, the lock is free again.
+    let guard = lock.acquire_timeout(PATIENCE).await;
+    assert!(guard.is_ok(), "the method did not release the lock: {guard:?}");
 }

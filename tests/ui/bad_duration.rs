@@ -15,4 +15,9 @@ async fn not_a_string() -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock("jobs", timeout = "never")]
+async fn a_word() -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {}

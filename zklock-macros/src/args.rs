@@ -1,17 +1,23 @@
 //! Parsing and checking the attribute's arguments:
-//! `("name", timeout = "10s", mode = "read", leases = 3, client = expr, on_lost = "continue", token = ident)`.
+//! `("name", timeout = "10s", mode = "read", leases = 3, client = expr, on_lost = "continue",
+//! token = ident, crate = path)`.
+//!
+//! The names come first, as string literals, then the options. One name is accepted today; the
+//! names are read as a list so that locking several names at once can be added without
+//! changing how options are read.
 
 use std::time::Duration;
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, Ident, LitInt, LitStr, Token};
+use syn::{Expr, Ident, LitInt, LitStr, Path, Token};
 
 use crate::duration::parse_duration;
 use crate::template::Template;
 
 /// The option names, for "unknown option" errors.
-const OPTIONS: &str = "`timeout`, `mode`, `leases`, `client`, `on_lost`, `token`";
+const OPTIONS: &str = "`timeout`, `mode`, `leases`, `client`, `on_lost`, `token`, `crate`";
+const OPTION_NAMES: &[&str] = &["timeout", "mode", "leases", "client", "on_lost", "token", "crate"];
 
 /// `timeout = …`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +53,8 @@ pub struct LockArgs {
     pub client: Option<Expr>,
     pub on_lost: OnLostArg,
     pub token: Option<Ident>,
+    /// `crate = path`: where the `zklock` crate is, for a re-export.
+    pub krate: Option<Path>,
 }
 
 impl Parse for LockArgs {
@@ -57,13 +65,7 @@ impl Parse for LockArgs {
                 "#[distributed_lock] needs a lock name, as in #[distributed_lock(\"orders:{id}\")]",
             ));
         }
-        let name: LitStr = input.parse().map_err(|e| {
-            syn::Error::new(
-                e.span(),
-                "expected the lock name as a string literal first, as in #[distributed_lock(\"orders:{id}\")]",
-            )
-        })?;
-        let name = Template::parse(name)?;
+        let name = parse_names(input)?;
 
         let mut seen: Vec<Ident> = Vec::new();
         let mut timeout = TimeoutArg::Default;
@@ -72,6 +74,7 @@ impl Parse for LockArgs {
         let mut client = None;
         let mut on_lost = OnLostArg::Abort;
         let mut token = None;
+        let mut krate = None;
 
         while !input.is_empty() {
             input.parse::<Token![,]>()?;
@@ -90,7 +93,7 @@ impl Parse for LockArgs {
                 err.combine(syn::Error::new(first.span(), format!("`{key_name}` first given here")));
                 return Err(err);
             }
-            if !["timeout", "mode", "leases", "client", "on_lost", "token"].contains(&key_name.as_str()) {
+            if !OPTION_NAMES.contains(&key_name.as_str()) {
                 return Err(syn::Error::new(
                     key.span(),
                     format!("unknown option `{key_name}` of #[distributed_lock]; expected one of {OPTIONS}"),
@@ -157,6 +160,7 @@ impl Parse for LockArgs {
                     })?;
                     token = Some(ident);
                 }
+                "crate" => krate = Some(parse_crate_path(input)?),
                 _ => unreachable!("checked above"),
             }
             seen.push(key);
@@ -189,8 +193,55 @@ impl Parse for LockArgs {
             client,
             on_lost,
             token,
+            krate,
         })
     }
+}
+
+/// The lock names: string literals before the options. Exactly one for now.
+fn parse_names(input: ParseStream<'_>) -> syn::Result<Template> {
+    let mut names = Vec::new();
+    loop {
+        let lit: LitStr = input.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                if names.is_empty() {
+                    "expected the lock name as a string literal first, as in #[distributed_lock(\"orders:{id}\")]"
+                } else {
+                    "expected the lock name as a string literal"
+                },
+            )
+        })?;
+        names.push(lit);
+        if !(input.peek(Token![,]) && input.peek2(LitStr)) {
+            break;
+        }
+        input.parse::<Token![,]>()?;
+    }
+    let mut names = names.into_iter();
+    let first = names.next().expect("one name was read");
+    if let Some(second) = names.next() {
+        return Err(syn::Error::new(
+            second.span(),
+            "#[distributed_lock] takes one lock name; to hold two locks, lock the second one in the body \
+             (or in a function it calls)",
+        ));
+    }
+    Template::parse(first)
+}
+
+/// `crate = zk`, `crate = ::my_app::zklock` or, as in serde, `crate = "my_app::zklock"`.
+fn parse_crate_path(input: ParseStream<'_>) -> syn::Result<Path> {
+    const USAGE: &str = "`crate` takes the path of the zklock crate, as in `crate = zk` or `crate = my_app::zklock`";
+    if input.peek(LitStr) {
+        let lit: LitStr = input.parse()?;
+        return lit
+            .parse_with(Path::parse_mod_style)
+            .map_err(|_| syn::Error::new(lit.span(), USAGE));
+    }
+    input
+        .call(Path::parse_mod_style)
+        .map_err(|e| syn::Error::new(e.span(), USAGE))
 }
 
 fn expect_str(input: ParseStream<'_>, key: &str, example: &str) -> syn::Result<LitStr> {
@@ -206,6 +257,16 @@ fn parse_timeout(lit: &LitStr) -> syn::Result<TimeoutArg> {
     let value = lit.value();
     if value.trim() == "forever" {
         return Ok(TimeoutArg::Forever);
+    }
+    if !value.is_empty() && !value.contains(|c: char| c.is_ascii_digit()) {
+        // A word, such as "never" or "infinite".
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "bad timeout {value:?}: write a duration such as \"500ms\", \"10s\" or \"1m30s\", \
+                 or \"forever\" to wait without a limit"
+            ),
+        ));
     }
     parse_duration(&value)
         .map(TimeoutArg::After)
@@ -233,7 +294,7 @@ mod tests {
         assert_eq!(args.timeout, TimeoutArg::Default);
         assert_eq!(args.mode, ModeArg::Mutex);
         assert_eq!(args.on_lost, OnLostArg::Abort);
-        assert!(args.client.is_none() && args.token.is_none());
+        assert!(args.client.is_none() && args.token.is_none() && args.krate.is_none());
     }
 
     #[test]
@@ -280,5 +341,21 @@ mod tests {
         assert!(err(quote::quote!("a", on_lost = "ignore")).contains("unknown on_lost"));
         assert!(err(quote::quote!("a", token = "t")).contains("name of a binding"));
         assert!(err(quote::quote!("")).contains("empty"));
+        assert!(err(quote::quote!("a", timeout = "never")).contains("\"forever\""));
+        assert!(err(quote::quote!("a", "b")).contains("takes one lock name"));
+        assert!(err(quote::quote!("a", crate = 3)).contains("path of the zklock crate"));
+        assert!(err(quote::quote!("a", crate = "not a path")).contains("path of the zklock crate"));
+    }
+
+    #[test]
+    fn crate_path() {
+        let path = |tokens| parse(tokens).unwrap().krate.unwrap();
+        let shown = |p: Path| quote::quote!(#p).to_string();
+        assert_eq!(shown(path(quote::quote!("a", crate = zk))), "zk");
+        assert_eq!(
+            shown(path(quote::quote!("a", crate = ::app::locks::zklock))),
+            ":: app :: locks :: zklock"
+        );
+        assert_eq!(shown(path(quote::quote!("a", crate = "app::zklock"))), "app :: zklock");
     }
 }

@@ -1,12 +1,16 @@
 //! Durations written in attribute strings: `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1m30s"`, `"0s"`.
 
+/// Every accepted unit, for messages and docs.
+pub const UNITS: &str = "`ms` (or `msec`, `millis`), `s` (or `sec`, `secs`), `m` (or `min`, `mins`) \
+                         and `h` (or `hr`, `hrs`)";
+
 use std::time::Duration;
 
 /// Parses a duration such as `"500ms"`, `"10s"`, `"1m30s"` or `"0s"`.
 ///
-/// The text is one or more `<digits><unit>` parts, units `ms`, `s`, `m`, `h` (also spelled
-/// `msec`, `sec`, `secs`, `min`, `mins`, `hr`), optionally separated by spaces. The error says
-/// what is wrong, for the compile error.
+/// The text is one or more `<digits><unit>` parts, optionally separated by spaces; the units
+/// are `ms` (also `msec`, `millis`), `s` (`sec`, `secs`), `m` (`min`, `mins`) and `h` (`hr`,
+/// `hrs`). The error says what is wrong, for the compile error.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
@@ -40,7 +44,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
                     "`{number}` has no unit; write \"{number}ms\", \"{number}s\", \"{number}m\" or \"{number}h\""
                 ))
             }
-            other => return Err(format!("unknown unit `{other}`; use `ms`, `s`, `m` or `h`")),
+            other => return Err(format!("unknown unit `{other}`; the units are {UNITS}")),
         };
         total_ms = number
             .checked_mul(scale)
@@ -66,6 +70,25 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration(" 2sec "), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("10 sec"), Ok(Duration::from_secs(10)));
+        for (text, ms) in [
+            ("1ms", 1),
+            ("1msec", 1),
+            ("1millis", 1),
+            ("1s", 1_000),
+            ("1sec", 1_000),
+            ("1secs", 1_000),
+            ("1m", 60_000),
+            ("1min", 60_000),
+            ("1mins", 60_000),
+            ("1h", 3_600_000),
+            ("1hr", 3_600_000),
+            ("1hrs", 3_600_000),
+        ] {
+            assert_eq!(parse_duration(text), Ok(Duration::from_millis(ms)), "{text}");
+            let unit = text.trim_start_matches('1');
+            assert!(UNITS.contains(&format!("`{unit}`")), "{unit} is not listed");
+        }
     }
 
     #[test]

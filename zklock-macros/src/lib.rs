@@ -35,25 +35,37 @@
 //! # The lock name
 //!
 //! The first argument is a string literal. `{arg}` inserts the `Display` of a function
-//! argument, `{arg.field}` a field of it, `{self.field}` a field of the receiver; a format spec
-//! works as in `format!` (`{id:08}`), and `{{`/`}}` are literal braces. Placeholders are checked
-//! at compile time: a name that is not a parameter is a compile error pointing at the literal.
-//! The filled-in name must be a valid lock name ([`validate_name`]); if an argument makes it
-//! invalid (a `/`, say), the call returns `LockError::InvalidName` through the error type.
+//! argument, `{arg.field}` a field of it, `{self.field}` a field of the receiver (raw
+//! identifiers work: `{r#type}`, `{req.r#match}`); a format spec works as in `format!`
+//! (`{id:08}`, `{id:x}`, `{id:>width$}` with `width` a parameter), and `{{`/`}}` are literal
+//! braces. Placeholders and format specs are checked at compile time: a name that is not a
+//! parameter, or a spec `format!` would refuse, is a compile error pointing at the literal.
+//!
+//! A lock name must be a valid ZooKeeper node name ([`validate_name`]): not empty, at most 200
+//! bytes, not `.` or `..`, no `/`, no control characters (U+0000–U+001F, U+007F–U+009F), no
+//! private-use (U+E000–U+F8FF) or special (U+FFF0–U+FFFF) code points, and no characters outside
+//! the Basic Multilingual Plane (emoji and the like). What the attribute can check, it checks at
+//! compile time: the whole of a name without placeholders, and the fixed text around
+//! placeholders. If an argument makes the filled-in name invalid (a `/`, say), the call returns
+//! `LockError::InvalidName` through the error type.
 //!
 //! # Options
 //!
 //! | option | values | default |
 //! |---|---|---|
-//! | `timeout` | `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1m30s"`; `"0s"` tries once; `"forever"` | `"30s"` |
+//! | `timeout` | a duration such as `"500ms"`, `"10s"`, `"1m30s"`; `"0s"` tries once; `"forever"` | `"30s"` |
 //! | `mode` | `"mutex"`, `"read"`, `"write"`, `"semaphore"` (with `leases = N`) | `"mutex"` |
 //! | `leases` | a positive integer, with `mode = "semaphore"` | — |
 //! | `client` | an expression yielding a `LockClient`, `&LockClient` or `Arc<LockClient>` | the process-wide default |
 //! | `on_lost` | `"abort"`, `"continue"` | `"abort"` |
 //! | `token` | an identifier, bound to the hold's `FencingToken` in the body | — |
+//! | `crate` | the path of the `zklock` crate, as `crate = path` or `crate = "path"` | found in `Cargo.toml` |
 //!
 //! * **`timeout`**: the longest wait for the lock; past it, the function returns
-//!   `LockError::Timeout` through its error type without running the body.
+//!   `LockError::Timeout` through its error type without running the body. A duration is one
+//!   or more `<number><unit>` parts, optionally separated by spaces (`"1m30s"`, `"1m 30s"`,
+//!   `"10 sec"`), in whole numbers; the units are `ms` (also `msec`, `millis`), `s` (`sec`,
+//!   `secs`), `m` (`min`, `mins`) and `h` (`hr`, `hrs`).
 //! * **`mode`**: `"read"` holders share the lock with each other and exclude `"write"`
 //!   holders; `"semaphore"` lets up to `leases` holders in at once.
 //! * **`client`**: evaluated once per call, before the lock is taken. Without it, the client
@@ -64,7 +76,13 @@
 //!   next `.await` and the function returns `LockError::Lost`. With `"continue"` the body runs
 //!   to its end; it can check `zklock::current_loss_signal()`.
 //! * **`token`**: names a binding for the fencing token, to pass to the protected resource.
-//!   `zklock::current_fencing_token()` returns the same value anywhere in the body's task.
+//!   `zklock::current_fencing_token()` returns the same value anywhere in the body's task. It
+//!   cannot have the name of a parameter (that would hide the parameter in the body).
+//! * **`crate`**: where the expansion finds `zklock`. By default the attribute reads the name
+//!   from the `Cargo.toml` of the crate being compiled, so a renamed dependency
+//!   (`locks = { package = "zklock", … }`, also through `[workspace.dependencies]`) works as
+//!   is. Give `crate = …` when zklock is reached through a re-export instead, as with serde's
+//!   `#[serde(crate = "…")]`: `crate = my_platform::zklock`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -113,7 +131,9 @@
 //!
 //! The function must return `Result<T, E>` (or an alias of one) where `E: From<LockError>`:
 //! timeouts, loss and connection failures come out as `E`. Anything else is a compile error
-//! saying so.
+//! saying so. `LockError` itself, `anyhow::Error` and `Box<dyn Error + Send + Sync>` work as
+//! they are; an error type of another crate, such as `String` or `std::io::Error`, cannot get
+//! that impl: return an error enum of your own with a variant for `LockError`.
 //!
 //! # Reentrancy
 //!
@@ -129,7 +149,37 @@
 //! Any `async fn`: free functions, inherent methods and trait-impl methods (`async fn` in
 //! traits) taking `&self`, `&mut self` or `self`, with generics, lifetimes, `where` clauses and
 //! `impl Trait` arguments. It stacks with other attributes such as `#[tracing::instrument]` in
-//! either order. `return` and `?` in the body work as in any function.
+//! either order. The body is checked as it would be without the attribute: `return` and `?`
+//! work as in any function (a `return` of the wrong type is one error at that `return`),
+//! bodies that never reach their end (`loop { … }`, `todo!()`, a trailing `return`) compile
+//! without warnings, and inner attributes at the top of the body (`#![allow(…)]`) apply to the
+//! whole function.
+//!
+//! Methods of [`#[async_trait]`](https://docs.rs/async-trait) impls and traits work too:
+//! `#[async_trait]` expands first and turns the method into one returning
+//! `Box::pin(async move { … })`; the attribute takes the lock inside that future.
+//!
+//! ```no_run
+//! use async_trait::async_trait;
+//! use zklock::{distributed_lock, LockClient, LockError};
+//!
+//! #[async_trait]
+//! trait Jobs {
+//!     async fn run(&self, job: &str) -> Result<(), LockError>;
+//! }
+//!
+//! struct Worker {
+//!     locks: LockClient,
+//! }
+//!
+//! #[async_trait]
+//! impl Jobs for Worker {
+//!     #[distributed_lock("job:{job}", client = self.locks)]
+//!     async fn run(&self, job: &str) -> Result<(), LockError> {
+//!         Ok(())
+//!     }
+//! }
+//! ```
 //!
 //! # What it expands to
 //!
@@ -138,25 +188,29 @@
 //!
 //! ```ignore
 //! async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
+//!     use ::zklock as zklock; // the crate's name in Cargo.toml, or `crate = …`
 //!     let name = ::std::format!("inventory:{}", sku);
-//!     let client = ::zklock::__private::explicit_client(&(self.locks));
-//!     ::zklock::__private::run_locked(
+//!     let client = zklock::__private::explicit_client(&(self.locks));
+//!     zklock::__private::run_locked(
 //!         client,
 //!         name,
-//!         ::zklock::__private::LockOptions {
-//!             kind: ::zklock::LockKind::Mutex,
-//!             timeout: ::zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
-//!             on_lost: ::zklock::__private::OnLost::Abort,
+//!         zklock::__private::LockOptions {
+//!             kind: zklock::LockKind::Mutex,
+//!             timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
+//!             on_lost: zklock::__private::OnLost::Abort,
 //!         },
-//!         ::zklock::__private::result_converter::<_, AppError>(),
-//!         move |_: ::zklock::FencingToken| async move {
-//!             let out: Result<u32, AppError> = {
+//!         zklock::__private::result_converter::<_, AppError>(),
+//!         move |_: zklock::FencingToken| async move {
+//!             // Fixes the future's output type before the body is checked (never runs).
+//!             if let ::core::option::Option::Some(ret) = ::core::option::Option::None::<Result<u32, AppError>> {
+//!                 return ret;
+//!             }
+//!             {
 //!                 if qty > 100 {
 //!                     return Err(AppError::OutOfStock);
 //!                 }
 //!                 Ok(100 - qty)
-//!             };
-//!             out
+//!             }
 //!         },
 //!     )
 //!     .await
@@ -181,8 +235,9 @@ use crate::expand::MaybeItemFn;
 /// Runs the async function only while a ZooKeeper lock is held.
 ///
 /// `#[distributed_lock("name {arg}", timeout = "10s", mode = "mutex", client = expr,
-/// on_lost = "abort", token = ident)]`; every option but the name may be left out. See the
-/// [crate documentation](crate) for the options, the name template and the errors.
+/// on_lost = "abort", token = ident, crate = path)]`; every option but the name may be left
+/// out. See the [crate documentation](crate) for the options, the name template and the
+/// errors.
 ///
 /// ```no_run
 /// use zklock::{distributed_lock, LockError};

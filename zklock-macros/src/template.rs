@@ -2,26 +2,32 @@
 //!
 //! A placeholder names a function argument (or `self`), optionally followed by fields, and
 //! optionally a format spec after `:` as in `format!`. `{{` and `}}` stand for braces.
-//! Placeholders are checked against the function's parameters at compile time; errors point
-//! into the literal where the compiler allows it (otherwise at the literal, naming the
-//! placeholder).
+//! Placeholders are checked against the function's parameters at compile time, and the fixed
+//! text against the rules for lock names; errors point into the literal where the compiler
+//! allows it (otherwise at the literal, naming the culprit).
 
 use std::collections::BTreeSet;
 use std::ops::Range;
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote_spanned};
-use syn::{FnArg, LitStr, Pat, Signature};
+use quote::quote_spanned;
+use syn::ext::IdentExt;
+use syn::{FnArg, Ident, LitStr, Pat, Signature};
+
+/// The longest lock name, in bytes (the runtime's `MAX_NAME_LEN`).
+pub const MAX_NAME_LEN: usize = 200;
 
 /// One `{…}` in the name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placeholder {
-    /// `sku`, `self`, …
+    /// `sku`, `self`, … (a raw identifier without its `r#`).
     pub root: String,
-    /// `id` in `{order.id}`; may be tuple indices such as `0`.
+    /// `id` in `{order.id}`; may be tuple indices such as `0` (raw identifiers without `r#`).
     pub fields: Vec<String>,
     /// The format spec after `:`, without the colon.
     pub spec: Option<String>,
+    /// Parameters the spec takes a width or precision from (`w` in `{id:>w$}`).
+    pub spec_args: Vec<String>,
     /// Byte range of the whole `{…}` in the literal's value.
     pub range: Range<usize>,
 }
@@ -79,8 +85,7 @@ pub fn parse_pieces(value: &str) -> Result<Vec<Piece>, TemplateError> {
                     });
                 };
                 let range = i..i + len + 1;
-                let inner = &value[i + 1..i + len];
-                let hole = parse_placeholder(inner, range.clone())?;
+                let hole = parse_placeholder(&value[i + 1..i + len], range.clone())?;
                 if !text.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut text)));
                 }
@@ -106,7 +111,7 @@ fn parse_placeholder(inner: &str, range: Range<usize>) -> Result<Placeholder, Te
         range: range.clone(),
     };
     let (path, spec) = match inner.split_once(':') {
-        Some((path, spec)) => (path.trim(), Some(spec.to_owned())),
+        Some((path, spec)) => (path.trim(), Some(spec)),
         None => (inner.trim(), None),
     };
     if path.is_empty() {
@@ -115,34 +120,165 @@ fn parse_placeholder(inner: &str, range: Range<usize>) -> Result<Placeholder, Te
         ));
     }
     let mut parts = path.split('.');
-    let root = parts.next().unwrap_or_default().to_owned();
-    if !is_ident(&root) {
-        return Err(fail(format!(
-            "placeholder `{{{inner}}}` in lock name must start with an argument name, as in `{{id}}` or `{{order.id}}`"
-        )));
-    }
+    let root = parts.next().unwrap_or_default();
+    let root = if root == "self" {
+        root.to_owned()
+    } else {
+        ident_name(root).ok_or_else(|| {
+            fail(format!(
+                "placeholder `{{{inner}}}` in lock name must start with an argument name, as in `{{id}}` or `{{order.id}}`"
+            ))
+        })?
+    };
     let mut fields = Vec::new();
     for field in parts {
-        if !is_ident(field) && !field.chars().all(|c| c.is_ascii_digit()) || field.is_empty() {
+        let name = if !field.is_empty() && field.bytes().all(|b| b.is_ascii_digit()) {
+            Some(field.to_owned())
+        } else {
+            ident_name(field)
+        };
+        let Some(name) = name else {
             return Err(fail(format!(
                 "`{field}` in placeholder `{{{inner}}}` is not a field name"
             )));
-        }
-        fields.push(field.to_owned());
+        };
+        fields.push(name);
     }
+    let spec_args = match spec {
+        Some(spec) => check_spec(spec).map_err(|message| {
+            // The spec starts after `{`, the path and `:`.
+            let start = range.start + 1 + inner.len() - spec.len();
+            TemplateError {
+                message: format!("bad format spec `{spec}` in placeholder `{{{inner}}}`: {message}"),
+                range: start..start + spec.len(),
+            }
+        })?,
+        None => Vec::new(),
+    };
     Ok(Placeholder {
         root,
         fields,
-        spec,
+        spec: spec.map(str::to_owned),
+        spec_args,
         range,
     })
 }
 
-fn is_ident(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c == '_' || c.is_alphabetic())
-        && chars.all(|c| c == '_' || c.is_alphanumeric())
-        && s != "_"
+/// Checks a `format!` spec (the part after `:`) and returns the parameters it names for a
+/// width or precision (`w` in `>w$`). The grammar is `format!`'s:
+/// `[[fill]align][sign]['#']['0'][width]['.' precision][type]`.
+fn check_spec(spec: &str) -> Result<Vec<String>, String> {
+    const EXAMPLES: &str = "write a spec as in `format!`, such as `{id:08}`, `{id:>12}` or `{id:x}`";
+    let chars: Vec<char> = spec.chars().collect();
+    let mut i = 0;
+    let is_align = |c: Option<&char>| matches!(c, Some('<' | '^' | '>'));
+    if is_align(chars.get(1)) {
+        i = 2;
+    } else if is_align(chars.first()) {
+        i = 1;
+    }
+    if matches!(chars.get(i), Some('+' | '-')) {
+        i += 1;
+    }
+    if chars.get(i) == Some(&'#') {
+        i += 1;
+    }
+    if chars.get(i) == Some(&'0') && chars.get(i + 1) != Some(&'$') {
+        i += 1;
+    }
+    let mut args = Vec::new();
+    let mut count = |i: &mut usize, what: &str| -> Result<(), String> {
+        let start = *i;
+        while chars.get(*i).is_some_and(|c| c.is_ascii_digit()) {
+            *i += 1;
+        }
+        if *i > start {
+            if chars.get(*i) == Some(&'$') {
+                return Err(format!(
+                    "a positional {what} (`{}$`) cannot be used in a lock name; write the number, or a parameter name followed by `$`",
+                    chars[start..*i].iter().collect::<String>()
+                ));
+            }
+            return Ok(());
+        }
+        // `name$`: a parameter holds the count. Anything else here is the type, read below.
+        let mut end = start;
+        while chars
+            .get(end)
+            .is_some_and(|&c| c == '_' || unicode_ident::is_xid_continue(c))
+        {
+            end += 1;
+        }
+        if end > start && chars.get(end) == Some(&'$') {
+            let name: String = chars[start..end].iter().collect();
+            if ident_name(&name).is_none() {
+                return Err(format!("`{name}$` does not name a parameter"));
+            }
+            args.push(name);
+            *i = end + 1;
+        }
+        Ok(())
+    };
+    count(&mut i, "width")?;
+    if chars.get(i) == Some(&'.') {
+        i += 1;
+        if chars.get(i) == Some(&'*') {
+            return Err(
+                "`.*` takes the precision from an extra argument, which a lock name does not have; write the number, or a parameter name followed by `$`"
+                    .into(),
+            );
+        }
+        let before = i;
+        count(&mut i, "precision")?;
+        if i == before {
+            return Err(format!("expected a precision after `.`; {EXAMPLES}"));
+        }
+    }
+    let kind: String = chars[i..].iter().collect();
+    match kind.as_str() {
+        "" | "?" | "x?" | "X?" | "o" | "x" | "X" | "p" | "b" | "e" | "E" => Ok(args),
+        other => Err(format!(
+            "unknown format `{other}`; {EXAMPLES} (types: `?`, `x`, `X`, `o`, `b`, `e`, `E`, `p`)"
+        )),
+    }
+}
+
+/// The name of an identifier written `name` or `r#name`, without the `r#`, if it is one.
+fn ident_name(s: &str) -> Option<String> {
+    let bare = s.strip_prefix("r#").unwrap_or(s);
+    let mut chars = bare.chars();
+    let first = chars.next()?;
+    let valid = (first == '_' || unicode_ident::is_xid_start(first))
+        && chars.all(unicode_ident::is_xid_continue)
+        && bare != "_"
+        && !matches!(bare, "self" | "Self" | "super" | "crate");
+    valid.then(|| bare.to_owned())
+}
+
+/// Rust's keywords, which must be written `r#name` to be used as an identifier.
+const KEYWORDS: &[&str] = &[
+    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "do", "dyn", "else", "enum",
+    "extern", "false", "final", "fn", "for", "gen", "if", "impl", "in", "let", "loop", "macro", "match", "mod", "move",
+    "mut", "override", "priv", "pub", "ref", "return", "static", "struct", "trait", "true", "try", "type", "typeof",
+    "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
+];
+
+/// The identifier for a name without `r#`, raw when it is a keyword.
+fn make_ident(name: &str, span: Span) -> Ident {
+    if KEYWORDS.contains(&name) {
+        Ident::new_raw(name, span)
+    } else {
+        Ident::new(name, span)
+    }
+}
+
+/// How a name is shown in messages: as it would be written in code.
+fn shown(name: &str) -> String {
+    if KEYWORDS.contains(&name) {
+        format!("r#{name}")
+    } else {
+        name.to_owned()
+    }
 }
 
 /// The span of `range` (bytes of the literal's value) in the source, when the compiler can
@@ -163,6 +299,155 @@ pub fn subspan(lit: &LitStr, range: Range<usize>) -> Span {
     lit.span()
 }
 
+/// Why ZooKeeper refuses `c` in a node name (the runtime's `validate_name` agrees).
+pub fn forbidden_char(c: char) -> Option<&'static str> {
+    match c {
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => Some("a control character"),
+        '\u{e000}'..='\u{f8ff}' => Some("a private-use character"),
+        '\u{fff0}'..='\u{ffff}' => Some("a special or non-character code point"),
+        c if c > '\u{ffff}' => Some(
+            "a character outside the Basic Multilingual Plane (emoji and the like): ZooKeeper's Java \
+             side stores it as a surrogate pair, which node names may not contain",
+        ),
+        _ => None,
+    }
+}
+
+/// Checks the fixed text of a template against the rules for lock names: the parts that do
+/// not depend on the arguments. Errors carry the range of the offending part.
+fn check_fixed_text(value: &str, pieces: &[Piece]) -> Result<(), TemplateError> {
+    let holes: Vec<Range<usize>> = pieces
+        .iter()
+        .filter_map(|piece| match piece {
+            Piece::Hole(hole) => Some(hole.range.clone()),
+            Piece::Text(_) => None,
+        })
+        .collect();
+    for (at, c) in value.char_indices() {
+        if holes.iter().any(|hole| hole.contains(&at)) {
+            continue;
+        }
+        let range = at..at + c.len_utf8();
+        if c == '/' {
+            return Err(TemplateError {
+                message: "a lock name is a single ZooKeeper path segment and cannot contain `/`; \
+                          use another separator such as `:`"
+                    .into(),
+                range,
+            });
+        }
+        if let Some(why) = forbidden_char(c) {
+            return Err(TemplateError {
+                message: format!(
+                    "a lock name cannot contain `{}` (U+{:04X}), {why}",
+                    c.escape_debug(),
+                    u32::from(c)
+                ),
+                range,
+            });
+        }
+    }
+    let fixed: usize = pieces
+        .iter()
+        .map(|piece| match piece {
+            Piece::Text(text) => text.len(),
+            Piece::Hole(_) => 0,
+        })
+        .sum();
+    let whole = 0..value.len();
+    if fixed > MAX_NAME_LEN {
+        let message = if holes.is_empty() {
+            format!("the lock name is {fixed} bytes long; a lock name is at most {MAX_NAME_LEN} bytes")
+        } else {
+            format!(
+                "the fixed text of the lock name is already {fixed} bytes long; a lock name is at most {MAX_NAME_LEN} bytes"
+            )
+        };
+        return Err(TemplateError { message, range: whole });
+    }
+    if let [Piece::Text(text)] = pieces {
+        if text == "." || text == ".." {
+            return Err(TemplateError {
+                message: format!("`{text}` cannot be a lock name: ZooKeeper reserves `.` and `..`"),
+                range: whole,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The names a template may refer to, and how the generated code spells them.
+pub struct Scope {
+    /// The function's name, for messages.
+    fn_name: String,
+    /// `self` for a receiver, and every binding of the parameters' patterns (without `r#`).
+    names: BTreeSet<String>,
+    /// The binding that stands for `self` where the name is computed (`__self` inside an
+    /// `#[async_trait]` method's future), if not `self` itself.
+    pub self_alias: Option<Ident>,
+}
+
+impl Scope {
+    /// The parameters of `sig`.
+    pub fn of(sig: &Signature) -> Scope {
+        let mut names = BTreeSet::new();
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(_) => {
+                    names.insert("self".to_owned());
+                }
+                FnArg::Typed(typed) => collect_bindings(&typed.pat, &mut names),
+            }
+        }
+        Scope {
+            fn_name: sig.ident.to_string(),
+            names,
+            self_alias: None,
+        }
+    }
+
+    /// Adds the bindings of `pat`.
+    pub fn add(&mut self, pat: &Pat) {
+        collect_bindings(pat, &mut self.names);
+    }
+
+    /// Drops a name the user cannot write (a binding generated by another macro).
+    pub fn remove(&mut self, name: &str) {
+        self.names.remove(name);
+    }
+
+    /// Whether `name` (without `r#`) is a parameter.
+    pub fn contains(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    /// The `self` expression, spelled for where the name is computed.
+    pub fn self_expr(&self, span: Span) -> TokenStream {
+        match &self.self_alias {
+            Some(alias) => {
+                let alias = Ident::new(&alias.to_string(), span);
+                quote_spanned!(span=> #alias)
+            }
+            None => quote_spanned!(span=> self),
+        }
+    }
+
+    fn unknown_message(&self, root: &str) -> String {
+        let name = &self.fn_name;
+        if root == "self" {
+            return format!("placeholder `{{self…}}` in lock name, but `{name}` has no `self` parameter");
+        }
+        let known: Vec<String> = self.names.iter().map(|p| format!("`{}`", shown(p))).collect();
+        let known = if known.is_empty() {
+            format!("`{name}` has no parameters")
+        } else {
+            format!("the parameters of `{name}` are {}", known.join(", "))
+        };
+        let root = shown(root);
+        format!("unknown placeholder `{{{root}}}` in lock name: `{root}` is not a parameter ({known})")
+    }
+}
+
 impl Template {
     /// Parses and checks a template literal on its own (not yet against the parameters).
     pub fn parse(lit: LitStr) -> syn::Result<Template> {
@@ -170,46 +455,44 @@ impl Template {
         if value.is_empty() {
             return Err(syn::Error::new(lit.span(), "the lock name is empty"));
         }
-        let pieces = parse_pieces(&value).map_err(|e| syn::Error::new(subspan(&lit, e.range), e.message))?;
-        for piece in &pieces {
-            if let Piece::Text(text) = piece {
-                if text.contains('/') {
-                    return Err(syn::Error::new(
-                        lit.span(),
-                        "a lock name is a single ZooKeeper path segment and cannot contain `/`; \
-                         use another separator such as `:`",
-                    ));
-                }
-                if text.chars().any(char::is_control) {
-                    return Err(syn::Error::new(
-                        lit.span(),
-                        "a lock name cannot contain control characters",
-                    ));
-                }
-            }
-        }
+        let pieces = parse_pieces(&value)
+            .and_then(|pieces| check_fixed_text(&value, &pieces).map(|()| pieces))
+            .map_err(|e| syn::Error::new(subspan(&lit, e.range), e.message))?;
         Ok(Template { lit, pieces })
     }
 
-    /// Checks every placeholder against the function's parameters and builds the
-    /// `format!` string and its arguments.
-    pub fn format_args(&self, sig: &Signature) -> syn::Result<(String, Vec<TokenStream>)> {
-        let params = parameter_names(sig);
+    /// Checks every placeholder against the parameters and builds the `format!` string and
+    /// its arguments (positional ones, then `name = name` for widths and precisions).
+    pub fn format_args(&self, scope: &Scope) -> syn::Result<(String, Vec<TokenStream>)> {
         let mut fmt = String::new();
         let mut args = Vec::new();
+        let mut named: Vec<(String, Span)> = Vec::new();
         let mut errors: Option<syn::Error> = None;
+        let mut fail = |err: syn::Error| match &mut errors {
+            Some(errors) => errors.combine(err),
+            None => errors = Some(err),
+        };
         for piece in &self.pieces {
             match piece {
                 Piece::Text(text) => fmt.push_str(&text.replace('{', "{{").replace('}', "}}")),
                 Piece::Hole(hole) => {
                     let span = subspan(&self.lit, hole.range.clone());
-                    if !params.contains(&hole.root) {
-                        let err = syn::Error::new(span, unknown_message(hole, &params, sig));
-                        match &mut errors {
-                            Some(errors) => errors.combine(err),
-                            None => errors = Some(err),
-                        }
+                    if !scope.contains(&hole.root) {
+                        fail(syn::Error::new(span, scope.unknown_message(&hole.root)));
                         continue;
+                    }
+                    for arg in &hole.spec_args {
+                        if !scope.contains(arg) {
+                            fail(syn::Error::new(
+                                span,
+                                format!(
+                                    "`{arg}$` in placeholder `{}` takes a width or precision from `{arg}`, which is not a parameter",
+                                    &self.lit.value()[hole.range.clone()]
+                                ),
+                            ));
+                        } else if !named.iter().any(|(name, _)| name == arg) {
+                            named.push((arg.clone(), span));
+                        }
                     }
                     fmt.push('{');
                     if let Some(spec) = &hole.spec {
@@ -217,9 +500,13 @@ impl Template {
                         fmt.push_str(spec);
                     }
                     fmt.push('}');
-                    args.push(placeholder_expr(hole, span));
+                    args.push(placeholder_expr(hole, scope, span));
                 }
             }
+        }
+        for (name, span) in named {
+            let ident = make_ident(&name, span);
+            args.push(quote_spanned!(span=> #ident = #ident));
         }
         match errors {
             Some(errors) => Err(errors),
@@ -233,28 +520,11 @@ impl Template {
     }
 }
 
-fn unknown_message(hole: &Placeholder, params: &BTreeSet<String>, sig: &Signature) -> String {
-    let name = &sig.ident;
-    if hole.root == "self" {
-        return format!("placeholder `{{self…}}` in lock name, but `{name}` has no `self` parameter");
-    }
-    let known: Vec<String> = params.iter().map(|p| format!("`{p}`")).collect();
-    let known = if known.is_empty() {
-        format!("`{name}` has no parameters")
-    } else {
-        format!("the parameters of `{name}` are {}", known.join(", "))
-    };
-    format!(
-        "unknown placeholder `{{{}}}` in lock name: `{}` is not a parameter ({known})",
-        hole.root, hole.root
-    )
-}
-
-fn placeholder_expr(hole: &Placeholder, span: Span) -> TokenStream {
+fn placeholder_expr(hole: &Placeholder, scope: &Scope, span: Span) -> TokenStream {
     let mut expr = if hole.root == "self" {
-        quote_spanned!(span=> self)
+        scope.self_expr(span)
     } else {
-        let ident = format_ident!("{}", hole.root, span = span);
+        let ident = make_ident(&hole.root, span);
         quote_spanned!(span=> #ident)
     };
     for field in &hole.fields {
@@ -264,7 +534,7 @@ fn placeholder_expr(hole: &Placeholder, span: Span) -> TokenStream {
                 quote_spanned!(span=> #index)
             }
             Err(_) => {
-                let ident = format_ident!("{}", field, span = span);
+                let ident = make_ident(field, span);
                 quote_spanned!(span=> #ident)
             }
         };
@@ -273,25 +543,10 @@ fn placeholder_expr(hole: &Placeholder, span: Span) -> TokenStream {
     expr
 }
 
-/// The names a template may refer to: `self` for a receiver, and every binding of the
-/// parameters' patterns.
-pub fn parameter_names(sig: &Signature) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for input in &sig.inputs {
-        match input {
-            FnArg::Receiver(_) => {
-                names.insert("self".to_owned());
-            }
-            FnArg::Typed(typed) => collect_bindings(&typed.pat, &mut names),
-        }
-    }
-    names
-}
-
 fn collect_bindings(pat: &Pat, names: &mut BTreeSet<String>) {
     match pat {
         Pat::Ident(ident) => {
-            names.insert(ident.ident.to_string());
+            names.insert(ident.ident.unraw().to_string());
             if let Some((_, sub)) = &ident.subpat {
                 collect_bindings(sub, names);
             }
@@ -316,8 +571,13 @@ mod tests {
             root: root.into(),
             fields: fields.iter().map(|f| f.to_string()).collect(),
             spec: spec.map(Into::into),
+            spec_args: Vec::new(),
             range,
         })
+    }
+
+    fn template_err(lit: LitStr) -> String {
+        Template::parse(lit).unwrap_err().to_string()
     }
 
     #[test]
@@ -340,6 +600,29 @@ mod tests {
     }
 
     #[test]
+    fn raw_identifiers_name_parameters_and_fields() {
+        assert_eq!(
+            parse_pieces("{r#type}:{req.r#match}").unwrap(),
+            vec![
+                hole("type", &[], None, 0..8),
+                Piece::Text(":".into()),
+                hole("req", &["match"], None, 9..22),
+            ]
+        );
+        let sig: Signature = syn::parse_quote!(async fn f(r#type: u8, req: Req));
+        let template = Template::parse(syn::parse_quote!("{r#type}:{type}:{req.r#match}")).unwrap();
+        let (fmt, args) = template.format_args(&Scope::of(&sig)).unwrap();
+        assert_eq!(fmt, "{}:{}:{}");
+        let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+        assert_eq!(args, ["r#type", "r#type", "req . r#match"]);
+        assert!(parse_pieces("{r#self}").unwrap_err().message.contains("argument name"));
+        assert!(parse_pieces("{a.self}")
+            .unwrap_err()
+            .message
+            .contains("not a field name"));
+    }
+
+    #[test]
     fn reports_malformed_placeholders_with_their_range() {
         let err = parse_pieces("x:{}").unwrap_err();
         assert!(err.message.contains("empty placeholder"));
@@ -359,35 +642,101 @@ mod tests {
     }
 
     #[test]
+    fn format_specs_are_checked_where_they_are_written() {
+        for good in ["08", ">12", "*^+#012.3?", "x", "#X", "e", ".3", "<w$", ".p$", "0", "x?"] {
+            assert!(check_spec(good).is_ok(), "{good:?} refused");
+        }
+        assert_eq!(check_spec(">w$.p$").unwrap(), ["w", "p"]);
+        let err = parse_pieces("k:{id:zz}").unwrap_err();
+        assert!(err.message.contains("unknown format `zz`"), "{}", err.message);
+        assert_eq!(err.range, 6..8);
+        assert!(check_spec("1$").unwrap_err().contains("positional width"));
+        assert!(check_spec(".*").unwrap_err().contains("`.*`"));
+        assert!(check_spec(".").unwrap_err().contains("precision"));
+        assert!(check_spec("8d").unwrap_err().contains("unknown format `d`"));
+
+        let sig: Signature = syn::parse_quote!(async fn f(id: u8, w: usize));
+        let template = Template::parse(syn::parse_quote!("k:{id:>w$}")).unwrap();
+        let (fmt, args) = template.format_args(&Scope::of(&sig)).unwrap();
+        assert_eq!(fmt, "k:{:>w$}");
+        assert_eq!(args[1].to_string(), "w = w");
+        let template = Template::parse(syn::parse_quote!("k:{id:>n$}")).unwrap();
+        let err = template.format_args(&Scope::of(&sig)).unwrap_err().to_string();
+        assert!(err.contains("`n`, which is not a parameter"), "{err}");
+    }
+
+    #[test]
     fn checks_placeholders_against_parameters() {
         let sig: Signature = syn::parse_quote!(async fn f(&self, sku: &str, (a, b): (u8, u8)));
+        let scope = Scope::of(&sig);
         assert_eq!(
-            parameter_names(&sig).into_iter().collect::<Vec<_>>(),
+            scope.names.iter().map(String::as_str).collect::<Vec<_>>(),
             ["a", "b", "self", "sku"]
         );
         let template = Template::parse(syn::parse_quote!("i:{sku}:{a}:{self.zone}")).unwrap();
-        let (fmt, args) = template.format_args(&sig).unwrap();
+        let (fmt, args) = template.format_args(&scope).unwrap();
         assert_eq!(fmt, "i:{}:{}:{}");
         assert_eq!(args.len(), 3);
         assert_eq!(args[2].to_string(), "self . zone");
 
         let template = Template::parse(syn::parse_quote!("i:{skus}")).unwrap();
-        let err = template.format_args(&sig).unwrap_err().to_string();
+        let err = template.format_args(&scope).unwrap_err().to_string();
         assert!(err.contains("unknown placeholder `{skus}`"), "{err}");
         assert!(err.contains("`sku`"), "{err}");
+
+        let mut scope = scope;
+        scope.self_alias = Some(Ident::new("__self", Span::call_site()));
+        let template = Template::parse(syn::parse_quote!("{self.zone}")).unwrap();
+        assert_eq!(template.format_args(&scope).unwrap().1[0].to_string(), "__self . zone");
     }
 
     #[test]
-    fn rejects_empty_names_and_slashes() {
-        assert!(Template::parse(syn::parse_quote!(""))
-            .unwrap_err()
-            .to_string()
-            .contains("empty"));
-        assert!(Template::parse(syn::parse_quote!("a/{b}"))
-            .unwrap_err()
-            .to_string()
-            .contains("`/`"));
+    fn rejects_names_zookeeper_refuses() {
+        assert!(template_err(syn::parse_quote!("")).contains("empty"));
+        assert!(template_err(syn::parse_quote!("a/{b}")).contains("`/`"));
+        assert!(template_err(syn::parse_quote!(".")).contains("reserves `.` and `..`"));
+        assert!(template_err(syn::parse_quote!("..")).contains("reserves `.` and `..`"));
+        assert!(Template::parse(syn::parse_quote!("..{b}")).is_ok());
+        assert!(Template::parse(syn::parse_quote!("...")).is_ok());
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(template_err(syn::parse_quote!(#long)).contains("201 bytes"));
+        let long_fixed = format!("{}{{id}}", "x".repeat(MAX_NAME_LEN + 1));
+        assert!(template_err(syn::parse_quote!(#long_fixed)).contains("fixed text"));
+        let longest = "é".repeat(MAX_NAME_LEN / 2);
+        assert!(Template::parse(syn::parse_quote!(#longest)).is_ok());
+        assert!(template_err(syn::parse_quote!("lock:🔒")).contains("Basic Multilingual Plane"));
+        assert!(template_err(syn::parse_quote!("{id}\u{10000}")).contains("U+10000"));
+        assert!(template_err(syn::parse_quote!("a\tb")).contains("control character"));
+        assert!(template_err(syn::parse_quote!("a\u{85}")).contains("control character"));
+        assert!(template_err(syn::parse_quote!("a\u{e000}")).contains("private-use"));
+        assert!(template_err(syn::parse_quote!("a\u{fffe}")).contains("non-character"));
+        assert!(Template::parse(syn::parse_quote!("库存:{id}:ünïcödé:\u{fffd}")).is_err());
+        assert!(Template::parse(syn::parse_quote!("库存:{id}:ünïcödé:\u{ffef}")).is_ok());
         let escaped = Template::parse(syn::parse_quote!("a{{b}}")).unwrap();
         assert!(escaped.is_static());
+    }
+
+    #[test]
+    fn agrees_with_the_runtime_on_every_code_point_class() {
+        for (c, refused) in [
+            ('a', false),
+            ('\u{1f}', true),
+            ('\u{20}', false),
+            ('\u{7e}', false),
+            ('\u{7f}', true),
+            ('\u{9f}', true),
+            ('\u{a0}', false),
+            ('\u{d7ff}', false),
+            ('\u{e000}', true),
+            ('\u{f8ff}', true),
+            ('\u{f900}', false),
+            ('\u{ffef}', false),
+            ('\u{fff0}', true),
+            ('\u{ffff}', true),
+            ('\u{10000}', true),
+            ('\u{10ffff}', true),
+        ] {
+            assert_eq!(forbidden_char(c).is_some(), refused, "U+{:04X}", u32::from(c));
+        }
     }
 }

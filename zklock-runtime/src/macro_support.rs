@@ -12,20 +12,24 @@
 //! // #[distributed_lock("inventory:{sku}", timeout = "10s", client = self.locks)]
 //! // async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> { body }
 //! async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
+//!     use ::zklock as zklock; // the crate's name in the user's Cargo.toml, or `crate = …`
 //!     let name = ::std::format!("inventory:{}", sku);
-//!     let client = ::zklock::__private::explicit_client(&(self.locks));
-//!     ::zklock::__private::run_locked(
+//!     let client = zklock::__private::explicit_client(&(self.locks));
+//!     zklock::__private::run_locked(
 //!         client,
 //!         name,
-//!         ::zklock::__private::LockOptions {
-//!             kind: ::zklock::LockKind::Mutex,
-//!             timeout: ::zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000)),
-//!             on_lost: ::zklock::__private::OnLost::Abort,
+//!         zklock::__private::LockOptions {
+//!             kind: zklock::LockKind::Mutex,
+//!             timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000)),
+//!             on_lost: zklock::__private::OnLost::Abort,
 //!         },
-//!         ::zklock::__private::result_converter::<_, AppError>(),
-//!         move |_: ::zklock::FencingToken| async move {
-//!             let out: Result<u32, AppError> = { body };
-//!             out
+//!         zklock::__private::result_converter::<_, AppError>(),
+//!         move |_: zklock::FencingToken| async move {
+//!             // Fixes the output type before the body is checked; never runs.
+//!             if let Some(ret) = None::<Result<u32, AppError>> {
+//!                 return ret;
+//!             }
+//!             { body }
 //!         },
 //!     )
 //!     .await
@@ -124,7 +128,8 @@ pub fn explicit_client<C: AsLockClient + ?Sized>(source: &C) -> Option<LockClien
 #[diagnostic::on_unimplemented(
     message = "#[distributed_lock] returns lock errors through the function's error type, but `{Self}` does not implement `From<zklock::LockError>`",
     label = "this error type cannot hold a `zklock::LockError`",
-    note = "add `impl From<zklock::LockError> for {Self}` (with thiserror: a variant `Lock(#[from] zklock::LockError)`)"
+    note = "`{Self}` needs `impl From<zklock::LockError> for {Self}`; for a type of your own, add it (with thiserror: a variant `Lock(#[from] zklock::LockError)`)",
+    note = "a type from another crate, such as `String` or `std::io::Error`, cannot get that impl: return an error enum of your own with a variant for `zklock::LockError`, or `anyhow::Error`, instead"
 )]
 pub trait LockErrorSink {
     /// Wraps a lock error.

@@ -47,7 +47,7 @@ pub(crate) async fn take_lease(
     };
     let mut watcher = None;
     loop {
-        if !children.iter().any(|c| *c == ours) {
+        if !children.contains(&ours) {
             debug!(node = %granted.node_path, "lease node vanished");
             return Err(Failed::SessionEnded);
         }
