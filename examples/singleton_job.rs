@@ -107,7 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // Report this node's skips and failures as the counters move, until Ctrl-C or SIGTERM.
-    let mut stop = std::pin::pin!(stop_requested());
+    let mut stop = std::pin::pin!(zklock_examples::shutdown::stop_requested());
     let mut last = stats.snapshot();
     loop {
         tokio::select! {
@@ -143,20 +143,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         s.runs, s.skips, s.failures, s.lost
     );
     Ok(())
-}
-
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-async fn stop_requested() {
-    let terminated = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminated => {}
-    }
 }

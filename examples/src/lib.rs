@@ -3,9 +3,11 @@
 //!
 //! - [`seckill`]: the flash-sale inventory service (`cargo run -p zklock-examples --example seckill`).
 //! - [`chaos`]: the fault-injection run and its history checker (`--example chaos`).
+//! - [`shutdown`]: stopping cleanly on SIGINT or SIGTERM.
 //!
 //! The smaller programs (`hello_lock`, `singleton_job`) and the benchmark (`bench/`) are
 //! self-contained examples of this crate.
 
 pub mod chaos;
 pub mod seckill;
+pub mod shutdown;

@@ -342,15 +342,9 @@ impl Lock {
         // may keep its guard, lost, for a long time).
         let mut status = self.client.watch_status();
         let closed = status.wait_for(|s| *s == SessionStatus::Closed);
-        let deadline_passed = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d.into()).await,
-                None => std::future::pending().await,
-            }
-        };
         let mut turn = tokio::select! {
             turn = gate.enter() => turn,
-            _ = deadline_passed => return Err(Failed::TimedOut),
+            _ = queue::deadline_passed(deadline) => return Err(Failed::TimedOut),
             _ = closed => {
                 return Err(Failed::Error(self.client.check_open().err().unwrap_or(LockError::SessionExpired)));
             }

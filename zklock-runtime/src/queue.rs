@@ -85,7 +85,7 @@ impl<'a> Contending<'a> {
     pub async fn create(
         recipe: &Recipe<'a>,
         session: &Arc<Session>,
-    ) -> Result<(Contending<'a>, String, zk::Stat, Vec<String>), Failed> {
+    ) -> Result<(Contending<'a>, Granted, Vec<String>), Failed> {
         let protect = format!("_c_{}-", uuid::Uuid::new_v4());
         let mut contending = Contending {
             cleanup: recipe.cleanup,
@@ -96,8 +96,17 @@ impl<'a> Contending<'a> {
             armed: true,
         };
         let (ours, stat, children) = create_and_list(recipe, session, &protect).await?;
-        contending.node = Some(ours.clone());
-        Ok((contending, ours, stat, children))
+        let granted = Granted {
+            node_path: format!("{}/{ours}", recipe.dir),
+            czxid: stat.czxid,
+        };
+        contending.node = Some(ours);
+        Ok((contending, granted, children))
+    }
+
+    /// The node's name (no directory).
+    pub fn name(&self) -> &str {
+        self.node.as_deref().unwrap_or_default()
     }
 
     /// The node is granted: it is no longer removed when this drops.
@@ -135,15 +144,10 @@ pub(crate) async fn attempt(
     deadline: Option<Instant>,
 ) -> Result<Granted, Failed> {
     let dir = recipe.dir;
-    let (contending, ours, stat, mut children) = Contending::create(recipe, session).await?;
-    let granted = Granted {
-        node_path: format!("{dir}/{ours}"),
-        czxid: stat.czxid,
-    };
-
+    let (contending, granted, mut children) = Contending::create(recipe, session).await?;
     loop {
         let queue = queue_order(children);
-        let Some(index) = queue.iter().position(|c| c.name == ours) else {
+        let Some(index) = queue.iter().position(|c| c.name == contending.name()) else {
             // Our node is gone: its session ended under us (or an operator deleted it).
             debug!(node = %granted.node_path, "contender node vanished");
             return Err(Failed::SessionEnded);
@@ -163,12 +167,6 @@ pub(crate) async fn attempt(
         let gone = match session.zk.check_and_watch_stat(&blocker).await {
             Ok((None, _)) => true,
             Ok((Some(_), watcher)) => {
-                let sleep = async {
-                    match deadline {
-                        Some(d) => tokio::time::sleep_until(d.into()).await,
-                        None => std::future::pending().await,
-                    }
-                };
                 tokio::select! {
                     event = watcher.changed() => match event.event_type {
                         zk::EventType::NodeDeleted => true,
@@ -180,7 +178,7 @@ pub(crate) async fn attempt(
                         }
                         _ => false,
                     },
-                    _ = sleep => return Err(Failed::TimedOut),
+                    _ = deadline_passed(deadline) => return Err(Failed::TimedOut),
                     // Closed by the client, or its runtime went away: no event will come.
                     _ = session.ended() => return Err(Failed::SessionEnded),
                 }
@@ -195,6 +193,14 @@ pub(crate) async fn attempt(
             return Ok(granted);
         }
         children = list(session, dir).await?;
+    }
+}
+
+/// Resolves when `deadline` passes; never without one.
+pub(crate) async fn deadline_passed(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
     }
 }
 

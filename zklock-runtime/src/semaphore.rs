@@ -20,7 +20,7 @@ use std::time::Instant;
 use tracing::debug;
 use zookeeper_client as zk;
 
-use crate::queue::{retry_after, Contending, Failed, Granted, Recipe};
+use crate::queue::{deadline_passed, retry_after, Contending, Failed, Granted, Recipe};
 use crate::session::Session;
 
 /// The mutex over acquirers, below the semaphore's directory.
@@ -40,14 +40,10 @@ pub(crate) async fn take_lease(
     deadline: Option<Instant>,
 ) -> Result<Granted, Failed> {
     let dir = recipe.dir;
-    let (contending, ours, stat, mut children) = Contending::create(recipe, session).await?;
-    let granted = Granted {
-        node_path: format!("{dir}/{ours}"),
-        czxid: stat.czxid,
-    };
+    let (contending, granted, mut children) = Contending::create(recipe, session).await?;
     let mut watcher = None;
     loop {
-        if !children.contains(&ours) {
+        if !children.iter().any(|c| c == contending.name()) {
             debug!(node = %granted.node_path, "lease node vanished");
             return Err(Failed::SessionEnded);
         }
@@ -56,19 +52,13 @@ pub(crate) async fn take_lease(
             return Ok(granted);
         }
         if let Some(watcher) = watcher.take() {
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 event = zk::OneshotWatcher::changed(watcher) => {
                     if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
                         return Err(Failed::SessionEnded);
                     }
                 }
-                _ = sleep => return Err(Failed::TimedOut),
+                _ = deadline_passed(deadline) => return Err(Failed::TimedOut),
                 _ = session.ended() => return Err(Failed::SessionEnded),
             }
         } else if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -382,17 +382,8 @@ async fn stop_requested(with_stdin: bool) {
         });
         let _ = on_close.await;
     };
-    let terminated = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminated => {}
+        _ = crate::shutdown::stop_requested() => {}
         _ = stdin_closed => {}
     }
 }
