@@ -201,6 +201,25 @@ impl LockClientBuilder {
     }
 
     /// Validates the configuration and opens the first session.
+    ///
+    /// Errors: [`LockError::InvalidConfig`] for a bad configuration (before any network
+    /// traffic), [`LockError::Connection`] when no host of the connect string resolves or no
+    /// session opens within the connect timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the connection attempt; nothing is left open.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::builder("zk1:2181,zk2:2181")
+    ///     .max_local_handoffs(4)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let client = self.build()?;
         client.session(None).await?;
@@ -254,6 +273,18 @@ impl LockClient {
     /// Connects with default settings: 30 s session timeout, namespace `/zklock`, open ACL.
     ///
     /// The connect string is ZooKeeper's: `host:port[,host:port…][/chroot]`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`LockClientBuilder::connect`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::connect("127.0.0.1:2181/apps/shop").await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(connect_string: &str) -> Result<LockClient, LockError> {
         Self::builder(connect_string).connect().await
     }
@@ -309,7 +340,21 @@ impl LockClient {
     }
 
     /// Waits until every release and abandoned-contender cleanup handed to the background so
-    /// far has finished (deleted its node, or seen its session end).
+    /// far has finished (deleted its node, or seen its session end). Returns at once for work
+    /// that can no longer run because its runtime shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the cleanups go on whether or not this is awaited.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// drop(client.mutex("report")?.acquire().await?); // the delete goes to the background
+    /// client.flush().await; // the node is gone now
+    /// # Ok(()) }
+    /// ```
     pub async fn flush(&self) {
         self.inner.cleanup.flush().await
     }
@@ -379,7 +424,22 @@ impl LockClient {
     }
 
     /// The raw ZooKeeper client of the live session (opening one if needed), for adapters
-    /// that keep their own state next to the locks.
+    /// that keep their own state next to the locks. A clone keeps the session open as a
+    /// guard does.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`LockClientBuilder::connect`] when a session must be opened.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), Box<dyn std::error::Error>> {
+    /// let zk = client.zookeeper().await?;
+    /// let children = zk.list_children(client.namespace()).await?;
+    /// println!("lock dirs: {children:?}");
+    /// # Ok(()) }
+    /// ```
     pub async fn zookeeper(&self) -> Result<zk::Client, LockError> {
         Ok(self.session(None).await?.zk.clone())
     }

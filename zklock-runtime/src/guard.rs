@@ -286,7 +286,21 @@ impl LockGuard {
     /// expired, or the connection has been down for the client's `loss_after`, well before
     /// the server could expire the session and grant the lock elsewhere. Pending otherwise.
     ///
-    /// Cancel safe.
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches; dropping it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("ledger")?.acquire().await?;
+    /// tokio::select! {
+    ///     err = guard.lost() => return Err(err), // stop writing
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&self) -> LockError {
         self.loss_signal().lost().await
     }
@@ -297,6 +311,12 @@ impl LockGuard {
     /// Errors: [`LockError::Lost`] when the hold was already reported lost,
     /// [`LockError::NotHeld`] when the node is gone or owned by another session (an operator
     /// deleted it, or the session ended), a connection error when the server cannot be asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
@@ -402,7 +422,22 @@ impl LossSignal {
         self.rx.borrow().invalidates(self.losses_at_grant)
     }
 
-    /// Resolves with [`LockError::Lost`] once the hold is lost; pending otherwise. Cancel safe.
+    /// Resolves with [`LockError::Lost`] once the hold is lost; pending otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a loss is sticky, so a later call still sees one that happened meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("reports")?.acquire().await?;
+    /// let mut loss = guard.loss_signal();
+    /// let err = loss.lost().await; // waits for as long as the hold is sound
+    /// eprintln!("{err}");
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&mut self) -> LockError {
         loop {
             let health = *self.rx.borrow_and_update();

@@ -20,9 +20,10 @@
 //! Where to look: `lock.rs` (the acquire path, which calls down into the others in order),
 //! `reentrancy.rs` (the call scope a hold re-enters in), `local_queue.rs` (in-process waiters
 //! and node handoff), `queue.rs` (the ZooKeeper recipe every lock kind shares), `rules.rs`
-//! (mutex, read/write and semaphore rules), `guard.rs` (owned guards, fencing tokens, loss),
-//! `cleanup.rs` (the one delete path, abandoned contenders), `session.rs` and `client.rs`
-//! (sessions and configuration). Real servers for tests are in the
+//! (mutex and read/write rules), `semaphore.rs` (leases, in Curator's semaphore layout),
+//! `guard.rs` (owned guards, fencing tokens, loss), `cleanup.rs` (the one delete path,
+//! abandoned contenders), `session.rs`, `connect.rs` and `client.rs` (sessions, connect
+//! strings, configuration, closing). Real servers for tests are in the
 //! `zklock-testing` crate.
 
 #![warn(missing_docs)]
