@@ -21,9 +21,9 @@
 //! `reentrancy.rs` (the call scope a hold re-enters in), `local_queue.rs` (in-process waiters
 //! and node handoff), `queue.rs` (the ZooKeeper recipe every lock kind shares), `rules.rs`
 //! (mutex and read/write rules), `semaphore.rs` (leases, in Curator's semaphore layout),
-//! `guard.rs` (owned guards, fencing tokens, loss), `cleanup.rs` (the one delete path,
-//! abandoned contenders), `session.rs`, `connect.rs` and `client.rs` (sessions, connect
-//! strings, configuration, closing). Real servers for tests are in the
+//! `guard.rs` (owned guards, the loss signal), `token.rs` (fencing tokens), `cleanup.rs` (the
+//! one delete path, abandoned contenders), `session.rs`, `connect.rs` and `client.rs`
+//! (sessions, connect strings, configuration, closing). Real servers for tests are in the
 //! `zklock-testing` crate.
 
 #![warn(missing_docs)]
@@ -46,15 +46,17 @@ mod rules;
 pub mod scheduler;
 mod semaphore;
 mod session;
+mod token;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::LockError;
-pub use guard::{FencingToken, LockGuard, LossSignal};
+pub use guard::{LockGuard, LossSignal};
 pub use lock::{Lock, LockKind};
 pub use metrics::MetricsSnapshot;
 pub use name::{validate_name, MAX_NAME_LEN};
 pub use reentrancy::{current_fencing_token, current_loss_signal, fencing_token};
 pub use session::SessionStatus;
+pub use token::{FencingToken, ParseTokenError};
 
 /// Re-export of the ZooKeeper client crate this engine speaks through, for ACLs and raw access.
 pub use zookeeper_client as zk;

@@ -21,8 +21,8 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::sync::oneshot;
 
 use crate::cleanup::{delete_node, Cleanup};
-use crate::guard::FencingToken;
 use crate::session::Session;
+use crate::token::FencingToken;
 use crate::{LockError, LockKind};
 
 /// How many times in a row one contender node may be handed to the next task of this process

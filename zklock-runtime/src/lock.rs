@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, Instrument};
 
 use crate::client::LockClient;
-use crate::guard::{FencingToken, Holding, LockGuard};
+use crate::guard::{Holding, LockGuard};
 use crate::local_queue::Turn;
 use crate::metrics::Metrics;
 use crate::queue::{self, Failed, Recipe};
@@ -24,6 +24,7 @@ use crate::reentrancy;
 use crate::rules::{Leases, Readers, Rule, MUTEX_NODE, WRITE_NODE};
 use crate::semaphore;
 use crate::session::Session;
+use crate::token::FencingToken;
 use crate::{LockError, SessionStatus};
 
 /// The least time one acquisition gets for its round trips, however short the caller's

@@ -18,7 +18,8 @@
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
-use crate::guard::{FencingToken, Holding, LockGuard, LossSignal};
+use crate::guard::{Holding, LockGuard, LossSignal};
+use crate::token::FencingToken;
 use crate::LockKind;
 
 /// One hold whose scope the current future runs in.
