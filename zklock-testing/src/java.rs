@@ -218,11 +218,23 @@ impl JvmProcess {
         }
     }
 
-    /// SIGSTOP: the process keeps its sockets but answers nothing.
+    /// SIGSTOP: the process keeps its sockets but answers nothing. Returns once every thread
+    /// of the process is seen stopped: the signal is delivered asynchronously, and a JVM thread
+    /// still running for a moment could otherwise answer right after `pause` returned.
     pub(crate) fn pause(&mut self) -> Result<(), TestingError> {
         self.signal(libc::SIGSTOP)
             .map_err(|e| TestingError::io("SIGSTOP server", e))?;
         self.paused = true;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !all_threads_stopped(self.child.id()) {
+            if Instant::now() >= deadline {
+                return Err(TestingError::io(
+                    "SIGSTOP server",
+                    io::Error::new(io::ErrorKind::TimedOut, "the process did not stop within 10 s"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         Ok(())
     }
 
@@ -289,4 +301,22 @@ pub(crate) fn tail_of_file(path: &Path, lines: usize) -> String {
     let text = String::from_utf8_lossy(&bytes);
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` or `t` in
+/// `/proc/<pid>/task/<tid>/stat`). Where `/proc` cannot be read, there is nothing to wait for.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        let Ok(stat) = fs::read_to_string(task.path().join("stat")) else {
+            return true; // the thread is gone
+        };
+        // `tid (comm) S …`: the state follows the last `)`, as comm may hold anything.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        matches!(state, Some('T' | 't') | None)
+    })
 }
