@@ -68,6 +68,11 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// The longest wait for a session to open (or to be seen closed).
+    pub fn connect_limit(&self) -> Duration {
+        self.connect_timeout.unwrap_or(self.session_timeout)
+    }
+
     pub fn acls(&self) -> zk::Acls<'_> {
         if self.acls.is_empty() {
             zk::Acls::anyone_all()
@@ -389,7 +394,6 @@ impl LockClient {
         self.mark_closed("it was closed with LockClient::close()");
         let session = self.inner.current.lock().await.take();
         self.inner.latest.write().unwrap_or_else(|e| e.into_inner()).take();
-        self.inner.status.send_replace(SessionStatus::Closed);
         if let Some(session) = &session {
             // Every hold of the session is lost from here on; delete the nodes still held
             // (pipelined: all requests go out before the first answer is awaited).
@@ -407,11 +411,7 @@ impl LockClient {
         // When nothing else holds the session, dropping it drops the ZooKeeper client, which
         // then sends the server a close request; wait (a bounded time) to see it done.
         let mut states = session.zk.state_watcher();
-        let bound = self
-            .inner
-            .config
-            .connect_timeout
-            .unwrap_or(self.inner.config.session_timeout);
+        let bound = self.inner.config.connect_limit();
         if Arc::strong_count(&session) == 1 {
             drop(session);
             let _ = tokio::time::timeout(bound, async {
@@ -480,7 +480,7 @@ impl LockClient {
     /// ended. `bound` caps the wait (together with the configured connect timeout).
     pub(crate) async fn session(&self, bound: Option<Duration>) -> Result<Arc<Session>, LockError> {
         let config = &self.inner.config;
-        let mut limit = config.connect_timeout.unwrap_or(config.session_timeout);
+        let mut limit = config.connect_limit();
         if let Some(bound) = bound {
             limit = limit.min(bound);
         }

@@ -159,17 +159,22 @@ impl LockClient {
             return Err(LockError::InvalidConfig("a semaphore needs at least one lease".into()));
         }
         let dir = format!("{}/{}", self.namespace(), name);
-        Ok(Lock {
-            client: self.clone(),
-            name: name.into(),
-            dir: dir.into(),
-            kind,
-            rule: kind.rule(),
-        })
+        Ok(Lock::at(self.clone(), name.into(), dir, kind))
     }
 }
 
 impl Lock {
+    /// The lock of `kind` whose directory is `dir`, named `name` in logs and errors.
+    fn at(client: LockClient, name: Arc<str>, dir: String, kind: LockKind) -> Lock {
+        Lock {
+            client,
+            name,
+            dir: dir.into(),
+            kind,
+            rule: kind.rule(),
+        }
+    }
+
     /// The lock name as given.
     pub fn name(&self) -> &str {
         &self.name
@@ -402,13 +407,12 @@ impl Lock {
     /// in the session the mutex is held in; the mutex is given up as soon as the lease is held.
     async fn lease(&self, leases: u32, deadline: Option<Instant>) -> Result<LockGuard, Failed> {
         let inner = &self.client.inner;
-        let mutex = Lock {
-            client: self.client.clone(),
-            name: self.name.clone(),
-            dir: format!("{}/{}", self.dir, semaphore::LOCKS_DIR).into(),
-            kind: LockKind::Mutex,
-            rule: LockKind::Mutex.rule(),
-        };
+        let mutex = Lock::at(
+            self.client.clone(),
+            self.name.clone(),
+            format!("{}/{}", self.dir, semaphore::LOCKS_DIR),
+            LockKind::Mutex,
+        );
         let leases_dir = format!("{}/{}", self.dir, semaphore::LEASES_DIR);
         let recipe = Recipe {
             dir: &leases_dir,
