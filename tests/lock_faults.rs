@@ -289,3 +289,82 @@ async fn held_lock_survives_leader_failover() {
     let next = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
     assert!(next.fencing_token() > token);
 }
+
+/// A holder whose server is cut off from the rest of the ensemble (but not from the holder)
+/// keeps a healthy-looking connection until that member gives up on its leader, while the
+/// others expire the holder's session and grant the lock. With the loss-timing precondition
+/// met (`session timeout > syncLimit × tickTime + loss_after + margin`: here 4 s > 1 s + 1 s +
+/// 2 s), the holder is told before anyone else is granted. With the ensemble's syncLimit at 25
+/// ticks (5 s, longer than the session) this test fails: the grant comes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_on_an_isolated_follower_learns_of_loss_before_another_acquires() {
+    let ensemble = ZkEnsemble::builder(3)
+        .tick_time(Duration::from_millis(200))
+        .sync_limit(5)
+        .partitionable()
+        .start()
+        .unwrap();
+    let leader = ensemble.wait_for_quorum(Duration::from_secs(60)).unwrap();
+    let follower = (0..ensemble.len()).find(|&i| i != leader).unwrap();
+    let others: Vec<String> = (0..ensemble.len())
+        .filter(|&i| i != follower)
+        .map(|i| ensemble.members()[i].connect_string())
+        .collect();
+    let holder = LockClient::builder(ensemble.members()[follower].connect_string())
+        .session_timeout(SESSION)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(holder.session_timeout(), Some(SESSION));
+    assert_eq!(holder.loss_after(), Some(SESSION / 4));
+    let other = LockClient::builder(others.join(","))
+        .session_timeout(SESSION)
+        .connect()
+        .await
+        .unwrap();
+    let view = raw(&others.join(",")).await;
+    let guard = holder.mutex("isolated-member").unwrap().acquire().await.unwrap();
+    let loss = tokio::spawn({
+        let mut signal = guard.loss_signal();
+        async move {
+            let err = signal.lost().await;
+            (Instant::now(), err)
+        }
+    });
+    let contender = tokio::spawn({
+        let lock = other.mutex("isolated-member").unwrap();
+        async move {
+            let g = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
+            (Instant::now(), g.fencing_token())
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            contenders(&view, "/zklock/isolated-member").await.len() == 2
+        })
+        .await,
+        "the other client never queued"
+    );
+    let cut = Instant::now();
+    ensemble.isolate(follower).unwrap();
+    let (lost_at, err) = tokio::time::timeout(Duration::from_secs(20), loss)
+        .await
+        .expect("loss signalled")
+        .unwrap();
+    assert!(matches!(err, LockError::Lost { .. }), "{err:?}");
+    let (granted_at, token) = tokio::time::timeout(Duration::from_secs(30), contender)
+        .await
+        .expect("granted once the holder's session expired")
+        .unwrap();
+    eprintln!(
+        "member {follower} isolated at 0; holder told of loss at {:?}; other client granted at {:?}",
+        lost_at - cut,
+        granted_at - cut
+    );
+    assert!(
+        lost_at < granted_at,
+        "the other client was granted the lock before the holder learned it lost it"
+    );
+    assert!(token > guard.fencing_token());
+    ensemble.heal(follower).unwrap();
+}

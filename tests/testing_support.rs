@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use zklock_runtime::zk;
@@ -386,6 +387,8 @@ async fn proxy_latency_delays_every_round_trip() {
 fn dropped_servers_leave_no_jvm_behind_even_on_panic() {
     let server = ZkServer::start().expect("start");
     let ensemble = ZkEnsemble::start(3).expect("start ensemble");
+    // An ensemble built without `partitionable()` cannot isolate a member, and says why.
+    assert!(matches!(ensemble.isolate(0), Err(TestingError::InvalidArgument(_))));
     let mut jvms = vec![(server.pid().unwrap(), server.dir().to_path_buf())];
     for member in ensemble.members() {
         jvms.push((member.pid().unwrap(), member.dir().to_path_buf()));
@@ -465,4 +468,50 @@ fn server_dies_with_a_killed_test_process() {
     // Its data directory is left behind (no destructor ran); clean it up.
     let _ = std::fs::remove_dir_all(&dir);
     assert!(died, "JVM {pid} outlived its SIGKILLed test process");
+}
+
+/// `isolate` is a real partition between members: the isolated member stops serving (it loses
+/// its leader), the others keep a quorum and serve writes, and after `heal` it rejoins.
+#[test]
+fn isolated_member_leaves_the_quorum_and_rejoins_after_heal() {
+    let ensemble = ZkEnsemble::builder(3).partitionable().start().expect("start ensemble");
+    let leader = ensemble.wait_for_quorum(Duration::from_secs(60)).unwrap();
+    for victim in [leader, (leader + 1) % 3] {
+        ensemble.isolate(victim).unwrap();
+        assert!(ensemble.is_isolated(victim));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let modes = ensemble.modes();
+            let leader_now = modes.iter().position(|m| m.as_deref() == Some("leader"));
+            let serving = modes
+                .iter()
+                .flatten()
+                .filter(|m| *m == "leader" || *m == "follower")
+                .count();
+            if modes[victim].is_none() && serving == 2 && leader_now.is_some_and(|l| l != victim) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "member {victim} still serving or no quorum without it: {modes:?}; logs in {:?}",
+                ensemble
+                    .members()
+                    .iter()
+                    .map(|m| m.dir().to_path_buf())
+                    .collect::<Vec<_>>()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+        ensemble.heal(victim).unwrap();
+        assert!(!ensemble.is_isolated(victim));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while ensemble.modes().iter().flatten().count() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "member {victim} did not rejoin: {:?}",
+                ensemble.modes()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

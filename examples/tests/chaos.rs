@@ -1,6 +1,7 @@
 //! Safety under faults, CI-sized (issue #8): several contender processes take one mutex through
 //! fault proxies in front of a 3-member ensemble while the leader is killed, a holder is
-//! partitioned until its session expires, a holder is paused past its session timeout, the
+//! partitioned until its session expires, the member a holder is connected to is cut off from
+//! the other members, a holder is paused past its session timeout, the
 //! whole ensemble restarts, and the lock dir is reaped and recreated. The recorded history
 //! must show no unexplained overlap, no stale write accepted by the fenced register, strictly
 //! increasing fencing tokens, no leaked node, and the lock granted again within the stated
@@ -19,7 +20,7 @@ use zklock_examples::chaos::runner::{run, ChildCommand, RunConfig};
 const CONTENDER_ENTRY: &str = "chaos_contender_process";
 
 #[test]
-fn lock_stays_safe_under_leader_kill_partition_pause_restart_and_reap() {
+fn lock_stays_safe_under_leader_kill_partitions_pause_restart_and_reap() {
     let program = std::env::current_exe().expect("the test binary's path");
     let config = RunConfig {
         duration: Duration::ZERO, // one round: every fault kind once

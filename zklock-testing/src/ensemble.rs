@@ -1,16 +1,18 @@
 //! A real ZooKeeper quorum on loopback: [`ZkEnsemble`] and its builder.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::error::TestingError;
 use super::ports::free_port;
-use super::proxy::FaultProxy;
+use super::proxy::{FaultProxy, FirstMessage, ProxyMode};
 use super::server::{settings_methods, Peer, Role, Settings, ZkServer};
 
 /// How long one member may take to answer a status query.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How long a peer link retries a member that does not listen yet (a leader just elected).
+const PEER_CONNECT_PATIENCE: Duration = Duration::from_secs(2);
 /// How many times a start is retried on fresh ports when another process took a port first.
 const PORT_ATTEMPTS: usize = 3;
 
@@ -36,7 +38,30 @@ const PORT_ATTEMPTS: usize = 3;
 #[derive(Debug)]
 pub struct ZkEnsemble {
     members: Vec<ZkServer>,
+    /// Member-to-member connections, when built [`partitionable`](ZkEnsembleBuilder::partitionable).
+    links: Vec<PeerLink>,
     start_timeout: Duration,
+}
+
+/// The proxies member `from` reaches member `to` through: one for the quorum port (followers
+/// to their leader) and one for the election port.
+#[derive(Debug)]
+struct PeerLink {
+    from: usize,
+    to: usize,
+    quorum: FaultProxy,
+    election: FaultProxy,
+}
+
+impl PeerLink {
+    fn touches(&self, member: usize) -> bool {
+        self.from == member || self.to == member
+    }
+
+    fn set_mode(&self, mode: ProxyMode) {
+        self.quorum.set_mode(mode);
+        self.election.set_mode(mode);
+    }
 }
 
 impl ZkEnsemble {
@@ -63,7 +88,11 @@ impl ZkEnsemble {
             ],
             ..Settings::default()
         };
-        ZkEnsembleBuilder { size, settings }
+        ZkEnsembleBuilder {
+            size,
+            settings,
+            partitionable: false,
+        }
     }
 
     /// The client connect string of all members, comma separated.
@@ -151,6 +180,50 @@ impl ZkEnsemble {
         self.member(index)?.resume()
     }
 
+    /// Cuts member `index` off from every other member, both ways, while its clients stay
+    /// connected to it: the network partition in which a member keeps serving its clients
+    /// until it gives up on its leader (`syncLimit × tickTime`), while the other members carry
+    /// on and may expire the sessions of its clients. Traffic between members is dropped, not
+    /// refused, as a real partition would. Needs an ensemble built
+    /// [`partitionable`](ZkEnsembleBuilder::partitionable).
+    ///
+    /// ```no_run
+    /// let ensemble = zklock_testing::ZkEnsemble::builder(3).partitionable().start()?;
+    /// let follower = (0..3).find(|&i| Some(i) != ensemble.leader()).unwrap();
+    /// ensemble.isolate(follower)?; // its clients see no trouble for syncLimit × tickTime
+    /// ensemble.heal(follower)?; // it rejoins the quorum
+    /// # Ok::<(), zklock_testing::TestingError>(())
+    /// ```
+    pub fn isolate(&self, index: usize) -> Result<(), TestingError> {
+        self.set_links(index, ProxyMode::Blackhole)
+    }
+
+    /// Ends an [`isolate`](Self::isolate): the member's links to the others pass traffic again
+    /// (connections that lost bytes are reset, and the members reconnect).
+    pub fn heal(&self, index: usize) -> Result<(), TestingError> {
+        self.set_links(index, ProxyMode::Pass)
+    }
+
+    /// Whether member `index` is cut off by [`isolate`](Self::isolate).
+    pub fn is_isolated(&self, index: usize) -> bool {
+        self.links
+            .iter()
+            .any(|l| l.touches(index) && l.quorum.mode() == ProxyMode::Blackhole)
+    }
+
+    fn set_links(&self, index: usize, mode: ProxyMode) -> Result<(), TestingError> {
+        self.member(index)?;
+        if self.links.is_empty() {
+            return Err(TestingError::InvalidArgument(
+                "the ensemble was not built partitionable(): its members talk to each other directly".into(),
+            ));
+        }
+        for link in self.links.iter().filter(|l| l.touches(index)) {
+            link.set_mode(mode);
+        }
+        Ok(())
+    }
+
     /// The index of the member that reports `Mode: leader` in `srvr`, if any. Stopped and
     /// paused members are not asked.
     pub fn leader(&self) -> Option<usize> {
@@ -219,6 +292,7 @@ impl ZkEnsemble {
 pub struct ZkEnsembleBuilder {
     size: usize,
     settings: Settings,
+    partitionable: bool,
 }
 
 impl ZkEnsembleBuilder {
@@ -231,10 +305,20 @@ impl ZkEnsembleBuilder {
         self
     }
 
-    /// `syncLimit` in ticks: how long a follower may lag or be silent before the leader drops it
-    /// (and how quickly a paused leader is noticed). Default 25 (5 s at the default tick).
+    /// `syncLimit` in ticks: how long a follower may lag or be silent before the leader drops it,
+    /// and how long a member cut off from its leader keeps serving its clients. Default 5 (1 s
+    /// at the default tick, ZooKeeper's own default count), so that 4 s sessions meet zklock's
+    /// loss-timing precondition (`session timeout > syncLimit × tickTime + loss_after + margin`).
     pub fn sync_limit(mut self, ticks: u32) -> Self {
         self.settings.sync_limit = ticks.max(1);
+        self
+    }
+
+    /// Routes every member-to-member connection (quorum and election ports) through a
+    /// [`FaultProxy`], so that [`ZkEnsemble::isolate`] can cut one member off from the others.
+    /// Clients still connect to the members directly (or through [`ZkEnsemble::proxies`]).
+    pub fn partitionable(mut self) -> Self {
+        self.partitionable = true;
         self
     }
 
@@ -258,19 +342,23 @@ impl ZkEnsembleBuilder {
                     election_port: free_port()?,
                 });
             }
-            let peers = Arc::new(peers);
-            let members = peers
-                .iter()
-                .map(|p| {
+            let links = if self.partitionable {
+                peer_links(&peers)?
+            } else {
+                Vec::new()
+            };
+            let members = (0..self.size)
+                .map(|i| {
                     let role = Role::Member {
-                        myid: p.myid,
-                        peers: peers.clone(),
+                        myid: peers[i].myid,
+                        peers: Arc::new(view_of(i, &peers, &links)),
                     };
-                    ZkServer::prepare(settings.clone(), role, p.client_port)
+                    ZkServer::prepare(settings.clone(), role, peers[i].client_port)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let ensemble = ZkEnsemble {
                 members,
+                links,
                 start_timeout: settings.start_timeout,
             };
             for member in &ensemble.members {
@@ -286,5 +374,119 @@ impl ZkEnsembleBuilder {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// One proxy pair for each ordered pair of members.
+///
+/// Election connections need one more step. A member that dials a member with a higher id
+/// sends its own election address in its first message; the higher member then hangs up and
+/// dials back to *that* address, which would bypass the proxies. So the link `from → to`
+/// rewrites that address to the one of the link `to → from`.
+fn peer_links(peers: &[Peer]) -> Result<Vec<PeerLink>, TestingError> {
+    let mut links = Vec::new();
+    let mut reverse_addrs = Vec::new();
+    for (from, _) in peers.iter().enumerate() {
+        for (to, target) in peers.iter().enumerate().filter(|(to, _)| *to != from) {
+            let reverse = Arc::new(OnceLock::<String>::new());
+            let advertise = reverse.clone();
+            let rewrite = FirstMessage(Arc::new(move |bytes: &[u8]| {
+                let addr = advertise.get()?;
+                election_hello_with_address(bytes, addr)
+            }));
+            links.push(PeerLink {
+                from,
+                to,
+                quorum: FaultProxy::start_with(loopback(target.quorum_port), PEER_CONNECT_PATIENCE, None)?,
+                election: FaultProxy::start_with(loopback(target.election_port), PEER_CONNECT_PATIENCE, Some(rewrite))?,
+            });
+            reverse_addrs.push(reverse);
+        }
+    }
+    for (link, reverse) in links.iter().zip(&reverse_addrs) {
+        let back = links
+            .iter()
+            .find(|l| l.from == link.to && l.to == link.from)
+            .expect("every ordered pair of members has a link");
+        let _ = reverse.set(back.election.addr().to_string());
+    }
+    Ok(links)
+}
+
+/// ZooKeeper's first message on an election connection (3.5+, `QuorumCnxManager`): protocol
+/// version (`-65536` or `-65535`) and sender id as 8-byte big-endian numbers, then the sender's
+/// election address(es) as a 4-byte length and that many bytes. Returns the message with the
+/// address replaced by `addr`, followed by whatever came after it; `None` until the message is
+/// complete. A message of another shape passes unchanged.
+fn election_hello_with_address(bytes: &[u8], addr: &str) -> Option<Vec<u8>> {
+    const PROTOCOL_VERSIONS: [i64; 2] = [-65536, -65535];
+    let version = i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    if !PROTOCOL_VERSIONS.contains(&version) {
+        return Some(bytes.to_vec());
+    }
+    let len = i32::from_be_bytes(bytes.get(16..20)?.try_into().ok()?);
+    let Ok(len) = usize::try_from(len) else {
+        return Some(bytes.to_vec());
+    };
+    let rest = bytes.get(20 + len..)?;
+    let mut out = Vec::with_capacity(20 + addr.len() + rest.len());
+    out.extend_from_slice(&bytes[..16]);
+    out.extend_from_slice(&(addr.len() as i32).to_be_bytes());
+    out.extend_from_slice(addr.as_bytes());
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
+/// The `server.N` lines member `me` is configured with: its own ports, and the others' as
+/// reached through their links (the real ports when there are none).
+fn view_of(me: usize, peers: &[Peer], links: &[PeerLink]) -> Vec<Peer> {
+    peers
+        .iter()
+        .enumerate()
+        .map(|(to, peer)| match links.iter().find(|l| l.from == me && l.to == to) {
+            Some(link) => Peer {
+                quorum_port: link.quorum.addr().port(),
+                election_port: link.election.addr().port(),
+                ..peer.clone()
+            },
+            None => peer.clone(),
+        })
+        .collect()
+}
+
+fn loopback(port: u16) -> std::net::SocketAddr {
+    (std::net::Ipv4Addr::LOCALHOST, port).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::election_hello_with_address;
+
+    fn hello(version: i64, sid: i64, addr: &str, rest: &[u8]) -> Vec<u8> {
+        let mut v = version.to_be_bytes().to_vec();
+        v.extend_from_slice(&sid.to_be_bytes());
+        v.extend_from_slice(&(addr.len() as i32).to_be_bytes());
+        v.extend_from_slice(addr.as_bytes());
+        v.extend_from_slice(rest);
+        v
+    }
+
+    #[test]
+    fn the_election_hello_advertises_the_proxy() {
+        let original = hello(-65536, 2, "127.0.0.1:4001", b"vote");
+        for cut in 0..original.len() - 4 {
+            assert_eq!(
+                election_hello_with_address(&original[..cut], "127.0.0.1:50000"),
+                None,
+                "{cut}"
+            );
+        }
+        assert_eq!(
+            election_hello_with_address(&original, "127.0.0.1:50000"),
+            Some(hello(-65536, 2, "127.0.0.1:50000", b"vote"))
+        );
+        // A sender id in place of a version (pre-3.5 peers) passes unchanged.
+        let old = 3i64.to_be_bytes().to_vec();
+        assert_eq!(election_hello_with_address(&old, "x"), Some(old.clone()));
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! - [`ZkServer`]: one standalone server; stop, kill, restart (same port and data), pause
 //!   (SIGSTOP) and resume it; ask it four-letter words (`ruok`, `srvr`, `mntr`, `wchs`).
-//! - [`ZkEnsemble`]: an N-member quorum; find the leader, kill or pause members, wait for a
+//! - [`ZkEnsemble`]: an N-member quorum; find the leader, kill or pause members, cut one member
+//!   off from the others while its clients stay connected ([`ZkEnsemble::isolate`]), wait for a
 //!   quorum again.
 //! - [`process`]: re-running the test binary as a child process, and a closed port.
 //! - [`FaultProxy`]: a TCP proxy between a client and a server that can drop all traffic

@@ -18,6 +18,24 @@ const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound on [`FaultProxy::reset_all`] waiting for the connections to be gone.
 const RESET_WAIT: Duration = Duration::from_secs(2);
 
+/// Rewrites the first message of each connection, client to server. Called with everything the
+/// client sent so far; returns `None` while it needs more bytes, then the bytes to forward in
+/// their place. After 64 KiB without an answer the bytes pass unchanged.
+#[derive(Clone)]
+pub(crate) struct FirstMessage(pub(crate) Arc<RewriteFn>);
+
+/// The function inside a [`FirstMessage`].
+pub(crate) type RewriteFn = dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync;
+
+impl std::fmt::Debug for FirstMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FirstMessage(..)")
+    }
+}
+
+/// The most a [`FirstMessage`] rewrite may hold back.
+const FIRST_MESSAGE_LIMIT: usize = 64 * 1024;
+
 /// What a [`FaultProxy`] does with traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -78,6 +96,10 @@ pub struct FaultProxy {
 #[derive(Debug)]
 struct Shared {
     upstream: SocketAddr,
+    /// How long a refused upstream connect is retried.
+    patience: Duration,
+    /// Rewrites the start of what each client sends.
+    rewrite: Option<FirstMessage>,
     mode: AtomicU8,
     latency_micros: AtomicU64,
     shutdown: AtomicBool,
@@ -105,6 +127,21 @@ impl FaultProxy {
     /// Starts a proxy on a free port of 127.0.0.1 that forwards to `upstream`, in
     /// [`ProxyMode::Pass`] with no latency.
     pub fn start(upstream: SocketAddr) -> Result<FaultProxy, TestingError> {
+        FaultProxy::start_with(upstream, Duration::ZERO, None)
+    }
+
+    /// Like [`start`](Self::start), with two tools for proxying between servers:
+    ///
+    /// - a connection whose upstream refuses is retried for up to `patience` before the client is
+    ///   reset. A proxy always accepts first, so without this a peer that dials a server a moment
+    ///   before it listens (a follower dialing the leader it just elected) would see a reset
+    ///   handshake, which it treats as a failed leader, instead of the refused connect it retries;
+    /// - `rewrite` may replace the first bytes a client sends (see [`FirstMessage`]).
+    pub(crate) fn start_with(
+        upstream: SocketAddr,
+        patience: Duration,
+        rewrite: Option<FirstMessage>,
+    ) -> Result<FaultProxy, TestingError> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .map_err(|e| TestingError::io("bind the fault proxy's port", e))?;
         let addr = listener
@@ -112,6 +149,8 @@ impl FaultProxy {
             .map_err(|e| TestingError::io("read the fault proxy's address", e))?;
         let shared = Arc::new(Shared {
             upstream,
+            patience,
+            rewrite,
             mode: AtomicU8::new(ProxyMode::Pass.as_u8()),
             latency_micros: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
@@ -337,7 +376,20 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 
 /// Connects to the upstream server and pumps both directions; runs on its own thread.
 fn open_connection(id: u64, client: TcpStream, shared: Arc<Shared>) {
-    let upstream = match TcpStream::connect_timeout(&shared.upstream, UPSTREAM_CONNECT_TIMEOUT) {
+    let started = Instant::now();
+    let connected = loop {
+        match TcpStream::connect_timeout(&shared.upstream, UPSTREAM_CONNECT_TIMEOUT) {
+            Err(e)
+                if e.kind() == io::ErrorKind::ConnectionRefused
+                    && started.elapsed() < shared.patience
+                    && !shared.is_shutdown() =>
+            {
+                thread::sleep(POLL)
+            }
+            result => break result,
+        }
+    };
+    let upstream = match connected {
         Ok(upstream) => upstream,
         Err(e) => {
             tracing::debug!("fault proxy: upstream {} unreachable: {e}", shared.upstream);
@@ -384,6 +436,11 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
         Direction::ToClient => (&connection.upstream, &connection.client),
     };
     let mut buffer = vec![0u8; 16 * 1024];
+    // The client's first bytes, held back until the rewrite has what it needs.
+    let mut first = match direction {
+        Direction::ToServer => shared.rewrite.clone().map(|rewrite| (rewrite, Vec::new())),
+        Direction::ToClient => None,
+    };
     loop {
         if connection.is_closing() {
             return;
@@ -416,11 +473,25 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
                     connection.close(true);
                     return;
                 }
+                let rewritten;
+                let bytes = match first.as_mut() {
+                    None => &buffer[..n],
+                    Some((rewrite, held)) => {
+                        held.extend_from_slice(&buffer[..n]);
+                        rewritten = match (rewrite.0)(held) {
+                            Some(bytes) => bytes,
+                            None if held.len() < FIRST_MESSAGE_LIMIT => continue,
+                            None => std::mem::take(held),
+                        };
+                        first = None;
+                        &rewritten[..]
+                    }
+                };
                 let latency = shared.latency();
                 if !latency.is_zero() && !sleep_unless_closing(connection, latency) {
                     return;
                 }
-                if write_all_unless_closing(connection, &mut to, &buffer[..n]).is_err() {
+                if write_all_unless_closing(connection, &mut to, bytes).is_err() {
                     connection.close(true);
                     return;
                 }

@@ -53,7 +53,7 @@ impl Default for Settings {
             max_heap_mb: 256,
             fast_startup: true,
             init_limit: 100,
-            sync_limit: 25,
+            sync_limit: 5,
         }
     }
 }

@@ -101,6 +101,12 @@ pub struct Report {
     pub holders_cut_off: usize,
     /// Of those, how many holders saw the loss signal before they released.
     pub holders_cut_off_saw_loss: usize,
+    /// Member-isolation faults that caught their target mid-way through a long section. Such a
+    /// holder may keep its session (its client reconnects to a member of the quorum in time)
+    /// or lose it; either is safe, and the overlap check tells whether a loss came in time.
+    pub holders_isolated: usize,
+    /// Of those, how many holders were told of loss (the rest kept the lock).
+    pub holders_isolated_saw_loss: usize,
     /// Accepted writes that were stale.
     pub stale_writes_accepted: usize,
     /// Leaked contender nodes.
@@ -204,6 +210,11 @@ impl Report {
             s,
             "  holders cut off mid-section by a partition or pause: {}, of which saw the loss signal: {}",
             self.holders_cut_off, self.holders_cut_off_saw_loss
+        );
+        let _ = writeln!(
+            s,
+            "  holders whose member was isolated mid-section: {}, of which were told of loss: {} (the others kept their session)",
+            self.holders_isolated, self.holders_isolated_saw_loss
         );
         let _ = writeln!(s, "  stale writes accepted: {}", self.stale_writes_accepted);
         let _ = writeln!(s, "  leaked nodes: {}", self.leaked_nodes);
@@ -315,23 +326,11 @@ pub fn check(history: &History) -> Report {
     }
 
     // Holders cut off by a partition or a pause while in a long section must learn of it.
-    let mut holders_cut_off = 0;
-    let mut holders_cut_off_saw_loss = 0;
-    for f in history
-        .faults
-        .iter()
-        .filter(|f| f.effective && matches!(f.kind, FaultKind::PartitionHolder | FaultKind::PauseHolder))
-    {
-        let hit = sections.iter().find(|s| {
-            s.long && Some(s.process) == f.target_process && s.granted_ns <= f.injected_ns && s.end_ns > f.injected_ns
-        });
-        if let Some(hit) = hit {
-            holders_cut_off += 1;
-            if hit.lost {
-                holders_cut_off_saw_loss += 1;
-            }
-        }
-    }
+    let (holders_cut_off, holders_cut_off_saw_loss) = caught_mid_section(history, |k| {
+        matches!(k, FaultKind::PartitionHolder | FaultKind::PauseHolder)
+    });
+    let (holders_isolated, holders_isolated_saw_loss) =
+        caught_mid_section(history, |k| k == FaultKind::IsolateHolderMember);
 
     // 3. Stale writes: against the register's own order, and against section starts.
     let mut starts: Vec<(u64, Token)> = sections.iter().map(|s| (s.start_ns, s.token)).collect();
@@ -405,6 +404,8 @@ pub fn check(history: &History) -> Report {
         reaps_with_increasing_tokens,
         holders_cut_off,
         holders_cut_off_saw_loss,
+        holders_isolated,
+        holders_isolated_saw_loss,
         stale_writes_accepted,
         leaked_nodes: history.leaked_nodes,
         availability,
@@ -474,6 +475,25 @@ fn explain_overlap(
         }
     ));
     overlap
+}
+
+/// Effective faults of the given kinds that caught their target process in a long section,
+/// and of those, how many holders saw the loss signal.
+fn caught_mid_section(history: &History, kinds: impl Fn(FaultKind) -> bool) -> (usize, usize) {
+    let mut caught = 0;
+    let mut saw_loss = 0;
+    for f in history.faults.iter().filter(|f| f.effective && kinds(f.kind)) {
+        let hit = history.sections.iter().find(|s| {
+            s.long && Some(s.process) == f.target_process && s.granted_ns <= f.injected_ns && s.end_ns > f.injected_ns
+        });
+        if let Some(hit) = hit {
+            caught += 1;
+            if hit.lost {
+                saw_loss += 1;
+            }
+        }
+    }
+    (caught, saw_loss)
 }
 
 #[cfg(test)]

@@ -128,13 +128,17 @@ pub enum FaultKind {
     EnsembleRestart,
     /// Let every contender idle until the empty lock dir is reaped, then resume.
     ReapDir,
+    /// Cut the ensemble member a holder is connected to off from the other members (not from
+    /// its clients) for longer than a session timeout, then heal it.
+    IsolateHolderMember,
 }
 
 impl FaultKind {
     /// Every kind, in the order a CI-sized run injects them.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::LeaderKill,
         FaultKind::PartitionHolder,
+        FaultKind::IsolateHolderMember,
         FaultKind::PauseHolder,
         FaultKind::EnsembleRestart,
         FaultKind::ReapDir,
@@ -148,6 +152,7 @@ impl FaultKind {
             FaultKind::PauseHolder => "pause_holder",
             FaultKind::EnsembleRestart => "ensemble_restart",
             FaultKind::ReapDir => "reap_dir",
+            FaultKind::IsolateHolderMember => "isolate_holder_member",
         }
     }
 }

@@ -156,6 +156,9 @@ impl Log {
 
 const NAMESPACE: &str = "/zklock-chaos";
 const LOCK: &str = "chaos";
+/// The ensemble's `syncLimit`: with the default 200 ms tick and 4 s sessions the loss-timing
+/// precondition holds (4 s > 5 × 200 ms + 1 s `loss_after` + 2 s margin).
+const SYNC_LIMIT_TICKS: u32 = 5;
 
 /// Runs the whole experiment and checks its history.
 pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
@@ -166,6 +169,8 @@ pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let ensemble = ZkEnsemble::builder(3)
         .tick_time(config.tick_time)
+        .sync_limit(SYNC_LIMIT_TICKS)
+        .partitionable()
         .system_property("znode.container.checkIntervalMs", "100")
         // A whole-ensemble restart elects a leader in seconds, not after minute-long backoffs.
         .system_property("zookeeper.fastleader.maxNotificationInterval", "1000")
@@ -479,6 +484,48 @@ fn inject(
                 "blackholed process {p} (holder {client}) for {} ms (session timeout {} ms)",
                 ms_between(record.injected_ns, record.healed_ns),
                 st.as_millis()
+            );
+        }
+        FaultKind::IsolateHolderMember => {
+            let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
+                record.effective = false;
+                record.note = "no holder whose member to isolate".into();
+                let now = now_ns();
+                (record.injected_ns, record.healed_ns, record.measure_from_ns) = (now, now, now);
+                return Ok(record);
+            };
+            let c = contenders
+                .iter()
+                .find(|c| c.index == p)
+                .ok_or("holder is not a contender")?;
+            // The contender reaches member i through its proxy i: the one with a live
+            // connection is the member its session is on.
+            let Some(member) = c.proxies.iter().position(|proxy| proxy.connection_count() > 0) else {
+                record.effective = false;
+                record.note = format!("process {p} has no open connection to any member");
+                let now = now_ns();
+                (record.injected_ns, record.healed_ns, record.measure_from_ns) = (now, now, now);
+                return Ok(record);
+            };
+            let role = if ensemble.leader() == Some(member) {
+                "leader"
+            } else {
+                "follower"
+            };
+            record.injected_ns = now_ns();
+            ensemble.isolate(member)?;
+            thread::sleep(outage);
+            ensemble.heal(member)?;
+            ensemble.wait_for_quorum(Duration::from_secs(60))?;
+            record.healed_ns = now_ns();
+            record.measure_from_ns = record.injected_ns;
+            record.target_process = Some(p);
+            record.note = format!(
+                "isolated member {member} ({role}) of process {p} (holder {client}) from the other members for {} ms \
+                 (session timeout {} ms, syncLimit x tickTime {} ms)",
+                ms_between(record.injected_ns, record.healed_ns),
+                st.as_millis(),
+                (config.tick_time * SYNC_LIMIT_TICKS).as_millis()
             );
         }
         FaultKind::PauseHolder => {
