@@ -368,3 +368,101 @@ async fn holder_on_an_isolated_follower_learns_of_loss_before_another_acquires()
     assert!(token > guard.fencing_token());
     ensemble.heal(follower).unwrap();
 }
+
+/// A create whose answer is lost while it is still being committed, followed by a reconnect to
+/// a member that has not applied it yet: the contender must find its node there (`sync` before
+/// the listing), not create a second one and leave the first as an orphan ahead of itself.
+///
+/// Both followers' links to the leader are slowed down, so the create the client sent to the
+/// leader stays uncommitted for a few seconds; the client is then moved to a follower, which
+/// revalidates the session with the leader and would answer a plain listing without the node.
+/// Without the `sync` in `find_protected` this test fails: two contender nodes, the guard on the
+/// second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_still_in_flight_is_found_after_a_reconnect_to_a_lagging_member() {
+    const LAG: Duration = Duration::from_millis(1200);
+    // A 500 ms tick allows a 10 s session: a reconnect to a follower then waits up to 4 s for
+    // the leader to revalidate the session (2 × LAG here), and syncLimit (5 s) tolerates the lag.
+    let ensemble = ZkEnsemble::builder(3)
+        .tick_time(Duration::from_millis(500))
+        .sync_limit(10)
+        .partitionable()
+        .start()
+        .unwrap();
+    let leader = ensemble.wait_for_quorum(Duration::from_secs(60)).unwrap();
+    let followers: Vec<usize> = (0..ensemble.len()).filter(|&i| i != leader).collect();
+    let to_leader = FaultProxy::start(ensemble.members()[leader].addr()).unwrap();
+    let to_follower = FaultProxy::start(ensemble.members()[followers[0]].addr()).unwrap();
+    // The client shuffles its hosts: with the follower's proxy silent it can only settle on
+    // the leader.
+    to_follower.blackhole();
+    let c = LockClient::builder(format!(
+        "{},{}",
+        to_leader.connect_string(),
+        to_follower.connect_string()
+    ))
+    .session_timeout(Duration::from_secs(10))
+    .connect()
+    .await
+    .unwrap();
+    to_follower.pass();
+    assert_eq!(to_leader.connection_count(), 1, "the client is not on the leader");
+    let view = raw(&ensemble.members()[leader].connect_string()).await;
+    view.mkdir(
+        "/zklock/in-flight",
+        &zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    view.create(
+        "/zklock/in-flight/keeper",
+        b"",
+        &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    let queued = || async {
+        contenders(&view, "/zklock/in-flight")
+            .await
+            .into_iter()
+            .filter(|c| c != "keeper")
+            .collect::<Vec<_>>()
+    };
+    for &f in &followers {
+        ensemble.delay(f, LAG).unwrap();
+    }
+    let acquire = tokio::spawn({
+        let lock = c.mutex("in-flight").unwrap();
+        async move { lock.acquire_timeout(Duration::from_secs(30)).await }
+    });
+    // The create is in the leader's pipeline, waiting for a follower's acknowledgement.
+    let leader_server = &ensemble.members()[leader];
+    let in_flight = eventually(Duration::from_secs(5), || async {
+        outstanding_requests(leader_server) >= 1
+    })
+    .await;
+    assert!(in_flight, "the create never reached the leader");
+    // Cut the client off from the leader for good: it reconnects to the follower.
+    drop(to_leader);
+    let guard = acquire.await.unwrap().expect("acquired after the lost answer");
+    assert!(
+        to_follower.connection_count() >= 1,
+        "the client did not move to the follower"
+    );
+    let nodes = queued().await;
+    assert_eq!(nodes.len(), 1, "an orphan was left behind: {nodes:?}");
+    assert_eq!(guard.node_path(), format!("/zklock/in-flight/{}", nodes[0]));
+    for &f in &followers {
+        ensemble.delay(f, Duration::ZERO).unwrap();
+    }
+    guard.release().await.unwrap();
+}
+
+/// `zk_outstanding_requests` from the server's `mntr`, 0 if it does not answer.
+fn outstanding_requests(server: &zklock_testing::ZkServer) -> u64 {
+    let mntr = tokio::task::block_in_place(|| server.four_letter_word("mntr")).unwrap_or_default();
+    mntr.lines()
+        .find_map(|l| l.strip_prefix("zk_outstanding_requests"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}

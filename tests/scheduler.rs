@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use zklock::scheduler::tokio_cron_scheduler::JobScheduler;
-use zklock::scheduler::{Clock, JobSchedulerExt, JobStats, OffsetClock, Policy, SingletonJob, SystemClock};
+use zklock::scheduler::{Clock, JobSchedulerExt, JobStats, OffsetClock, OnLoss, Policy, SingletonJob, SystemClock};
 use zklock::LockClient;
 use zklock_testing::FaultProxy;
 
@@ -459,4 +459,107 @@ async fn a_failed_run_is_counted_recorded_and_not_rerun_elsewhere() {
     let (data, _) = raw.get_data("/zklock.jobs/flaky").await.expect("tick record");
     let record = String::from_utf8(data).unwrap();
     assert!(record.contains("state=failed"), "{record}");
+}
+
+/// A claim whose answer is lost while the node's hold is reported lost, and which the record
+/// then shows was applied: the tick is taken (the record says so, and no node runs it again)
+/// but this node does not run it either, because it would run without the lock. It is counted
+/// as lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tick_claimed_while_the_hold_was_lost_is_not_run() {
+    // A 500 ms tick allows a 10 s session: the connection stays down for loss_after (1 s) plus
+    // a reconnect attempt (at most 4 s), well inside the session.
+    let server = zklock_testing::ZkServer::builder()
+        .tick_time(Duration::from_millis(500))
+        .start()
+        .unwrap();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let client = LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .loss_after(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let session = client.session_id().unwrap();
+    let log: Log = Arc::default();
+    // `OnLoss::Flag` lets a run that has started finish, so only the check made after the
+    // claim, before the run starts, keeps this tick from running.
+    let job = SingletonJob::new_async(EVERY_SECOND, &client, "claim-while-lost", {
+        let log = log.clone();
+        move |run| {
+            log.lock().unwrap().push(Run {
+                node: 0,
+                tick: run.tick(),
+                start: Instant::now(),
+                end: None,
+            });
+            async { Ok::<(), String>(()) }
+        }
+    })
+    .unwrap()
+    .on_loss(OnLoss::Flag);
+    let mut scheduler = JobScheduler::new().await.unwrap();
+    let (_, stats) = scheduler.add_singleton(job).await.unwrap();
+    scheduler.start().await.unwrap();
+    let raw = support::raw(&server.connect_string()).await;
+    let record_path = "/zklock.jobs/claim-while-lost";
+    let claimed_tick = || async {
+        let (data, _) = raw.get_data(record_path).await.ok()?;
+        let record = String::from_utf8(data).ok()?;
+        let field = |key: &str| {
+            record
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix(key).map(str::to_owned))
+        };
+        let ours = field("session=")? == format!("{session:#x}");
+        (ours && field("state=")? == "running").then(|| field("tick=")?.parse::<u128>().ok())?
+    };
+    wait_for_runs(&log, 1, Duration::from_secs(30)).await;
+    // Every answer now spends 300 ms in the proxy: a claim shows up in the record well before
+    // the node hears that it was applied.
+    proxy.set_latency(Duration::from_millis(300));
+    let tick = loop {
+        if let Some(tick) = claimed_tick().await {
+            if !log.lock().unwrap().iter().any(|r| millis(r.tick) == tick) {
+                break tick;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // The claim's answer is still in the proxy: drop it, and keep the node away until its hold
+    // is reported lost.
+    proxy.blackhole();
+    proxy.reset_all();
+    let mut status = client.watch_status();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        status.wait_for(|s| *s == zklock::SessionStatus::Lost),
+    )
+    .await
+    .expect("loss reported")
+    .unwrap();
+    proxy.set_latency(Duration::ZERO);
+    proxy.pass();
+    let counted = support::eventually(Duration::from_secs(20), || async { stats.lost() >= 1 }).await;
+    assert!(counted, "the tick was not given up as lost: {stats:?}");
+    assert_eq!(
+        client.session_id(),
+        Some(session),
+        "the session had to survive for this test"
+    );
+    scheduler.shutdown().await.unwrap();
+    settle(std::slice::from_ref(&stats)).await;
+    let runs = log.lock().unwrap().clone();
+    assert!(
+        !runs.iter().any(|r| millis(r.tick) == tick),
+        "tick {tick} ran although its hold was lost when it was claimed: {runs:?}"
+    );
+    let (data, _) = raw.get_data(record_path).await.unwrap();
+    let record = String::from_utf8(data).unwrap();
+    let recorded: u128 = record
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("tick="))
+        .and_then(|t| t.parse().ok())
+        .unwrap();
+    assert!(recorded >= tick, "the tick was not recorded as taken: {record}");
 }

@@ -65,6 +65,12 @@ fn lock_stays_safe_under_leader_kill_partitions_pause_restart_and_reap() {
         "a holder cut off mid-section never saw the loss signal\n{}",
         report.summary()
     );
+    assert_eq!(
+        report.holders_isolated_saw_loss,
+        report.holders_isolated,
+        "a holder isolated with its member mid-section never saw the loss signal\n{}",
+        report.summary()
+    );
     assert_eq!(report.overlaps_unexplained, 0, "{}", report.summary());
     assert_eq!(report.token_violations, 0, "{}", report.summary());
     assert_eq!(report.stale_writes_accepted, 0, "{}", report.summary());

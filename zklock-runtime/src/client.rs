@@ -319,12 +319,37 @@ impl LockClient {
     }
 
     /// The session timeout the server granted for the current session, once one is open.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let client = zklock_runtime::LockClient::builder("127.0.0.1:2181")
+    ///     .session_timeout(Duration::from_secs(60))
+    ///     .connect()
+    ///     .await?;
+    /// // A server with tickTime 2 s grants at most 40 s (20 ticks).
+    /// println!("granted {:?}, loss reported after {:?}", client.session_timeout(), client.loss_after());
+    /// # Ok(()) }
+    /// ```
     pub fn session_timeout(&self) -> Option<Duration> {
         self.latest().map(|s| s.zk.session_timeout())
     }
 
     /// How long the connection of the current session may stay down before its holds are
     /// reported lost, as in force (see [`LockClientBuilder::loss_after`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let client = zklock_runtime::LockClient::builder("127.0.0.1:2181")
+    ///     .session_timeout(Duration::from_secs(10))
+    ///     .loss_after(Duration::from_secs(8)) // more than half: lowered, with a warning
+    ///     .connect()
+    ///     .await?;
+    /// let granted = client.session_timeout().unwrap();
+    /// assert!(client.loss_after().unwrap() <= granted / 2);
+    /// # Ok(()) }
+    /// ```
     pub fn loss_after(&self) -> Option<Duration> {
         self.latest().map(|s| s.loss_after)
     }

@@ -67,6 +67,12 @@ impl fmt::Display for FencingToken {
 }
 
 /// The error of parsing a [`FencingToken`] from text.
+///
+/// ```
+/// use zklock_runtime::FencingToken;
+/// let err = "not-a-token".parse::<FencingToken>().unwrap_err();
+/// assert!(err.to_string().contains("not a fencing token"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a fencing token (expected 16 hex digits, `-`, 8 hex digits): {0:?}")]
 pub struct ParseTokenError(String);

@@ -204,6 +204,18 @@ impl ZkEnsemble {
         self.set_links(index, ProxyMode::Pass)
     }
 
+    /// Delays every chunk member `index` exchanges with the other members by `latency`, both
+    /// ways, so that it applies the quorum's writes late: a member that lags. Keep `latency`
+    /// under `syncLimit × tickTime`, or the leader drops the member as too slow. `Duration::ZERO`
+    /// ends the delay. Needs an ensemble built [`partitionable`](ZkEnsembleBuilder::partitionable).
+    pub fn delay(&self, index: usize, latency: Duration) -> Result<(), TestingError> {
+        for link in self.links_of(index)? {
+            link.quorum.set_latency(latency);
+            link.election.set_latency(latency);
+        }
+        Ok(())
+    }
+
     /// Whether member `index` is cut off by [`isolate`](Self::isolate).
     pub fn is_isolated(&self, index: usize) -> bool {
         self.links
@@ -212,16 +224,21 @@ impl ZkEnsemble {
     }
 
     fn set_links(&self, index: usize, mode: ProxyMode) -> Result<(), TestingError> {
+        for link in self.links_of(index)? {
+            link.set_mode(mode);
+        }
+        Ok(())
+    }
+
+    /// The links from and to member `index`.
+    fn links_of(&self, index: usize) -> Result<impl Iterator<Item = &PeerLink>, TestingError> {
         self.member(index)?;
         if self.links.is_empty() {
             return Err(TestingError::InvalidArgument(
                 "the ensemble was not built partitionable(): its members talk to each other directly".into(),
             ));
         }
-        for link in self.links.iter().filter(|l| l.touches(index)) {
-            link.set_mode(mode);
-        }
-        Ok(())
+        Ok(self.links.iter().filter(move |l| l.touches(index)))
     }
 
     /// The index of the member that reports `Mode: leader` in `srvr`, if any. Stopped and

@@ -101,11 +101,10 @@ pub struct Report {
     pub holders_cut_off: usize,
     /// Of those, how many holders saw the loss signal before they released.
     pub holders_cut_off_saw_loss: usize,
-    /// Member-isolation faults that caught their target mid-way through a long section. Such a
-    /// holder may keep its session (its client reconnects to a member of the quorum in time)
-    /// or lose it; either is safe, and the overlap check tells whether a loss came in time.
+    /// Member-isolation faults that caught their target mid-way through a long section.
     pub holders_isolated: usize,
-    /// Of those, how many holders were told of loss (the rest kept the lock).
+    /// Of those, how many holders were told of loss. The overlap check tells whether it came
+    /// before anyone else was granted.
     pub holders_isolated_saw_loss: usize,
     /// Accepted writes that were stale.
     pub stale_writes_accepted: usize,
@@ -213,7 +212,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  holders whose member was isolated mid-section: {}, of which were told of loss: {} (the others kept their session)",
+            "  holders isolated with their member mid-section: {}, of which were told of loss before another grant: {}",
             self.holders_isolated, self.holders_isolated_saw_loss
         );
         let _ = writeln!(s, "  stale writes accepted: {}", self.stale_writes_accepted);
@@ -325,12 +324,15 @@ pub fn check(history: &History) -> Report {
         }
     }
 
-    // Holders cut off by a partition or a pause while in a long section must learn of it.
-    let (holders_cut_off, holders_cut_off_saw_loss) = caught_mid_section(history, |k| {
+    // Holders cut off by a partition or a pause while in a long section must learn of it. A
+    // paused holder cannot hear of anything before it resumes; a partitioned one hears late
+    // only if the loss-timing precondition is broken, which the overlap check then reports.
+    let (holders_cut_off, holders_cut_off_saw_loss) = caught_mid_section(history, false, |k| {
         matches!(k, FaultKind::PartitionHolder | FaultKind::PauseHolder)
     });
+    // A holder isolated with its member must hear of the loss before anyone else is granted.
     let (holders_isolated, holders_isolated_saw_loss) =
-        caught_mid_section(history, |k| k == FaultKind::IsolateHolderMember);
+        caught_mid_section(history, true, |k| k == FaultKind::IsolateHolderMember);
 
     // 3. Stale writes: against the register's own order, and against section starts.
     let mut starts: Vec<(u64, Token)> = sections.iter().map(|s| (s.start_ns, s.token)).collect();
@@ -478,8 +480,9 @@ fn explain_overlap(
 }
 
 /// Effective faults of the given kinds that caught their target process in a long section,
-/// and of those, how many holders saw the loss signal.
-fn caught_mid_section(history: &History, kinds: impl Fn(FaultKind) -> bool) -> (usize, usize) {
+/// and of those, how many holders saw the loss signal (with `in_time`: before any other
+/// process was granted the lock after the fault).
+fn caught_mid_section(history: &History, in_time: bool, kinds: impl Fn(FaultKind) -> bool) -> (usize, usize) {
     let mut caught = 0;
     let mut saw_loss = 0;
     for f in history.faults.iter().filter(|f| f.effective && kinds(f.kind)) {
@@ -488,7 +491,20 @@ fn caught_mid_section(history: &History, kinds: impl Fn(FaultKind) -> bool) -> (
         });
         if let Some(hit) = hit {
             caught += 1;
-            if hit.lost {
+            let next_grant = history
+                .sections
+                .iter()
+                .filter(|s| s.process != hit.process && s.granted_ns > f.injected_ns)
+                .map(|s| s.granted_ns)
+                .min();
+            let told = hit.lost
+                && (!in_time
+                    || match (hit.lost_ns, next_grant) {
+                        (Some(lost), Some(next)) => lost < next,
+                        (Some(_), None) => true,
+                        (None, _) => false,
+                    });
+            if told {
                 saw_loss += 1;
             }
         }
@@ -686,6 +702,34 @@ mod tests {
         h.sections[1].lost = true;
         let report = check(&h);
         assert_eq!((report.holders_cut_off, report.holders_cut_off_saw_loss), (1, 1));
+    }
+
+    #[test]
+    fn a_holder_isolated_with_its_member_must_hear_of_loss_before_the_next_grant() {
+        let mut h = clean();
+        // p1-t0 holds from 210 to 300 ms; p0 is granted again at 400 ms.
+        h.sections[1].long = true;
+        h.sections.push(section("p0-t1", 0, 30, 400, 450));
+        h.faults.push(FaultRecord {
+            kind: FaultKind::IsolateHolderMember,
+            injected_ns: 220 * MS,
+            healed_ns: 380 * MS,
+            measure_from_ns: 220 * MS,
+            bound_ms: 10_000,
+            target_process: Some(1),
+            effective: true,
+            note: String::new(),
+        });
+        let told = |h: &History| {
+            let r = check(h);
+            (r.holders_isolated, r.holders_isolated_saw_loss)
+        };
+        assert_eq!(told(&h), (1, 0), "never told");
+        h.sections[1].lost = true;
+        h.sections[1].lost_ns = Some(420 * MS);
+        assert_eq!(told(&h), (1, 0), "told after p0's grant");
+        h.sections[1].lost_ns = Some(290 * MS);
+        assert_eq!(told(&h), (1, 1), "told in time");
     }
 
     #[test]

@@ -128,8 +128,9 @@ pub enum FaultKind {
     EnsembleRestart,
     /// Let every contender idle until the empty lock dir is reaped, then resume.
     ReapDir,
-    /// Cut the ensemble member a holder is connected to off from the other members (not from
-    /// its clients) for longer than a session timeout, then heal it.
+    /// Cut the ensemble member a holder is connected to off from the other members, together
+    /// with the holder (which can reach only that member), for longer than a session timeout,
+    /// then heal it.
     IsolateHolderMember,
 }
 

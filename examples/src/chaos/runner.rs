@@ -512,16 +512,31 @@ fn inject(
             } else {
                 "follower"
             };
+            // The holder can reach only that member, as a client in the member's network
+            // segment would: it cannot save its session by moving to the quorum's side.
+            let others: Vec<&FaultProxy> = c
+                .proxies
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != member)
+                .map(|(_, p)| p)
+                .collect();
             record.injected_ns = now_ns();
+            for proxy in &others {
+                proxy.blackhole();
+            }
             ensemble.isolate(member)?;
             thread::sleep(outage);
             ensemble.heal(member)?;
+            for proxy in &others {
+                proxy.pass();
+            }
             ensemble.wait_for_quorum(Duration::from_secs(60))?;
             record.healed_ns = now_ns();
             record.measure_from_ns = record.injected_ns;
             record.target_process = Some(p);
             record.note = format!(
-                "isolated member {member} ({role}) of process {p} (holder {client}) from the other members for {} ms \
+                "isolated member {member} ({role}) with process {p} (holder {client}) from the other members for {} ms \
                  (session timeout {} ms, syncLimit x tickTime {} ms)",
                 ms_between(record.injected_ns, record.healed_ns),
                 st.as_millis(),

@@ -127,6 +127,17 @@ impl JobStats {
     /// Fires of this job on this node that have started and not yet finished (deciding,
     /// waiting for the lock, or running). After the scheduler is shut down, a fire already
     /// under way still finishes: wait for this to reach 0 before reading final counts.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut scheduler: zklock_runtime::scheduler::tokio_cron_scheduler::JobScheduler, stats: zklock_runtime::scheduler::JobStats)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// scheduler.shutdown().await?;
+    /// while stats.fires_in_flight() > 0 {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    /// }
+    /// println!("final: {} runs", stats.runs());
+    /// # Ok(()) }
+    /// ```
     pub fn fires_in_flight(&self) -> u64 {
         self.inner.in_flight.load(Ordering::SeqCst)
     }
@@ -134,6 +145,14 @@ impl JobStats {
     /// How far ahead of ZooKeeper's clock (negative: behind) this node's clock was at the last
     /// tick it took, in milliseconds, measured against the ensemble's commit time of the claim
     /// (so it includes that write's round trip). `None` before the first claim.
+    ///
+    /// ```no_run
+    /// # fn demo(stats: zklock_runtime::scheduler::JobStats) {
+    /// if let Some(skew) = stats.clock_skew_ms().filter(|ms| ms.abs() > 1_000) {
+    ///     eprintln!("this node's clock is {skew} ms off ZooKeeper's: ticks may run late");
+    /// }
+    /// # }
+    /// ```
     pub fn clock_skew_ms(&self) -> Option<i64> {
         match self.inner.clock_skew_ms.load(Ordering::SeqCst) {
             NONE => None,
