@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::{raw, server};
-use zklock_runtime::{zk, LockClient, SessionStatus};
+use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
 
 #[tokio::test]
 async fn digest_credentials_protect_lock_nodes() {
@@ -81,6 +81,41 @@ async fn chroot_and_namespace_place_the_lock_dirs() {
     let children = admin.list_children("/apps/shop/locks/v1/orders").await.unwrap();
     assert_eq!(children.len(), 1);
     assert!(guard.node_path().ends_with(&children[0]));
+    // A second name: its dir is missing, the namespace is not (the dir is created in the
+    // same round trip as the contender node).
+    let other = c.mutex("payments").unwrap().acquire().await.unwrap();
+    let children = admin.list_children("/apps/shop/locks/v1/payments").await.unwrap();
+    assert_eq!(children.len(), 1);
+    assert!(other.node_path().ends_with(&children[0]));
+}
+
+/// A namespace the client may not create nodes in gives the server's refusal at once, naming
+/// the lock dir, not a retry loop or a timeout.
+#[tokio::test]
+async fn a_namespace_without_create_permission_is_reported() {
+    let zk = server();
+    let admin = raw(&zk.connect_string()).await;
+    admin
+        .create(
+            "/read-only",
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_read()),
+        )
+        .await
+        .unwrap();
+    let c = LockClient::builder(zk.connect_string())
+        .namespace("/read-only")
+        .connect()
+        .await
+        .unwrap();
+    let err = c
+        .mutex("x")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("create lock dir"), "{err}");
+    assert!(!matches!(err, LockError::Timeout { .. }), "{err:?}");
 }
 
 #[tokio::test]

@@ -21,8 +21,10 @@ struct Axes {
     y0: f64,
     x_min: f64,
     x_max: f64,
+    y_min: f64,
     y_max: f64,
     log_x: bool,
+    log_y: bool,
 }
 
 impl Axes {
@@ -35,7 +37,12 @@ impl Axes {
         self.x0 + (v - lo) / (hi - lo).max(1e-9) * PANEL_W
     }
     fn y(&self, v: f64) -> f64 {
-        self.y0 + PANEL_H - v / self.y_max.max(1e-9) * PANEL_H
+        let (v, lo, hi) = if self.log_y {
+            (v.max(1e-9).log10(), self.y_min.log10(), self.y_max.log10())
+        } else {
+            (v, self.y_min, self.y_max)
+        };
+        self.y0 + PANEL_H - (v - lo) / (hi - lo).max(1e-9) * PANEL_H
     }
 }
 
@@ -59,7 +66,10 @@ pub fn render(latency: &[Series], throughput: &[Series], subtitle: &str) -> Stri
         "latency (µs, log scale)",
         "fraction of cycles",
         latency,
-        true,
+        Scale {
+            log_x: true,
+            log_y: false,
+        },
         Some(1.0),
     );
     panel(
@@ -68,13 +78,23 @@ pub fn render(latency: &[Series], throughput: &[Series], subtitle: &str) -> Stri
         80.0,
         "Throughput against contenders",
         "contenders (log scale)",
-        "acquisitions / s",
+        "acquisitions / s (log scale)",
         throughput,
-        true,
+        // Curator's throughput is orders of magnitude below zklock's: a linear axis flattens it.
+        Scale {
+            log_x: true,
+            log_y: true,
+        },
         None,
     );
     svg.push_str("</svg>\n");
     svg
+}
+
+/// Which axes of a panel are logarithmic.
+struct Scale {
+    log_x: bool,
+    log_y: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -86,7 +106,7 @@ fn panel(
     x_label: &str,
     y_label: &str,
     series: &[Series],
-    log_x: bool,
+    Scale { log_x, log_y }: Scale,
     y_max: Option<f64>,
 ) {
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
@@ -103,20 +123,27 @@ fn panel(
     } else {
         (x_min, x_max)
     };
-    let y_max = y_max.unwrap_or_else(|| {
-        let m = series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1))
-            .fold(0.0, f64::max);
-        nice(m * 1.1)
-    });
+    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (y_min, y_max) = if log_y {
+        let lo = ys.clone().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+        let hi = ys.fold(0.0, f64::max);
+        let lo = if lo.is_finite() { lo } else { 1.0 };
+        (
+            10f64.powf(lo.log10().floor()),
+            y_max.unwrap_or_else(|| 10f64.powf(hi.max(lo * 10.0).log10().ceil())),
+        )
+    } else {
+        (0.0, y_max.unwrap_or_else(|| nice(ys.fold(0.0, f64::max) * 1.1)))
+    };
     let a = Axes {
         x0,
         y0,
         x_min,
         x_max,
+        y_min,
         y_max,
         log_x,
+        log_y,
     };
     let _ = writeln!(
         svg,
@@ -134,8 +161,14 @@ fn panel(
         escape(y_label),
     );
     // Grid and ticks.
-    for i in 0..=4 {
-        let v = y_max * i as f64 / 4.0;
+    let y_ticks: Vec<f64> = if log_y {
+        std::iter::successors(Some(y_min), |v| Some(v * 10.0))
+            .take_while(|v| *v <= y_max * 1.0001)
+            .collect()
+    } else {
+        (0..=4).map(|i| y_max * i as f64 / 4.0).collect()
+    };
+    for v in y_ticks {
         let y = a.y(v);
         let _ = writeln!(
             svg,

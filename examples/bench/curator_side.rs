@@ -116,3 +116,15 @@ pub async fn herd(connect: &str, waiters: usize, releases: usize) -> Result<Valu
         "max_notifications_per_release": per_release.iter().max(),
     }))
 }
+
+/// Per-key locking in the peer: `threads` threads each pick a random key out of `keys`.
+pub async fn distinct_keys(
+    peer: &CuratorPeer,
+    threads: usize,
+    keys: usize,
+    start_ms: u64,
+    end_ms: u64,
+) -> Result<Value, BoxError> {
+    let command = format!("bench-distinct /zklock-distinct-curator {threads} {keys} {start_ms} {end_ms}");
+    parse(&peer.bench(&command, LONG).await?)
+}

@@ -8,7 +8,8 @@
 //!
 //! Measures (a) the uncontended acquire+release cycle, (b) cross-process contention,
 //! (c) in-process contention, (d) watch notifications per release with many waiters queued
-//! (the herd check, counted by the server) and (e) the reentrant re-acquire cost. Writes a
+//! (the herd check, counted by the server), (e) the reentrant re-acquire cost and (f) per-key
+//! locking: 64 tasks over 10 000 keys, and the memory a client keeps per distinct key. Writes a
 //! table to the terminal and `DIR/results.json` plus `DIR/chart.svg`.
 
 mod chart;
@@ -66,6 +67,9 @@ enum Worker {
         start_ms: u64,
         end_ms: u64,
     },
+    /// The memory-per-key measurement, in a process of its own (started by the bench itself).
+    #[command(hide = true)]
+    Rss { connect: String, keys: usize },
 }
 
 /// Sizes of a run.
@@ -84,6 +88,11 @@ struct Plan {
     /// Handoff bounds compared by the fairness section (the default bound is 16).
     fairness_bounds: Vec<u32>,
     fairness_tasks: usize,
+    /// Tasks and keys of the per-key section (the seckill shape).
+    distinct_tasks: usize,
+    distinct_keys: usize,
+    /// Distinct names acquired in sequence by the memory-per-key section.
+    rss_keys: usize,
 }
 
 impl Plan {
@@ -103,6 +112,9 @@ impl Plan {
                 reentrant_cycles: 20_000,
                 fairness_bounds: vec![0, 4, 16],
                 fairness_tasks: 4,
+                distinct_tasks: 64,
+                distinct_keys: 10_000,
+                rss_keys: 10_000,
             }
         } else {
             Plan {
@@ -119,12 +131,15 @@ impl Plan {
                 reentrant_cycles: 200_000,
                 fairness_bounds: vec![0, 4, 16],
                 fairness_tasks: 4,
+                distinct_tasks: 64,
+                distinct_keys: 10_000,
+                rss_keys: 100_000,
             }
         }
     }
 
     fn steps(&self) -> usize {
-        3 + 2 * self.in_process.len() + 2 * self.cross_process.len() + self.fairness_bounds.len() + 2 + 2
+        3 + 2 * self.in_process.len() + 2 * self.cross_process.len() + self.fairness_bounds.len() + 2 + 2 + 3
     }
 }
 
@@ -165,6 +180,10 @@ fn main() -> Result<(), BoxError> {
             let client = zklock_side::client(connect).await?;
             let result = zklock_side::contended(&client, name, tasks, start_ms, end_ms).await?;
             println!("{result}");
+            Ok(())
+        }),
+        Some(Worker::Rss { ref connect, keys }) => runtime.block_on(async {
+            println!("{}", zklock_side::rss_growth(connect, keys).await?);
             Ok(())
         }),
         None => runtime.block_on(run(args)),
@@ -258,6 +277,25 @@ async fn run(args: Args) -> Result<(), BoxError> {
         fairness.push(zklock_side::handoff_fairness(&connect, bound, plan.fairness_tasks, start, end).await?);
     }
 
+    // (f) per-key locking: many tasks over many keys, and memory per key.
+    progress.step(&format!(
+        "distinct keys: zklock, {} tasks over {} keys",
+        plan.distinct_tasks, plan.distinct_keys
+    ));
+    let (start, end) = window(Duration::from_millis(500), plan.window);
+    let z_distinct = zklock_side::distinct_keys(&connect, plan.distinct_tasks, plan.distinct_keys, start, end).await?;
+    progress.step(&format!(
+        "distinct keys: Curator, {} threads over {} keys",
+        plan.distinct_tasks, plan.distinct_keys
+    ));
+    let peer = curator_side::peer(&connect).await?;
+    let (start, end) = window(Duration::from_millis(500), plan.window);
+    let c_distinct = curator_side::distinct_keys(&peer, plan.distinct_tasks, plan.distinct_keys, start, end).await?;
+    drop(peer);
+    let distinct = distinct_entry(&z_distinct, &c_distinct, plan.window);
+    progress.step(&format!("memory per key: {} distinct names in sequence", plan.rss_keys));
+    let rss = rss_worker(&connect, plan.rss_keys).await?;
+
     // (b) cross-process contention.
     let mut cross_process = Vec::new();
     for &(procs, tasks) in &plan.cross_process {
@@ -315,14 +353,17 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "cross_process_throughput_zklock_vs_curator": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "curator")),
         "in_process_throughput_zklock_vs_curator": ratio(rate(in_headline, "zklock"), rate(in_headline, "curator")),
         "reentrant_cost_zklock_vs_curator": ratio(zk_re, cur_re),
+        "distinct_keys_throughput_zklock_vs_curator": distinct["zklock_vs_curator"].clone(),
     });
     let target = |value: Option<f64>, op: &str, bound: f64| {
         let met = value.is_some_and(|v| if op == "<=" { v <= bound } else { v >= bound });
         json!({"value": value, "target": format!("{op} {bound}"), "met": met})
     };
     let targets = json!({
-        "uncontended_latency_vs_floor": target(ratios["uncontended_p50_zklock_vs_floor"].as_f64(), "<=", 1.10),
-        "uncontended_latency_vs_curator": target(ratios["uncontended_p50_zklock_vs_curator"].as_f64(), "<=", 0.85),
+        "uncontended_latency_vs_floor": target(ratios["uncontended_p50_zklock_vs_floor"].as_f64(), "<=", 1.05),
+        "uncontended_latency_vs_curator": target(ratios["uncontended_p50_zklock_vs_curator"].as_f64(), "<=", 0.65),
+        "distinct_keys_throughput_vs_curator": target(ratios["distinct_keys_throughput_zklock_vs_curator"].as_f64(), ">=", 2.0),
+        "rss_growth_mb": target(rss["rss_growth_mb"].as_f64(), "<=", 10.0),
         "cross_process_throughput_vs_curator": target(ratios["cross_process_throughput_zklock_vs_curator"].as_f64(), ">=", 1.3),
         "in_process_throughput_vs_curator": target(ratios["in_process_throughput_zklock_vs_curator"].as_f64(), ">=", 5.0),
         "notifications_per_release": {
@@ -355,6 +396,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "in_process": in_process,
         "herd": { "zklock": zk_herd, "curator": cur_herd },
         "handoff_fairness": fairness,
+        "distinct_keys": distinct,
+        "rss": rss.clone(),
+        "rss_growth_mb": rss["rss_growth_mb"].clone(),
         "reentrant": {
             "cycles": plan.reentrant_cycles,
             "zklock_ns_per_cycle": round(zk_re),
@@ -416,6 +460,35 @@ async fn zklock_cross(connect: &str, procs: usize, tasks: usize, length: Duratio
         results.push(serde_json::from_slice(&output.stdout)?);
     }
     Ok(results)
+}
+
+/// Runs the memory-per-key measurement in a fresh process of this binary.
+async fn rss_worker(connect: &str, keys: usize) -> Result<Value, BoxError> {
+    let exe = std::env::current_exe()?;
+    let child = Command::new(&exe)
+        .args(["rss", connect, &keys.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+    if !output.status.success() {
+        return Err(format!("the memory worker failed: {}", output.status).into());
+    }
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+fn distinct_entry(zklock: &Value, curator: &Value, window: Duration) -> Value {
+    let rate = |v: &Value| round(v["acquisitions"].as_f64().unwrap_or(0.0) / window.as_secs_f64());
+    let (z, c) = (rate(zklock), rate(curator));
+    json!({
+        "tasks": zklock["threads"],
+        "keys": zklock["keys"],
+        "window_s": window.as_secs_f64(),
+        "zklock": { "acquisitions_per_sec": z, "run": zklock },
+        "curator": { "acquisitions_per_sec": c, "run": curator },
+        "zklock_vs_curator": ratio(z, c),
+    })
 }
 
 fn contention_entry(
@@ -633,6 +706,25 @@ fn print_table(r: &Value) {
             ms(&f["remote_wait_max_ms"])
         );
     }
+    let d = &r["distinct_keys"];
+    println!();
+    println!(
+        "Distinct keys ({} tasks / threads over {} keys): zklock {} acq/s, Curator {} acq/s, ratio {}",
+        d["tasks"],
+        d["keys"],
+        d["zklock"]["acquisitions_per_sec"],
+        d["curator"]["acquisitions_per_sec"],
+        d["zklock_vs_curator"]
+    );
+    let m = &r["rss"];
+    println!(
+        "Memory per key: {} distinct names in {:.0} s; RSS {:.1} -> {:.1} MB (growth {:.2} MB)",
+        m["keys"],
+        m["seconds"].as_f64().unwrap_or(0.0),
+        m["rss_before_mb"].as_f64().unwrap_or(0.0),
+        m["rss_after_mb"].as_f64().unwrap_or(0.0),
+        m["rss_growth_mb"].as_f64().unwrap_or(0.0)
+    );
     let re = &r["reentrant"];
     println!();
     println!(

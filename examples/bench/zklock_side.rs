@@ -296,3 +296,102 @@ pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usiz
         "max_notifications_per_release": per_release.iter().max(),
     }))
 }
+
+/// Per-key locking, the seckill shape: `tasks` tasks of one client each pick a random key out
+/// of `keys` and acquire + release that key's mutex. Acquisitions completed inside the
+/// wall-clock window [start_ms, end_ms] are counted.
+pub async fn distinct_keys(
+    connect: &str,
+    tasks: usize,
+    keys: usize,
+    start_ms: u64,
+    end_ms: u64,
+) -> Result<Value, BoxError> {
+    let client = LockClient::builder(connect)
+        .namespace("/zklock-distinct")
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .await?;
+    let counted = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (client, counted) = (client.clone(), counted.clone());
+        handles.push(tokio::spawn(async move {
+            let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(task as u64 + 1) | 1);
+            let now = epoch_ms();
+            if start_ms > now {
+                tokio::time::sleep(Duration::from_millis(start_ms - now)).await;
+            }
+            while epoch_ms() < end_ms {
+                let key = rng.below(keys as u64);
+                client.mutex(&format!("key-{key}"))?.acquire().await?.release().await?;
+                let now = epoch_ms();
+                if now >= start_ms && now <= end_ms {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<_, zklock::LockError>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok(json!({
+        "acquisitions": counted.load(Ordering::Relaxed),
+        "window_ms": end_ms - start_ms,
+        "threads": tasks,
+        "keys": keys,
+    }))
+}
+
+/// Memory per distinct key: acquires and releases `keys` never-repeated lock names in sequence
+/// and reports the process's resident set before and after. Run in a process of its own (the
+/// bench's `rss` worker), so nothing else allocates beside it.
+pub async fn rss_growth(connect: &str, keys: usize) -> Result<Value, BoxError> {
+    let client = LockClient::builder(connect)
+        .namespace("/zklock-rss")
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .await?;
+    // Warm up the allocator, the runtime and the client's buffers first.
+    for i in 0..1000 {
+        client.mutex(&format!("warm-{i}"))?.acquire().await?.release().await?;
+    }
+    let before = rss_kib()?;
+    let started = Instant::now();
+    for i in 0..keys {
+        client.mutex(&format!("key-{i}"))?.acquire().await?.release().await?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let after = rss_kib()?;
+    let mb = |kib: u64| kib as f64 / 1024.0;
+    Ok(json!({
+        "keys": keys,
+        "seconds": seconds,
+        "rss_before_mb": mb(before),
+        "rss_after_mb": mb(after),
+        "rss_growth_mb": mb(after) - mb(before),
+    }))
+}
+
+/// This process's resident set size (`VmRSS` in /proc/self/status), in KiB.
+fn rss_kib() -> Result<u64, BoxError> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| "no VmRSS in /proc/self/status".into())
+}
+
+/// A small deterministic generator for picking keys.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}

@@ -238,10 +238,29 @@ async fn create_and_list(
     let dir = recipe.dir;
     let prefix = format!("{dir}/{protect}{}", recipe.node_name);
     let options = zk::CreateMode::EphemeralSequential.with_acls(recipe.acls);
+    let container = zk::CreateMode::Container.with_acls(recipe.acls);
+    // Set when the dir was missing (first use of the name, or reaped since): the next attempt
+    // creates it in the same round trip, ahead of the contender node. Requests are sent when
+    // called and a session's requests are applied in order.
+    let mut dir_missing = false;
     for _ in 0..8 {
+        let make_dir = dir_missing.then(|| session.zk.create(dir, b"", &container));
         let create = session.zk.create(&prefix, node_data(), &options);
         let listing = session.zk.list_children(dir);
-        let (created, listed) = tokio::join!(create, listing);
+        let made = async {
+            match make_dir {
+                Some(made) => Some(made.await),
+                None => None,
+            }
+        };
+        let (made, created, listed) = tokio::join!(made, create, listing);
+        let parent_missing = matches!(made, Some(Err(zk::Error::NoNode)));
+        if let (Some(Err(err)), Err(_)) = (made, &created) {
+            // Not allowed to create the dir, say: that is the error to report.
+            if !matches!(err, zk::Error::NodeExists | zk::Error::NoNode) && !is_transient(&err) {
+                return Err(failed("create lock dir", err));
+            }
+        }
         match created {
             Ok((stat, sequence)) => {
                 let ours = format!("{protect}{}{sequence}", recipe.node_name);
@@ -251,7 +270,12 @@ async fn create_and_list(
                 };
                 return Ok((ours, stat, children));
             }
-            Err(zk::Error::NoNode) => ensure_dir(recipe, session).await?,
+            Err(zk::Error::NoNode) if parent_missing => {
+                // The namespace above the dir is missing too: create the whole path.
+                ensure_dir(recipe, session).await?;
+                dir_missing = false;
+            }
+            Err(zk::Error::NoNode) => dir_missing = true,
             Err(err) if is_transient(&err) => {
                 retry_after(session, "create", err).await?;
                 if let Some((ours, stat)) = find_protected(session, dir, protect).await? {

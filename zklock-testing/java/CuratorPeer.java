@@ -22,6 +22,7 @@
 //   bench-contended <path> <threads> <startEpochMs> <endEpochMs>
 //                                                  -> RESULT <json>
 //   bench-reentrant <path> <warmup> <cycles>       -> RESULT <json>
+//   bench-distinct <prefix> <threads> <keys> <startEpochMs> <endEpochMs>  -> RESULT <json>
 //   ping                                           -> PONG
 //   quit                                           -> BYE (and exit)
 // Errors are reported as "ERROR <id|-> <message>". Ids are chosen by the driver.
@@ -275,6 +276,12 @@ public final class CuratorPeer {
                 say("RESULT " + benchContended(w[1], Integer.parseInt(w[2]), Long.parseLong(w[3]), Long.parseLong(w[4])));
                 return true;
             }
+            case "bench-distinct": {
+                need(w, 6, "bench-distinct <prefix> <threads> <keys> <startEpochMs> <endEpochMs>");
+                say("RESULT " + benchDistinct(w[1], Integer.parseInt(w[2]), Integer.parseInt(w[3]),
+                        Long.parseLong(w[4]), Long.parseLong(w[5])));
+                return true;
+            }
             default:
                 say("ERROR - unknown command " + w[0]);
                 return true;
@@ -432,5 +439,51 @@ public final class CuratorPeer {
         }
         return "{\"acquisitions\":" + counted.get() + ",\"window_ms\":" + (endEpochMs - startEpochMs)
                 + ",\"overlaps\":" + overlaps.get() + ",\"threads\":" + threads + "}";
+    }
+
+    /**
+     * Per-key locking, the way a service locks one of many items: each thread picks a random
+     * key out of {@code keys}, acquires an InterProcessMutex on {@code prefix/key-N} and releases
+     * it. Acquisitions completed inside the window are counted.
+     */
+    private static String benchDistinct(String prefix, int threads, int keys, long startEpochMs, long endEpochMs)
+            throws Exception {
+        CuratorFramework c = client();
+        AtomicLong counted = new AtomicLong();
+        List<Thread> ts = new ArrayList<>();
+        List<Throwable> errors = java.util.Collections.synchronizedList(new ArrayList<>());
+        for (int t = 0; t < threads; t++) {
+            final long seed = 0x9E3779B97F4A7C15L * (t + 1);
+            Thread th = new Thread(() -> {
+                java.util.Random random = new java.util.Random(seed);
+                try {
+                    long wait = startEpochMs - System.currentTimeMillis();
+                    if (wait > 0) {
+                        Thread.sleep(wait);
+                    }
+                    while (System.currentTimeMillis() < endEpochMs) {
+                        InterProcessMutex m = new InterProcessMutex(c, prefix + "/key-" + random.nextInt(keys));
+                        m.acquire();
+                        m.release();
+                        long now = System.currentTimeMillis();
+                        if (now >= startEpochMs && now <= endEpochMs) {
+                            counted.incrementAndGet();
+                        }
+                    }
+                } catch (Throwable e) {
+                    errors.add(e);
+                }
+            });
+            th.start();
+            ts.add(th);
+        }
+        for (Thread th : ts) {
+            th.join();
+        }
+        if (!errors.isEmpty()) {
+            throw new IllegalStateException("contender failed: " + describe(errors.get(0)));
+        }
+        return "{\"acquisitions\":" + counted.get() + ",\"window_ms\":" + (endEpochMs - startEpochMs)
+                + ",\"threads\":" + threads + ",\"keys\":" + keys + "}";
     }
 }
