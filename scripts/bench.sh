@@ -9,6 +9,7 @@
 #                                       (the herd check needs 4lw.commands.whitelist=mntr,wchs,...)
 #   ./scripts/bench.sh --fsync          start the server with forceSync=yes (default: no)
 #   ./scripts/bench.sh --tick-ms N      tickTime of the server it starts (default 2000)
+#   ./scripts/bench.sh --ensemble 3     three members on loopback, clients on a follower
 #
 # Prints a table, writes DIR/results.json (every figure, the server settings, the ratios) and
 # DIR/chart.svg (latency distributions, throughput against contenders).
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 case "${1:-}" in
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 ./scripts/install-deps.sh >&2

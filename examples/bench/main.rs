@@ -2,7 +2,7 @@
 //! raw ZooKeeper floor, on the same server in the same run.
 //!
 //! ```text
-//! ./scripts/bench.sh [--quick] [--out DIR] [--zk HOST:PORT] [--fsync]
+//! ./scripts/bench.sh [--quick] [--out DIR] [--zk HOST:PORT] [--fsync] [--ensemble 3]
 //! cargo run --release -p zklock-examples --example bench -- --quick
 //! ```
 //!
@@ -52,6 +52,10 @@ struct Args {
     /// tickTime of the server the bench starts, in milliseconds.
     #[arg(long, default_value_t = 2000)]
     tick_ms: u32,
+    /// Start an ensemble of this many members on loopback instead of one standalone server;
+    /// the clients talk to a follower, so every write is forwarded and needs a quorum.
+    #[arg(long, value_name = "MEMBERS", conflicts_with = "zk")]
+    ensemble: Option<usize>,
     #[command(subcommand)]
     worker: Option<Worker>,
 }
@@ -207,7 +211,12 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 tick_time_ms: args.tick_ms,
                 force_sync: args.fsync,
             };
-            tokio::task::spawn_blocking(move || Server::start(&settings)).await??
+            let ensemble = args.ensemble;
+            tokio::task::spawn_blocking(move || match ensemble {
+                Some(size) => Server::ensemble(size, &settings),
+                None => Server::start(&settings),
+            })
+            .await??
         }
     };
     let connect = server.connect.clone();
@@ -628,8 +637,9 @@ fn chart_svg(
     ];
     let server = &results["server"];
     let subtitle = format!(
-        "ZooKeeper {} tickTime={} ms forceSync={}; {} cores; {} run",
+        "ZooKeeper {} ({}) tickTime={} ms forceSync={}; {} cores; {} run",
         server["version"].as_str().unwrap_or("?"),
+        server["mode"].as_str().unwrap_or("standalone"),
         server["tickTime_ms"],
         server["forceSync"].as_str().unwrap_or("?"),
         results["machine"]["cores"],
@@ -749,8 +759,9 @@ fn print_table(r: &Value) {
     let s = &r["server"];
     println!();
     println!(
-        "Server: ZooKeeper {} tickTime={} ms forceSync={} ({})",
+        "Server: ZooKeeper {} ({}) tickTime={} ms forceSync={} ({})",
         s["version"].as_str().unwrap_or("?"),
+        s["mode"].as_str().unwrap_or("?"),
         s["tickTime_ms"],
         s["forceSync"].as_str().unwrap_or("?"),
         if s["started_by_bench"] == true {

@@ -15,6 +15,8 @@ pub struct Server {
     pub settings: Value,
     child: Option<Child>,
     data_dir: Option<PathBuf>,
+    /// Members of an ensemble the bench started; they stop when it is dropped.
+    _ensemble: Option<zklock::testing::ZkEnsemble>,
 }
 
 /// Settings of a server the bench starts.
@@ -62,6 +64,7 @@ impl Server {
             settings: Value::Null,
             child: Some(child),
             data_dir: Some(data_dir.clone()),
+            _ensemble: None,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         while four_letter_word(&server.connect, "ruok").as_deref() != Ok("imok") {
@@ -107,7 +110,42 @@ impl Server {
             }),
             child: None,
             data_dir: None,
+            _ensemble: None,
         }
+    }
+
+    /// Starts an ensemble of `size` members on loopback and points the clients at one
+    /// follower, as in production: every write is forwarded to the leader and needs a quorum.
+    pub fn ensemble(size: usize, settings: &Settings) -> Result<Server, String> {
+        let ensemble = zklock::testing::ZkEnsemble::builder(size)
+            .tick_time(Duration::from_millis(settings.tick_time_ms.into()))
+            .force_sync(settings.force_sync)
+            .start()
+            .map_err(|e| format!("cannot start the ensemble: {e}"))?;
+        let leader = ensemble
+            .wait_for_quorum(Duration::from_secs(60))
+            .map_err(|e| format!("the ensemble has no quorum: {e}"))?;
+        let follower = (0..size)
+            .find(|&i| i != leader)
+            .ok_or("an ensemble of one has no follower")?;
+        let connect = ensemble.members()[follower].connect_string();
+        let settings = json!({
+            "started_by_bench": true,
+            "version": server_version(&connect),
+            "mode": format!("ensemble of {size} on loopback, clients on a follower"),
+            "tickTime_ms": settings.tick_time_ms,
+            "forceSync": if settings.force_sync { "yes" } else { "no" },
+            "maxClientCnxns": 0,
+            "dataDir": "temporary directories on the local disk",
+            "connect": connect,
+        });
+        Ok(Server {
+            connect,
+            settings,
+            child: None,
+            data_dir: None,
+            _ensemble: Some(ensemble),
+        })
     }
 }
 

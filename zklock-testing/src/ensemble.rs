@@ -216,11 +216,11 @@ impl ZkEnsemble {
         Ok(())
     }
 
-    /// Whether member `index` is cut off by [`isolate`](Self::isolate).
+    /// Whether member `index` is cut off by [`isolate`](Self::isolate): every link from and
+    /// to it drops traffic.
     pub fn is_isolated(&self, index: usize) -> bool {
-        self.links
-            .iter()
-            .any(|l| l.touches(index) && l.quorum.mode() == ProxyMode::Blackhole)
+        let mut links = self.links.iter().filter(|l| l.touches(index)).peekable();
+        links.peek().is_some() && links.all(|l| l.quorum.mode() == ProxyMode::Blackhole)
     }
 
     fn set_links(&self, index: usize, mode: ProxyMode) -> Result<(), TestingError> {
