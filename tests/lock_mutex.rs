@@ -288,18 +288,48 @@ async fn each_waiter_watches_only_its_predecessor() {
         })
         .await
     );
-    // Each waiter holds exactly one watch, on a distinct node: 20 watches on 20 paths.
-    let watched = eventually(Duration::from_secs(5), || async {
-        let wchs = zk.four_letter_word("wchs").unwrap();
-        wchs.contains("watching 20 paths") && wchs.contains("Total watches:20")
+    // Each waiter holds exactly one watch, on a distinct contender node: 20 watches on 20
+    // paths. The only other watch allowed is the holder's data watch on the directory itself
+    // (the listing-free fast path, see docs/safety.md), which children coming and going never
+    // trigger.
+    let holder_session = format!("{:#x}", holder.session_id().unwrap());
+    let watches = || {
+        let wchp = zk.four_letter_word("wchp").unwrap();
+        let mut by_path: Vec<(String, Vec<String>)> = Vec::new();
+        for line in wchp.lines().filter(|l| !l.trim().is_empty()) {
+            match line.strip_prefix('\t') {
+                Some(session) => {
+                    if let Some(last) = by_path.last_mut() {
+                        last.1.push(session.trim().to_owned());
+                    }
+                }
+                None => by_path.push((line.trim().to_owned(), Vec::new())),
+            }
+        }
+        by_path
+    };
+    let settled = eventually(Duration::from_secs(5), || async {
+        watches()
+            .iter()
+            .filter(|(path, _)| path.starts_with("/zklock/herd/"))
+            .count()
+            == 20
     })
     .await;
-    assert!(watched, "wchs: {}", zk.four_letter_word("wchs").unwrap());
-    let wchc = zk.four_letter_word("wchc").unwrap();
-    assert!(
-        !wchc.contains("/zklock/herd\n"),
-        "nobody watches the whole lock dir: {wchc}"
-    );
+    let by_path = watches();
+    assert!(settled, "wchp: {by_path:?}");
+    for (path, sessions) in &by_path {
+        if path.starts_with("/zklock/herd/") {
+            assert_eq!(sessions.len(), 1, "{path} is watched by {sessions:?}");
+        } else {
+            assert_eq!(path, "/zklock/herd", "an unexpected watch: {by_path:?}");
+            assert_eq!(
+                sessions,
+                &vec![holder_session.clone()],
+                "only the holder watches the dir's data"
+            );
+        }
+    }
     guard.release().await.unwrap();
     for t in tasks {
         t.await.unwrap();

@@ -101,6 +101,11 @@ pub(crate) fn delete_node(
     let session = session.clone();
     async move {
         let mut outcome = first.await;
+        // Only a delete acknowledged on the first try tells exactly how the lock dir changed.
+        match outcome {
+            Ok(()) => session.alone().deleted(&path),
+            _ => session.alone().unsure(&path),
+        }
         loop {
             match outcome {
                 Ok(()) | Err(zk::Error::NoNode) => {

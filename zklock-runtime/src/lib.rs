@@ -28,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+mod alone;
 mod cleanup;
 mod client;
 mod connect;

@@ -378,12 +378,17 @@ impl Lock {
             node_name: self.rule.node_name(),
             acls: inner.config.acls(),
             cleanup: &inner.cleanup,
+            // Readers share a directory with each other: being alone proves less for them.
+            skip_listing_when_alone: matches!(self.kind, LockKind::Mutex | LockKind::Write),
         };
         let mut restarts = 0;
         loop {
             let session = self.client.session(None).await.map_err(Failed::Error)?;
             match queue::attempt(&recipe, &*self.rule, &session, deadline).await {
                 Ok(granted) => {
+                    if !granted.listed {
+                        Metrics::bump(&inner.metrics.without_listing);
+                    }
                     let losses = session.health().losses;
                     let token = FencingToken::new(granted.czxid, 0);
                     return Ok(self.hold(session, granted.node_path, token, losses, turn));
@@ -419,6 +424,7 @@ impl Lock {
             node_name: semaphore::LEASE_NODE,
             acls: inner.config.acls(),
             cleanup: &inner.cleanup,
+            skip_listing_when_alone: false,
         };
         let mut restarts = 0;
         loop {

@@ -7,6 +7,7 @@ pub(crate) struct Metrics {
     pub acquired: AtomicU64,
     pub reentered: AtomicU64,
     pub handed_off: AtomicU64,
+    pub without_listing: AtomicU64,
     pub timed_out: AtomicU64,
     pub lost: AtomicU64,
     pub released: AtomicU64,
@@ -23,6 +24,7 @@ impl Metrics {
             acquired: self.acquired.load(Relaxed),
             reentered: self.reentered.load(Relaxed),
             handed_off: self.handed_off.load(Relaxed),
+            granted_without_listing: self.without_listing.load(Relaxed),
             timed_out: self.timed_out.load(Relaxed),
             lost: self.lost.load(Relaxed),
             released: self.released.load(Relaxed),
@@ -49,6 +51,9 @@ pub struct MetricsSnapshot {
     /// Grants served by handing a held node to the next waiting task of this process
     /// (included in `acquired`).
     pub handed_off: u64,
+    /// Grants proven uncontended without listing the lock directory (included in
+    /// `acquired`; see `docs/safety.md`, "Skipping the listing").
+    pub granted_without_listing: u64,
     /// Acquisitions that gave up at their timeout.
     pub timed_out: u64,
     /// Holds that were reported lost.

@@ -38,6 +38,9 @@ pub(crate) struct Recipe<'a> {
     pub acls: zk::Acls<'a>,
     /// Where abandoned contenders are removed.
     pub cleanup: &'a Cleanup,
+    /// Exclusive locks: a contender proven alone (see [`crate::alone`]) is granted without
+    /// listing the directory.
+    pub skip_listing_when_alone: bool,
 }
 
 /// A contender node the rule let go.
@@ -46,6 +49,8 @@ pub(crate) struct Granted {
     pub node_path: String,
     /// The node's creation zxid: the grant's fencing token.
     pub czxid: i64,
+    /// Whether the directory was listed for this grant (false: proven alone without).
+    pub listed: bool,
 }
 
 /// Why one attempt on one session did not produce a grant.
@@ -95,10 +100,17 @@ impl<'a> Contending<'a> {
             node: None,
             armed: true,
         };
-        let (ours, stat, children) = create_and_list(recipe, session, &protect).await?;
+        let created = create_and_list(recipe, session, &protect).await?;
+        let Created {
+            ours,
+            stat,
+            children,
+            listed,
+        } = created;
         let granted = Granted {
             node_path: format!("{}/{ours}", recipe.dir),
             czxid: stat.czxid,
+            listed,
         };
         contending.node = Some(ours);
         Ok((contending, granted, children))
@@ -227,14 +239,21 @@ async fn list(session: &Session, dir: &str) -> Result<Vec<String>, Failed> {
     }
 }
 
+/// What [`create_and_list`] made: our node, its stat, and the directory's children.
+struct Created {
+    ours: String,
+    stat: zk::Stat,
+    children: Vec<String>,
+    /// False when the children were not listed but proven to be just our node.
+    listed: bool,
+}
+
 /// Creates our contender node with the listing pipelined behind it. Creates the lock
 /// directory (and namespace) as containers when missing, and finds our node again by its
-/// protected prefix when the create's answer was lost.
-async fn create_and_list(
-    recipe: &Recipe<'_>,
-    session: &Session,
-    protect: &str,
-) -> Result<(String, zk::Stat, Vec<String>), Failed> {
+/// protected prefix when the create's answer was lost. When the session knows it was alone in
+/// the directory ([`crate::alone`]), sends the create without the listing, and lists only if
+/// the create's number does not prove the node alone.
+async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) -> Result<Created, Failed> {
     let dir = recipe.dir;
     let prefix = format!("{dir}/{protect}{}", recipe.node_name);
     let options = zk::CreateMode::EphemeralSequential.with_acls(recipe.acls);
@@ -244,16 +263,25 @@ async fn create_and_list(
     // called and a session's requests are applied in order.
     let mut dir_missing = false;
     for _ in 0..8 {
+        let expected = (recipe.skip_listing_when_alone && !dir_missing)
+            .then(|| session.alone().expect(dir))
+            .flatten();
         let make_dir = dir_missing.then(|| session.zk.create(dir, b"", &container));
         let create = session.zk.create(&prefix, node_data(), &options);
-        let listing = session.zk.list_children(dir);
+        let listing = expected.is_none().then(|| session.zk.list_children(dir));
         let made = async {
             match make_dir {
                 Some(made) => Some(made.await),
                 None => None,
             }
         };
-        let (made, created, listed) = tokio::join!(made, create, listing);
+        let listed = async {
+            match listing {
+                Some(listing) => Some(listing.await),
+                None => None,
+            }
+        };
+        let (made, created, listed) = tokio::join!(made, create, listed);
         let parent_missing = matches!(made, Some(Err(zk::Error::NoNode)));
         if let (Some(Err(err)), Err(_)) = (made, &created) {
             // Not allowed to create the dir, say: that is the error to report.
@@ -264,11 +292,30 @@ async fn create_and_list(
         match created {
             Ok((stat, sequence)) => {
                 let ours = format!("{protect}{}{sequence}", recipe.node_name);
+                let sequence = sequence.into_i64();
+                if let Some(expected) = expected {
+                    if session.alone().confirm(dir, expected, &ours, sequence) {
+                        return Ok(Created {
+                            children: vec![ours.clone()],
+                            ours,
+                            stat,
+                            listed: false,
+                        });
+                    }
+                }
                 let children = match listed {
-                    Ok(children) => children,
-                    Err(_) => list(session, dir).await?,
+                    Some(Ok(children)) => children,
+                    _ => list(session, dir).await?,
                 };
-                return Ok((ours, stat, children));
+                if recipe.skip_listing_when_alone && children.len() == 1 && children[0] == ours {
+                    session.alone().listed_alone(&session.zk, dir, &ours, sequence);
+                }
+                return Ok(Created {
+                    ours,
+                    stat,
+                    children,
+                    listed: true,
+                });
             }
             Err(zk::Error::NoNode) if parent_missing => {
                 // The namespace above the dir is missing too: create the whole path.
@@ -280,7 +327,12 @@ async fn create_and_list(
                 retry_after(session, "create", err).await?;
                 if let Some((ours, stat)) = find_protected(session, dir, protect).await? {
                     let children = list(session, dir).await?;
-                    return Ok((ours, stat, children));
+                    return Ok(Created {
+                        ours,
+                        stat,
+                        children,
+                        listed: true,
+                    });
                 }
             }
             Err(err) => return Err(failed("create", err)),

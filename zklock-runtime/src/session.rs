@@ -15,6 +15,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use zookeeper_client as zk;
 
+use crate::alone::Alone;
+
 /// The pause before a request that failed on the connection is sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
@@ -87,6 +89,9 @@ pub(crate) struct Session {
     /// Contender nodes granted in this session and not yet deleted (held or handed over), so
     /// that closing the client can release them all.
     held: Mutex<HashSet<String>>,
+    /// Lock directories this session was last alone in (the listing-free fast path); cleared
+    /// by the monitor when the connection drops.
+    alone: Arc<Mutex<Alone>>,
     /// Dropping the session drops this and so ends its monitor task.
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -117,10 +122,12 @@ impl Session {
             health,
             runtime_gone: runtime_gone.clone(),
             held: Mutex::default(),
+            alone: Arc::default(),
             _stop: stop,
         });
         let states = session.zk.state_watcher();
         let sender = session.health.clone();
+        let alone = session.alone.clone();
         // The monitor task lives as long as the session; if its future is dropped before it
         // finished, the runtime dropped it while shutting down.
         let mut sentinel = RuntimeSentinel {
@@ -131,7 +138,7 @@ impl Session {
         };
         tokio::spawn(async move {
             tokio::select! {
-                _ = monitor(id, states, sender, loss_after, on_change) => {}
+                _ = monitor(id, states, sender, loss_after, on_change, alone) => {}
                 _ = stopped => {}
             }
             sentinel.disarm();
@@ -140,6 +147,12 @@ impl Session {
     }
 
     /// Notes a node granted in this session.
+    /// What this session knows about lock directories it was alone in (never held across an
+    /// await).
+    pub fn alone(&self) -> std::sync::MutexGuard<'_, Alone> {
+        self.alone.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn track(&self, node_path: &str) {
         self.held
             .lock()
@@ -252,6 +265,7 @@ async fn monitor(
     health: watch::Sender<Health>,
     loss_after: Duration,
     on_change: Arc<dyn Fn(Health) + Send + Sync>,
+    alone: Arc<Mutex<Alone>>,
 ) {
     let set = |status: SessionStatus, lost: bool| {
         health.send_if_modified(|h| {
@@ -277,6 +291,7 @@ async fn monitor(
                 state = states.changed().await;
             }
             zk::SessionState::Disconnected => {
+                alone.lock().unwrap_or_else(|e| e.into_inner()).clear();
                 warn!(
                     session = format_args!("{id:#x}"),
                     "zookeeper connection lost; held locks are at risk"

@@ -1,0 +1,202 @@
+//! The uncontended fast path: a contender proven alone in its lock directory is granted
+//! without listing it (`zklock-runtime/src/alone.rs`, `docs/safety.md` "Skipping the
+//! listing"). Each test forces one of the cases that must fall back to a listing, and checks
+//! both that the fallback happened (`granted_without_listing` did not move) and that the grant
+//! was right.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{client, eventually, raw};
+use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
+use zklock_testing::FaultProxy;
+
+/// A server that reaps empty containers only after a minute (the default), not every 100 ms
+/// like the suite's usual one: a reaped lock dir rightly sends the next acquire to a listing,
+/// which would make the counts below depend on the reaper's timing.
+fn server() -> zklock_testing::ZkServer {
+    zklock_testing::ZkServer::start().expect("start ZooKeeper (run scripts/install-deps.sh)")
+}
+
+fn fast(c: &LockClient) -> u64 {
+    c.metrics().granted_without_listing
+}
+
+/// Two grants with listings: the first notes the directory, the second sets its watch.
+/// From the third on, a lone contender goes without listing.
+async fn warm_up(lock: &zklock_runtime::Lock) {
+    for _ in 0..2 {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+}
+
+fn sequential() -> zk::CreateOptions<'static> {
+    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
+}
+
+#[tokio::test]
+async fn a_lone_holder_is_granted_again_without_listing() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let lock = c.mutex("solo").unwrap();
+    let mut last = None;
+    for _ in 0..5 {
+        let guard = lock.acquire().await.unwrap();
+        assert!(last < Some(guard.fencing_token()), "tokens must increase");
+        last = Some(guard.fencing_token());
+        guard.release().await.unwrap();
+    }
+    assert_eq!(fast(&c), 3, "only the first two grants should have listed");
+    // The write side of a read/write lock is exclusive too; the read side always lists.
+    let write = c.write_lock("solo-rw").unwrap();
+    for _ in 0..3 {
+        write.acquire().await.unwrap().release().await.unwrap();
+    }
+    assert_eq!(fast(&c), 4);
+    let read = c.read_lock("solo-rw").unwrap();
+    for _ in 0..3 {
+        read.acquire().await.unwrap().release().await.unwrap();
+    }
+    assert_eq!(fast(&c), 4, "read locks list every time");
+}
+
+/// Another client's create and delete during our hold change the count: the next acquire
+/// lists (and, alone again, goes back to the fast path afterwards).
+#[tokio::test]
+async fn a_foreign_create_and_delete_during_the_hold_forces_a_listing() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let other = raw(&zk.connect_string()).await;
+    let lock = c.mutex("visited").unwrap();
+    warm_up(&lock).await;
+    let guard = lock.acquire().await.unwrap();
+    assert_eq!(fast(&c), 1);
+    let (_, seq) = other
+        .create("/zklock/visited/_c_x-lock-", b"", &sequential())
+        .await
+        .unwrap();
+    other
+        .delete(&format!("/zklock/visited/_c_x-lock-{seq}"), None)
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(fast(&c), 1, "the count changed behind our back: must list");
+    lock.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(fast(&c), 2, "alone again: back to the fast path");
+}
+
+/// A contender another client left in the directory is ahead of our next node: we wait for
+/// it, and are granted only once it is gone.
+#[tokio::test]
+async fn a_foreign_contender_left_in_the_dir_is_waited_for() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let other = raw(&zk.connect_string()).await;
+    let lock = c.mutex("queued").unwrap();
+    warm_up(&lock).await;
+    let guard = lock.acquire().await.unwrap();
+    let (_, seq) = other
+        .create("/zklock/queued/_c_x-lock-", b"", &sequential())
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let err = lock.acquire_timeout(Duration::from_millis(500)).await.unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    other
+        .delete(&format!("/zklock/queued/_c_x-lock-{seq}"), None)
+        .await
+        .unwrap();
+    lock.acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        fast(&c),
+        1,
+        "only the grant before the foreign contender was a fast one"
+    );
+}
+
+/// The dangerous case the directory watch exists for: the empty directory is deleted and
+/// recreated, and the new one is brought to exactly the count our next create expects, with
+/// foreign contenders in it. The create's number alone would "prove" us alone; the fired
+/// watch must send us to the listing, where we queue behind them. Fails without the watch.
+#[tokio::test]
+async fn a_dir_recreated_to_the_expected_count_is_not_trusted() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let admin = raw(&zk.connect_string()).await;
+    let lock = c.mutex("reborn").unwrap();
+    warm_up(&lock).await;
+    let guard = lock.acquire().await.unwrap();
+    assert_eq!(fast(&c), 1);
+    // The number the next create gets if nobody else creates a node in the directory.
+    let last: i64 = guard.node_path().rsplit('-').next().unwrap().parse().unwrap();
+    let expected = last + 1;
+    guard.release().await.unwrap();
+    // The server may have reaped the empty container already.
+    match admin.delete("/zklock/reborn", None).await {
+        Ok(()) | Err(zk::Error::NoNode) => {}
+        Err(err) => panic!("cannot delete the lock dir: {err}"),
+    }
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    // (`mkdir`: the server may have reaped the emptied namespace too.)
+    admin.mkdir("/zklock/reborn", &persistent).await.unwrap();
+    // Foreign contenders, up to the number before the expected one.
+    loop {
+        let (_, seq) = admin
+            .create("/zklock/reborn/_c_x-lock-", b"", &sequential())
+            .await
+            .unwrap();
+        assert!(seq.into_i64() < expected, "overshot: {seq} for {expected}");
+        if seq.into_i64() + 1 == expected {
+            break;
+        }
+    }
+    let err = lock.acquire_timeout(Duration::from_millis(500)).await.unwrap_err();
+    assert!(
+        matches!(err, LockError::Timeout { .. }),
+        "granted past the contenders of a recreated dir: {err:?}"
+    );
+    assert_eq!(fast(&c), 1);
+}
+
+/// After a connection loss nothing known before it is trusted: the next acquire lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_forgets_what_was_known() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let c = LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .unwrap();
+    let lock = c.mutex("reconnected").unwrap();
+    warm_up(&lock).await;
+    lock.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(fast(&c), 1);
+    let mut status = c.watch_status();
+    proxy.blackhole();
+    proxy.reset_all();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        status.wait_for(|s| *s == SessionStatus::Suspended),
+    )
+    .await
+    .expect("the client noticed the connection loss")
+    .unwrap();
+    proxy.pass();
+    let back = eventually(Duration::from_secs(10), || async {
+        c.status() == SessionStatus::Connected
+    })
+    .await;
+    assert!(back, "the client did not reconnect: {:?}", c.status());
+    lock.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(fast(&c), 1, "a grant right after a reconnect must list");
+    lock.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(fast(&c), 2);
+}

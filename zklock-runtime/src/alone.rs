@@ -1,0 +1,204 @@
+//! Knowing without a listing that a new contender node is alone in its lock directory: the
+//! uncontended fast path of exclusive locks. The argument is in `docs/safety.md` ("Skipping
+//! the listing"); in short:
+//!
+//! - A sequential node's number is a counter of the directory (its `cversion` as the server
+//!   prepares the create) that every create in the directory raises and nothing lowers.
+//! - When a listing shows our node (number `s`) alone in the directory, and the delete of that
+//!   node is acknowledged, our next create in the same session that gets number `s + 1` proves
+//!   that no other create happened in between: the directory held nothing but our old node,
+//!   which is gone, so it holds our new node and nothing else. No listing needed.
+//! - A directory deleted and recreated (a reaped container) starts a new count that can reach
+//!   the same number, so an exists-watch on the directory must not have fired. It is set after
+//!   the listing and before the delete is sent, while our node keeps the directory from being
+//!   deleted. ZooKeeper sends a watch event ahead of the answers to later requests, and the
+//!   client library hands it to the watcher before it completes those answers.
+//! - Anything unexpected (another number, a fired watch, a reconnect, an evicted entry)
+//!   forgets what was known, and the caller lists as usual.
+//!
+//! One [`Alone`] per session: a new session starts knowing nothing.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_task::noop_waker_ref;
+
+use zookeeper_client as zk;
+
+/// Directories remembered per session; the oldest is forgotten beyond this, so per-key locks
+/// do not grow the state without bound.
+const MAX_DIRS: usize = 256;
+
+type ExistsAnswer = Pin<Box<dyn Future<Output = Result<(Option<zk::Stat>, zk::OneshotWatcher), zk::Error>> + Send>>;
+type WatchEvent = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
+/// What one session knows about the lock directories it was alone in.
+#[derive(Default)]
+pub(crate) struct Alone {
+    dirs: HashMap<String, Known>,
+    order: VecDeque<String>,
+    /// Directories seen alone once, not yet watched: the watch (one more request, and one to
+    /// remove it when forgotten) is only worth it for a lock taken again, not for per-key locks
+    /// spread over many names.
+    seen: HashSet<String>,
+    seen_order: VecDeque<String>,
+}
+
+/// One directory: our node was its only child.
+struct Known {
+    /// Our node while it exists; `None` once its delete was acknowledged.
+    node: Option<String>,
+    /// The number of our node.
+    sequence: i64,
+    /// Set when the delete of `node` was acknowledged: the number the next create gets if no
+    /// other create happens. Taken by the create that relies on it.
+    expected: Option<i64>,
+    watch: DirWatch,
+}
+
+/// The exists-watch on the directory: first the answer that sets it, then the watch itself.
+enum DirWatch {
+    Setting(ExistsAnswer),
+    Set(WatchEvent),
+    Broken,
+}
+
+impl DirWatch {
+    /// Whether the watch is set and has not fired, judged from what the client library has
+    /// received so far (never waits).
+    fn intact(&mut self) -> bool {
+        let mut cx = Context::from_waker(noop_waker_ref());
+        if let DirWatch::Setting(answer) = self {
+            *self = match answer.as_mut().poll(&mut cx) {
+                Poll::Ready(Ok((Some(_), watcher))) => DirWatch::Set(Box::pin(watcher.changed())),
+                // The directory was gone, the request failed, or no answer yet: unproven.
+                Poll::Ready(_) | Poll::Pending => DirWatch::Broken,
+            };
+        }
+        match self {
+            DirWatch::Set(event) => match event.as_mut().poll(&mut cx) {
+                Poll::Pending => true,
+                Poll::Ready(_) => {
+                    *self = DirWatch::Broken;
+                    false
+                }
+            },
+            DirWatch::Setting(_) | DirWatch::Broken => false,
+        }
+    }
+}
+
+impl Alone {
+    /// A listing showed `node` (number `sequence`) as the only child of `dir`. The second time
+    /// this happens for a directory, sets the directory watch (the request goes out now, ahead
+    /// of any later delete of `node` on this session); from then on the directory can go
+    /// without listings.
+    pub fn listed_alone(&mut self, zk: &zk::Client, dir: &str, node: &str, sequence: i64) {
+        if let Some(known) = self.dirs.get_mut(dir) {
+            if known.watch.intact() {
+                known.node = Some(node.to_owned());
+                known.sequence = sequence;
+                known.expected = None;
+                return;
+            }
+            self.forget(dir);
+        }
+        if self.seen.insert(dir.to_owned()) {
+            self.seen_order.push_back(dir.to_owned());
+            if self.seen_order.len() > MAX_DIRS {
+                if let Some(oldest) = self.seen_order.pop_front() {
+                    self.seen.remove(&oldest);
+                }
+            }
+            return;
+        }
+        let (zk, path) = (zk.clone(), dir.to_owned());
+        let mut answer: ExistsAnswer = Box::pin(async move { zk.check_and_watch_stat(&path).await });
+        // The first poll sends the request: now, ahead of any later delete on this session.
+        let watch = match answer.as_mut().poll(&mut Context::from_waker(noop_waker_ref())) {
+            Poll::Pending => DirWatch::Setting(answer),
+            Poll::Ready(_) => DirWatch::Broken,
+        };
+        self.insert(
+            dir,
+            Known {
+                node: Some(node.to_owned()),
+                sequence,
+                expected: None,
+                watch,
+            },
+        );
+    }
+
+    /// The delete of `node_path` was acknowledged on the first try: the next create in its
+    /// directory may rely on the count.
+    pub fn deleted(&mut self, node_path: &str) {
+        let Some((dir, node)) = node_path.rsplit_once('/') else {
+            return;
+        };
+        if let Some(known) = self.dirs.get_mut(dir) {
+            if known.node.as_deref() == Some(node) {
+                known.node = None;
+                known.expected = Some(known.sequence + 1);
+            }
+        }
+    }
+
+    /// Something else happened to `node_path` (a delete retried through a connection loss,
+    /// a node already gone): forget its directory.
+    pub fn unsure(&mut self, node_path: &str) {
+        if let Some((dir, _)) = node_path.rsplit_once('/') {
+            self.forget(dir);
+        }
+    }
+
+    /// The number a create in `dir` gets if nobody else created a node there since we were
+    /// alone in it and deleted our node. Taken: one create relies on it.
+    pub fn expect(&mut self, dir: &str) -> Option<i64> {
+        self.dirs.get_mut(dir)?.expected.take()
+    }
+
+    /// Our create in `dir` (sent after [`expect`](Self::expect) gave `expected`) made `node`
+    /// with number `sequence`. True when that proves the node alone; otherwise the directory
+    /// is forgotten and the caller must list.
+    pub fn confirm(&mut self, dir: &str, expected: i64, node: &str, sequence: i64) -> bool {
+        let proven = self
+            .dirs
+            .get_mut(dir)
+            .is_some_and(|known| sequence == expected && known.node.is_none() && known.watch.intact());
+        if proven {
+            if let Some(known) = self.dirs.get_mut(dir) {
+                known.node = Some(node.to_owned());
+                known.sequence = sequence;
+            }
+        } else {
+            self.forget(dir);
+        }
+        proven
+    }
+
+    /// The connection dropped: watch events may be late, so nothing is trusted any more.
+    pub fn clear(&mut self) {
+        self.dirs.clear();
+        self.order.clear();
+    }
+
+    fn insert(&mut self, dir: &str, known: Known) {
+        if self.dirs.len() >= MAX_DIRS {
+            while let Some(oldest) = self.order.pop_front() {
+                if self.dirs.remove(&oldest).is_some() {
+                    break;
+                }
+            }
+        }
+        self.dirs.insert(dir.to_owned(), known);
+        self.order.push_back(dir.to_owned());
+    }
+
+    fn forget(&mut self, dir: &str) {
+        self.dirs.remove(dir);
+        self.order.retain(|d| d != dir);
+    }
+}
