@@ -2,7 +2,8 @@
 //!
 //! 1. Create `<dir>/_c_<uuid>-<node name>` as EPHEMERAL_SEQUENTIAL, and send the listing of
 //!    `<dir>` right behind it without waiting: ZooKeeper answers one session's requests in
-//!    order, so the listing includes the new node and the pair costs one round trip.
+//!    order, so the listing includes the new node and the pair costs one round trip. When the
+//!    session can prove the new node alone ([`crate::alone`]), the listing is left out.
 //! 2. Order the children by sequence number and ask the [`Rule`] whether we may go.
 //! 3. If not, watch only the contender the rule names (no herd), and when it is deleted either
 //!    go at once (it was the last blocker) or list again.
