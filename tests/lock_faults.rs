@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{client, contenders, eventually, raw, server};
-use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
+use zklock_runtime::{zk, LockClient, LockError, LockGuard, SessionStatus};
 use zklock_testing::{FaultProxy, ZkEnsemble};
 
 const SESSION: Duration = Duration::from_secs(4);
@@ -18,6 +18,62 @@ async fn client_via(proxy: &FaultProxy) -> LockClient {
         .connect()
         .await
         .unwrap()
+}
+
+/// The loss-timing guarantee, as both fault tests check it: `other` queues behind the holder of
+/// `guard`, `fault` cuts the holder off, and the holder must be told it lost the lock before
+/// `other` is granted it (with a higher token).
+async fn told_before_another_is_granted(
+    guard: &LockGuard,
+    other: &LockClient,
+    view: &zk::Client,
+    fault_name: &str,
+    fault: impl FnOnce(),
+) {
+    let loss = tokio::spawn({
+        let mut signal = guard.loss_signal();
+        async move {
+            let err = signal.lost().await;
+            (Instant::now(), err)
+        }
+    });
+    let contender = tokio::spawn({
+        let lock = other.mutex(guard.name()).unwrap();
+        async move {
+            let g = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
+            (Instant::now(), g.fencing_token())
+        }
+    });
+    // The other client is queued (its node is in the lock dir) before the fault.
+    let dir = guard.node_path().rsplit_once('/').unwrap().0.to_owned();
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            contenders(view, &dir).await.len() == 2
+        })
+        .await,
+        "the other client never queued"
+    );
+    let cut = Instant::now();
+    fault();
+    let (lost_at, err) = tokio::time::timeout(Duration::from_secs(20), loss)
+        .await
+        .expect("loss signalled")
+        .unwrap();
+    assert!(matches!(err, LockError::Lost { .. }), "{err:?}");
+    let (granted_at, token) = tokio::time::timeout(Duration::from_secs(30), contender)
+        .await
+        .expect("granted once the holder's session expired")
+        .unwrap();
+    eprintln!(
+        "{fault_name} at 0; holder told of loss at {:?}; other client granted at {:?}",
+        lost_at - cut,
+        granted_at - cut
+    );
+    assert!(
+        lost_at < granted_at,
+        "the other client was granted the lock before the holder learned it lost it"
+    );
+    assert!(token > guard.fencing_token());
 }
 
 /// CURATOR-206: a holder cut off until its session expires must learn that it lost the lock
@@ -40,50 +96,8 @@ async fn curator_206_partitioned_holder_learns_of_loss_before_another_acquires()
     let other = client(&zk.connect_string()).await;
     let view = raw(&zk.connect_string()).await;
     let guard = holder.mutex("partition").unwrap().acquire().await.unwrap();
-    let loss = tokio::spawn({
-        let mut signal = guard.loss_signal();
-        async move {
-            let err = signal.lost().await;
-            (Instant::now(), err)
-        }
-    });
-    let contender = tokio::spawn({
-        let lock = other.mutex("partition").unwrap();
-        async move {
-            let g = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
-            (Instant::now(), g.fencing_token())
-        }
-    });
-    // The other client is queued (its node is in the lock dir) before the partition.
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            contenders(&view, "/zklock/partition").await.len() == 2
-        })
-        .await,
-        "the other client never queued"
-    );
-    let cut = Instant::now();
-    proxy.blackhole();
-    let (lost_at, err) = tokio::time::timeout(Duration::from_secs(20), loss)
-        .await
-        .expect("loss signalled")
-        .unwrap();
-    assert!(matches!(err, LockError::Lost { .. }), "{err:?}");
+    told_before_another_is_granted(&guard, &other, &view, "partitioned", || proxy.blackhole()).await;
     assert!(guard.is_lost());
-    let (granted_at, token) = tokio::time::timeout(Duration::from_secs(30), contender)
-        .await
-        .expect("granted")
-        .unwrap();
-    eprintln!(
-        "partitioned at 0; holder told of loss at {:?}; other client granted at {:?}",
-        lost_at - cut,
-        granted_at - cut
-    );
-    assert!(
-        lost_at < granted_at,
-        "the other client was granted the lock before the holder learned it lost it"
-    );
-    assert!(token > guard.fencing_token());
     assert!(holder.metrics().lost == 0, "loss is counted when the hold ends");
     drop(guard);
     assert_eq!(holder.metrics().lost, 1);
@@ -324,48 +338,10 @@ async fn holder_on_an_isolated_follower_learns_of_loss_before_another_acquires()
         .unwrap();
     let view = raw(&others.join(",")).await;
     let guard = holder.mutex("isolated-member").unwrap().acquire().await.unwrap();
-    let loss = tokio::spawn({
-        let mut signal = guard.loss_signal();
-        async move {
-            let err = signal.lost().await;
-            (Instant::now(), err)
-        }
-    });
-    let contender = tokio::spawn({
-        let lock = other.mutex("isolated-member").unwrap();
-        async move {
-            let g = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
-            (Instant::now(), g.fencing_token())
-        }
-    });
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            contenders(&view, "/zklock/isolated-member").await.len() == 2
-        })
-        .await,
-        "the other client never queued"
-    );
-    let cut = Instant::now();
-    ensemble.isolate(follower).unwrap();
-    let (lost_at, err) = tokio::time::timeout(Duration::from_secs(20), loss)
-        .await
-        .expect("loss signalled")
-        .unwrap();
-    assert!(matches!(err, LockError::Lost { .. }), "{err:?}");
-    let (granted_at, token) = tokio::time::timeout(Duration::from_secs(30), contender)
-        .await
-        .expect("granted once the holder's session expired")
-        .unwrap();
-    eprintln!(
-        "member {follower} isolated at 0; holder told of loss at {:?}; other client granted at {:?}",
-        lost_at - cut,
-        granted_at - cut
-    );
-    assert!(
-        lost_at < granted_at,
-        "the other client was granted the lock before the holder learned it lost it"
-    );
-    assert!(token > guard.fencing_token());
+    told_before_another_is_granted(&guard, &other, &view, &format!("member {follower} isolated"), || {
+        ensemble.isolate(follower).unwrap()
+    })
+    .await;
     ensemble.heal(follower).unwrap();
 }
 
