@@ -459,11 +459,7 @@ fn inject(
         }
         FaultKind::PartitionHolder => {
             let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
-                record.effective = false;
-                record.note = "no holder to partition".into();
-                let now = now_ns();
-                (record.injected_ns, record.healed_ns, record.measure_from_ns) = (now, now, now);
-                return Ok(record);
+                return Ok(record.not_taken("no holder to partition"));
             };
             let c = contenders
                 .iter()
@@ -488,11 +484,7 @@ fn inject(
         }
         FaultKind::IsolateHolderMember => {
             let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
-                record.effective = false;
-                record.note = "no holder whose member to isolate".into();
-                let now = now_ns();
-                (record.injected_ns, record.healed_ns, record.measure_from_ns) = (now, now, now);
-                return Ok(record);
+                return Ok(record.not_taken("no holder whose member to isolate"));
             };
             let c = contenders
                 .iter()
@@ -501,11 +493,7 @@ fn inject(
             // The contender reaches member i through its proxy i: the one with a live
             // connection is the member its session is on.
             let Some(member) = c.proxies.iter().position(|proxy| proxy.connection_count() > 0) else {
-                record.effective = false;
-                record.note = format!("process {p} has no open connection to any member");
-                let now = now_ns();
-                (record.injected_ns, record.healed_ns, record.measure_from_ns) = (now, now, now);
-                return Ok(record);
+                return Ok(record.not_taken(format!("process {p} has no open connection to any member")));
             };
             let role = if ensemble.leader() == Some(member) {
                 "leader"
@@ -545,11 +533,7 @@ fn inject(
         }
         FaultKind::PauseHolder => {
             let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
-                record.effective = false;
-                record.note = "no holder to pause".into();
-                let now = now_ns();
-                (record.injected_ns, record.healed_ns, record.measure_from_ns) = (now, now, now);
-                return Ok(record);
+                return Ok(record.not_taken("no holder to pause"));
             };
             let c = contenders
                 .iter()
@@ -634,6 +618,18 @@ fn inject(
     }
     log.say(format!("{} injected", kind.name()));
     Ok(record)
+}
+
+impl FaultRecord {
+    /// The fault found nothing to act on (no holder, no connection): it did not take effect,
+    /// and it ends where it began.
+    fn not_taken(mut self, note: impl Into<String>) -> FaultRecord {
+        let now = now_ns();
+        (self.injected_ns, self.healed_ns, self.measure_from_ns) = (now, now, now);
+        self.effective = false;
+        self.note = note.into();
+        self
+    }
 }
 
 /// Targets of holder faults rotate over the processes.
