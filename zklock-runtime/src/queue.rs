@@ -270,19 +270,7 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
         let make_dir = dir_missing.then(|| session.zk.create(dir, b"", &container));
         let create = session.zk.create(&prefix, node_data(), &options);
         let listing = expected.is_none().then(|| session.zk.list_children(dir));
-        let made = async {
-            match make_dir {
-                Some(made) => Some(made.await),
-                None => None,
-            }
-        };
-        let listed = async {
-            match listing {
-                Some(listing) => Some(listing.await),
-                None => None,
-            }
-        };
-        let (made, created, listed) = tokio::join!(made, create, listed);
+        let (made, created, listed) = tokio::join!(optional(make_dir), create, optional(listing));
         let parent_missing = matches!(made, Some(Err(zk::Error::NoNode)));
         if let (Some(Err(err)), Err(_)) = (made, &created) {
             // Not allowed to create the dir, say: that is the error to report.
@@ -342,6 +330,14 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
     Err(Failed::Error(LockError::Connection(format!(
         "could not create a contender node in {dir}"
     ))))
+}
+
+/// Awaits `request` if there is one.
+async fn optional<F: std::future::Future>(request: Option<F>) -> Option<F::Output> {
+    match request {
+        Some(request) => Some(request.await),
+        None => None,
+    }
 }
 
 /// Looks for the node a create with lost answer may have made. Only a node owned by this very
