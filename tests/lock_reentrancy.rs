@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use futures::future::{join_all, LocalBoxFuture};
 use futures::stream::{self, FuturesUnordered, StreamExt};
-use support::{client, eventually, raw, server, AppError};
+use support::{client, eventually, raw, server, AppError, Rng};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use zklock::{current_fencing_token, distributed_lock, zk, FencingToken, Lock, LockClient, LockError, LockGuard};
@@ -302,23 +302,13 @@ async fn join_all_with_staggered_starts_exclude_each_other() {
     }
 }
 
-/// A small xorshift generator with a fixed seed, so a failing interleaving can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-
-    fn pause(&mut self) -> Pause {
-        match self.below(3) {
-            0 => Pause::default(),
-            1 => Pause::yields(1 + self.below(3) as u32),
-            _ => Pause::sleep(self.below(4)),
-        }
+/// A random pause, from a generator with a fixed seed, so a failing interleaving can be
+/// replayed.
+fn random_pause(rng: &mut Rng) -> Pause {
+    match rng.below(3) {
+        0 => Pause::default(),
+        1 => Pause::yields(1 + rng.below(3) as u32),
+        _ => Pause::sleep(rng.below(4)),
     }
 }
 
@@ -334,7 +324,7 @@ async fn randomized_sibling_interleavings_exclude_each_other() {
         let plan: Vec<(Via, Pause, Pause)> = (0..count)
             .map(|_| {
                 let via = if rng.below(2) == 0 { Via::Guard } else { Via::Attribute };
-                (via, rng.pause(), rng.pause())
+                (via, random_pause(&mut rng), random_pause(&mut rng))
             })
             .collect();
         let use_join = rng.below(2) == 0;

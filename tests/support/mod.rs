@@ -79,3 +79,84 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A small xorshift generator: random enough to vary cancellation points and interleavings,
+/// and replayable from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A generator seeded from the clock; the seed is printed so a failing run can be replayed
+    /// with `Rng(seed)`.
+    pub fn from_clock() -> Rng {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x9e37_79b9)
+            | 1;
+        eprintln!("random seed {seed}");
+        Rng(seed)
+    }
+
+    /// A generator for worker `n` of a test, derived from this one's seed.
+    pub fn for_worker(&self, n: u64) -> Rng {
+        Rng(self.0.wrapping_add(n * 0x9e37_79b9) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Starts one worker per entry of `acquirers`; each makes `rounds` acquisitions with its
+/// function and cancels each after a random 0..`max_delay` (before the first request is sent,
+/// while one is in flight, while waiting, or not at all), in turn by a timeout, by losing a
+/// `select!`, and by aborting the task that runs it. Returns how many acquisitions were granted
+/// before their cancellation came. The seed is printed.
+pub async fn cancellation_storm<F, Fut, G>(acquirers: Vec<F>, rounds: u32, max_delay: Duration) -> u32
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<G, LockError>> + Send + 'static,
+    G: Send + 'static,
+{
+    let seeds = Rng::from_clock();
+    let max_micros = max_delay.as_micros().max(1) as u64;
+    let mut workers = Vec::new();
+    for (n, acquire) in acquirers.into_iter().enumerate() {
+        let mut rng = seeds.for_worker(n as u64);
+        workers.push(tokio::spawn(async move {
+            let mut granted = 0;
+            for round in 0..rounds {
+                let after = Duration::from_micros(rng.below(max_micros));
+                let got = match round % 3 {
+                    0 => matches!(tokio::time::timeout(after, acquire()).await, Ok(Ok(_))),
+                    1 => tokio::select! {
+                        res = acquire() => res.is_ok(),
+                        _ = tokio::time::sleep(after) => false,
+                    },
+                    _ => {
+                        let acquiring = acquire();
+                        let task = tokio::spawn(async move { acquiring.await.map(drop) });
+                        tokio::time::sleep(after).await;
+                        task.abort();
+                        matches!(task.await, Ok(Ok(())))
+                    }
+                };
+                granted += u32::from(got);
+            }
+            granted
+        }));
+    }
+    let mut granted = 0;
+    for worker in workers {
+        granted += worker.await.expect("storm worker");
+    }
+    granted
+}
