@@ -440,3 +440,57 @@ async fn zklock_and_curator_semaphores_share_their_leases() {
     peer.release("c2").await.unwrap();
     zklock_second.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_and_a_curator_mutex_on_one_of_its_paths_exclude_each_other() {
+    let zk = server();
+    let zl = client(&zk.connect_string()).await;
+    let peer = curator(&zk.connect_string()).await;
+    let raw = raw(&zk.connect_string()).await;
+    let multi = zl.multi_lock(["interop-multi-b", "interop-multi-a"]).unwrap();
+    let (a_dir, b_dir) = ("/zklock/interop-multi-a", "/zklock/interop-multi-b");
+
+    peer.mutex("c", b_dir).await.unwrap();
+    peer.acquire("c", Some(SOON)).unwrap();
+    peer.wait_acquired("c", SOON).await.unwrap();
+    // All or nothing: a try fails on the Curator-held path and keeps nothing.
+    assert!(multi.try_acquire().await.unwrap().is_none());
+    zl.flush().await;
+    assert!(
+        children(&raw, a_dir).await.is_empty(),
+        "the try left a node on the free path"
+    );
+
+    // A waiting multi-lock holds the free path (taken first, in path order) and queues behind
+    // Curator on the other.
+    let (granted_tx, mut granted) = oneshot::channel();
+    let (release, release_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn({
+        let multi = multi.clone();
+        async move {
+            let guard = multi.acquire().await.expect("multi-lock");
+            let _ = granted_tx.send(());
+            let _ = release_rx.await;
+            guard.release().await.expect("release");
+        }
+    });
+    wait_for_contenders(&raw, a_dir, 1).await;
+    wait_for_contenders(&raw, b_dir, 2).await;
+    if tokio::time::timeout(STAYS_WAITING, &mut granted).await.is_ok() {
+        panic!("the multi-lock went ahead while Curator holds one of its paths");
+    }
+
+    peer.release("c").await.unwrap();
+    tokio::time::timeout(SOON, &mut granted)
+        .await
+        .expect("multi-lock granted after Curator released")
+        .unwrap();
+    peer.acquire("c", None).unwrap();
+    assert_curator_waiting(&peer, "c", "zklock's multi-lock holds").await;
+
+    let _ = release.send(());
+    task.await.unwrap();
+    peer.wait_acquired("c", SOON).await.unwrap();
+    peer.release("c").await.unwrap();
+    assert!(children(&raw, a_dir).await.is_empty());
+}

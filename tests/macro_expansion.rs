@@ -24,15 +24,16 @@ struct Inventory {
 impl Inventory {
     async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
         use ::zklock; // the crate's name in Cargo.toml, or `crate = …`
-        let name = ::std::format!("inventory:{}", sku);
+        let names = ::std::vec![::std::format!("inventory:{}", sku)];
         let client = zklock::__private::explicit_client(&(self.locks));
         zklock::__private::run_locked(
             client,
-            name,
+            names,
             zklock::__private::LockOptions {
                 kind: zklock::LockKind::Mutex,
                 timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
                 on_lost: zklock::__private::OnLost::Abort,
+                max_hold: ::core::option::Option::None,
             },
             zklock::__private::result_converter::<_, AppError>(),
             move |_: zklock::FencingToken| async move {

@@ -1,10 +1,8 @@
 //! Parsing and checking the attribute's arguments:
-//! `("name", timeout = "10s", mode = "read", leases = 3, client = expr, on_lost = "continue",
-//! token = ident, crate = path)`.
+//! `("name", "other name", timeout = "10s", mode = "read", leases = 3, client = expr,
+//! on_lost = "continue", max_hold = "30s", token = ident, crate = path)`.
 //!
-//! The names come first, as string literals, then the options. One name is accepted today; the
-//! names are read as a list so that locking several names at once can be added without
-//! changing how options are read.
+//! The names come first, as string literals (one or more), then the options.
 
 use std::time::Duration;
 
@@ -16,8 +14,10 @@ use crate::duration::parse_duration;
 use crate::template::Template;
 
 /// The option names, for "unknown option" errors.
-const OPTIONS: &str = "`timeout`, `mode`, `leases`, `client`, `on_lost`, `token`, `crate`";
-const OPTION_NAMES: &[&str] = &["timeout", "mode", "leases", "client", "on_lost", "token", "crate"];
+const OPTIONS: &str = "`timeout`, `mode`, `leases`, `client`, `on_lost`, `max_hold`, `token`, `crate`";
+const OPTION_NAMES: &[&str] = &[
+    "timeout", "mode", "leases", "client", "on_lost", "max_hold", "token", "crate",
+];
 
 /// `timeout = …`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +47,14 @@ pub enum OnLostArg {
 
 /// The checked arguments of one `#[distributed_lock(…)]`.
 pub struct LockArgs {
-    pub name: Template,
+    /// One or more; several are locked together, in one canonical order.
+    pub names: Vec<Template>,
     pub timeout: TimeoutArg,
     pub mode: ModeArg,
     pub client: Option<Expr>,
     pub on_lost: OnLostArg,
+    /// `max_hold = …`: stop the body once the lock has been held this long.
+    pub max_hold: Option<Duration>,
     pub token: Option<Ident>,
     /// `crate = path`: where the `zklock` crate is, for a re-export.
     pub krate: Option<Path>,
@@ -65,7 +68,7 @@ impl Parse for LockArgs {
                 "#[distributed_lock] needs a lock name, as in #[distributed_lock(\"orders:{id}\")]",
             ));
         }
-        let name = parse_names(input)?;
+        let names = parse_names(input)?;
 
         let mut seen: Vec<Ident> = Vec::new();
         let mut timeout = TimeoutArg::Default;
@@ -73,6 +76,7 @@ impl Parse for LockArgs {
         let mut leases: Option<LitInt> = None;
         let mut client = None;
         let mut on_lost = OnLostArg::Abort;
+        let mut max_hold = None;
         let mut token = None;
         let mut krate = None;
 
@@ -151,6 +155,7 @@ impl Parse for LockArgs {
                         }
                     };
                 }
+                "max_hold" => max_hold = Some(parse_max_hold(&expect_str(input, &key_name, "\"30s\"")?)?),
                 "token" => {
                     let ident: Ident = input.parse().map_err(|e| {
                         syn::Error::new(
@@ -186,21 +191,33 @@ impl Parse for LockArgs {
             (Some((lit, _)), None) => unreachable!("mode {:?} checked above", lit.value()),
         };
 
+        if let (Some(token), [_, second, ..]) = (&token, names.as_slice()) {
+            let mut err = syn::Error::new(
+                token.span(),
+                "`token` names one fencing token, but this function locks several names; read each \
+                 one in the body with `zklock::fencing_token(\"<name>\")`",
+            );
+            err.combine(syn::Error::new(second.lit.span(), "the second lock name"));
+            return Err(err);
+        }
+
         Ok(LockArgs {
-            name,
+            names,
             timeout,
             mode,
             client,
             on_lost,
+            max_hold,
             token,
             krate,
         })
     }
 }
 
-/// The lock names: string literals before the options. Exactly one for now.
-fn parse_names(input: ParseStream<'_>) -> syn::Result<Template> {
-    let mut names = Vec::new();
+/// The lock names: one or more string literals before the options. The same literal given
+/// twice is a mistake; names that are equal only once filled in collapse at run time.
+fn parse_names(input: ParseStream<'_>) -> syn::Result<Vec<Template>> {
+    let mut names: Vec<LitStr> = Vec::new();
     loop {
         let lit: LitStr = input.parse().map_err(|e| {
             syn::Error::new(
@@ -212,22 +229,18 @@ fn parse_names(input: ParseStream<'_>) -> syn::Result<Template> {
                 },
             )
         })?;
+        if let Some(first) = names.iter().find(|n| n.value() == lit.value()) {
+            let mut err = syn::Error::new(lit.span(), format!("lock name {:?} given twice", lit.value()));
+            err.combine(syn::Error::new(first.span(), "first given here"));
+            return Err(err);
+        }
         names.push(lit);
         if !(input.peek(Token![,]) && input.peek2(LitStr)) {
             break;
         }
         input.parse::<Token![,]>()?;
     }
-    let mut names = names.into_iter();
-    let first = names.next().expect("one name was read");
-    if let Some(second) = names.next() {
-        return Err(syn::Error::new(
-            second.span(),
-            "#[distributed_lock] takes one lock name; to hold two locks, lock the second one in the body \
-             (or in a function it calls)",
-        ));
-    }
-    Template::parse(first)
+    names.into_iter().map(Template::parse).collect()
 }
 
 /// `crate = zk`, `crate = ::my_app::zklock` or, as in serde, `crate = "my_app::zklock"`.
@@ -273,6 +286,22 @@ fn parse_timeout(lit: &LitStr) -> syn::Result<TimeoutArg> {
         .map_err(|why| syn::Error::new(lit.span(), format!("bad timeout {value:?}: {why}")))
 }
 
+fn parse_max_hold(lit: &LitStr) -> syn::Result<Duration> {
+    let value = lit.value();
+    let refuse = |why: String| Err(syn::Error::new(lit.span(), why));
+    if !value.contains(|c: char| c.is_ascii_digit()) {
+        // A word, such as "forever" or "none".
+        return refuse(format!(
+            "bad max_hold {value:?}: write a duration such as \"30s\" or \"5m\"; leave `max_hold` out for no bound"
+        ));
+    }
+    match parse_duration(&value) {
+        Ok(d) if d.is_zero() => refuse("`max_hold` must be longer than zero; leave it out for no bound".into()),
+        Ok(d) => Ok(d),
+        Err(why) => refuse(format!("bad max_hold {value:?}: {why}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +324,8 @@ mod tests {
         assert_eq!(args.mode, ModeArg::Mutex);
         assert_eq!(args.on_lost, OnLostArg::Abort);
         assert!(args.client.is_none() && args.token.is_none() && args.krate.is_none());
+        assert_eq!(args.max_hold, None);
+        assert_eq!(args.names.len(), 1);
     }
 
     #[test]
@@ -306,9 +337,11 @@ mod tests {
             leases = 3,
             client = self.locks.clone(),
             on_lost = "continue",
+            max_hold = "1m30s",
             token = fence,
         ))
         .unwrap();
+        assert_eq!(args.max_hold, Some(Duration::from_secs(90)));
         assert_eq!(args.timeout, TimeoutArg::After(Duration::from_millis(500)));
         assert_eq!(args.mode, ModeArg::Semaphore(3));
         assert_eq!(args.on_lost, OnLostArg::Continue);
@@ -342,9 +375,21 @@ mod tests {
         assert!(err(quote::quote!("a", token = "t")).contains("name of a binding"));
         assert!(err(quote::quote!("")).contains("empty"));
         assert!(err(quote::quote!("a", timeout = "never")).contains("\"forever\""));
-        assert!(err(quote::quote!("a", "b")).contains("takes one lock name"));
+        assert!(err(quote::quote!("a", "a")).contains("given twice"));
+        assert!(err(quote::quote!("a", "b", token = t)).contains("locks several names"));
+        assert!(err(quote::quote!("a", max_hold = "0s")).contains("longer than zero"));
+        assert!(err(quote::quote!("a", max_hold = "forever")).contains("bad max_hold"));
+        assert!(err(quote::quote!("a", max_hold = 30)).contains("takes a string literal"));
         assert!(err(quote::quote!("a", crate = 3)).contains("path of the zklock crate"));
         assert!(err(quote::quote!("a", crate = "not a path")).contains("path of the zklock crate"));
+    }
+
+    #[test]
+    fn several_names() {
+        let args = parse(quote::quote!("account:{from}", "account:{to}", timeout = "5s")).unwrap();
+        let names: Vec<String> = args.names.iter().map(|n| n.lit.value()).collect();
+        assert_eq!(names, ["account:{from}", "account:{to}"]);
+        assert_eq!(args.timeout, TimeoutArg::After(Duration::from_secs(5)));
     }
 
     #[test]

@@ -176,7 +176,6 @@ fn lock_call(
     ret: &Type,
     body: TokenStream,
 ) -> syn::Result<TokenStream> {
-    let (fmt, fmt_args) = args.name.format_args(scope)?;
     if let Some(token) = &args.token {
         let name = token.unraw().to_string();
         if scope.contains(&name) {
@@ -195,19 +194,26 @@ fn lock_call(
     let site = Span::mixed_site();
     let import = import_crate;
     let krate = krate_at(Span::call_site());
-    let name_var = format_ident!("__zklock_name", span = site);
+    let names_var = format_ident!("__zklock_names", span = site);
     let client_var = format_ident!("__zklock_client", span = site);
     let ret_var = format_ident!("__zklock_ret", span = site);
 
-    let name = if args.name.is_static() {
-        let text = fmt.replace("{{", "{").replace("}}", "}");
-        quote!(::std::string::String::from(#text))
-    } else {
-        // The format string carries the literal's span, so anything the compiler reports about
-        // it points at the name, not at the attribute.
-        let fmt = syn::LitStr::new(&fmt, args.name.lit.span());
-        quote!(::std::format!(#fmt #(, #fmt_args)*))
-    };
+    let names = args
+        .names
+        .iter()
+        .map(|name| {
+            let (fmt, fmt_args) = name.format_args(scope)?;
+            Ok(if name.is_static() {
+                let text = fmt.replace("{{", "{").replace("}}", "}");
+                quote!(::std::string::String::from(#text))
+            } else {
+                // The format string carries the literal's span, so anything the compiler reports
+                // about it points at the name, not at the attribute.
+                let fmt = syn::LitStr::new(&fmt, name.lit.span());
+                quote!(::std::format!(#fmt #(, #fmt_args)*))
+            })
+        })
+        .collect::<syn::Result<Vec<_>>>()?;
     let client = match &args.client {
         Some(expr) => {
             let mut expr = expr.clone();
@@ -237,6 +243,13 @@ fn lock_call(
         OnLostArg::Abort => quote!(#krate::__private::OnLost::Abort),
         OnLostArg::Continue => quote!(#krate::__private::OnLost::Continue),
     };
+    let max_hold = match args.max_hold {
+        None => quote!(::core::option::Option::None),
+        Some(d) => {
+            let ms = d.as_millis() as u64;
+            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
+        }
+    };
     let ret_infer = infer_impl_trait(ret);
     let converter = converter(ret, &ret_infer);
     let token = match &args.token {
@@ -254,12 +267,17 @@ fn lock_call(
 
     Ok(quote! {
         #import
-        let #name_var = #name;
+        let #names_var = ::std::vec![#(#names),*];
         let #client_var = #client;
         #krate::__private::run_locked(
             #client_var,
-            #name_var,
-            #krate::__private::LockOptions { kind: #kind, timeout: #timeout, on_lost: #on_lost },
+            #names_var,
+            #krate::__private::LockOptions {
+                kind: #kind,
+                timeout: #timeout,
+                on_lost: #on_lost,
+                max_hold: #max_hold,
+            },
             #converter,
             move |#token: #krate::FencingToken| async move {
                 #return_edge
@@ -648,8 +666,8 @@ mod tests {
         assert!(out.contains("Box :: pin (async move {"), "{out}");
         assert!(
             out.contains(
-                "let __ret : Result < u32 , AppError > = { use :: zklock as __zklock ; let __zklock_name = \
-                 :: std :: format ! (\"job:{}:{}:{}\" , job , a , __self . zone)"
+                "let __ret : Result < u32 , AppError > = { use :: zklock as __zklock ; let __zklock_names = \
+                 :: std :: vec ! [:: std :: format ! (\"job:{}:{}:{}\" , job , a , __self . zone)]"
             ),
             "{out}"
         );

@@ -49,6 +49,31 @@
 //! placeholders. If an argument makes the filled-in name invalid (a `/`, say), the call returns
 //! `LockError::InvalidName` through the error type.
 //!
+//! # Several locks at once
+//!
+//! Give several names to hold them all while the body runs, as for a transfer between two
+//! accounts or an order over several items:
+//!
+//! ```no_run
+//! use zklock::{distributed_lock, LockError};
+//!
+//! #[distributed_lock("account:{from}", "account:{to}", timeout = "5s")]
+//! async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), LockError> {
+//!     let debit = zklock::fencing_token(&format!("account:{from}"));
+//!     let credit = zklock::fencing_token(&format!("account:{to}"));
+//!     # let _ = (debit, credit, cents);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The locks are taken as one `zklock::MultiLock`: in one canonical order (sorted by lock
+//! path) whatever order the names are written or filled in, so `transfer(1, 2, …)` and
+//! `transfer(2, 1, …)` running at once cannot deadlock; all or nothing (on timeout or error the
+//! ones already taken are released); one `timeout` for the whole acquisition; names that are
+//! equal once filled in (`transfer(7, 7, …)`) are one lock. The loss of any of them is the loss
+//! of all (`on_lost`), and `zklock::fencing_token(name)` gives each one's token in the body;
+//! `token = …` is refused with several names, as it could name only one.
+//!
 //! # Options
 //!
 //! | option | values | default |
@@ -58,6 +83,7 @@
 //! | `leases` | a positive integer, with `mode = "semaphore"` | — |
 //! | `client` | an expression yielding a `LockClient`, `&LockClient` or `Arc<LockClient>` | the process-wide default |
 //! | `on_lost` | `"abort"`, `"continue"` | `"abort"` |
+//! | `max_hold` | a duration such as `"30s"` | no bound |
 //! | `token` | an identifier, bound to the hold's `FencingToken` in the body | — |
 //! | `crate` | the path of the `zklock` crate, as `crate = path` or `crate = "path"` | found in `Cargo.toml` |
 //!
@@ -75,6 +101,12 @@
 //!   or connection down past the client's `loss_after`), the body's future is dropped at its
 //!   next `.await` and the function returns `LockError::Lost`. With `"continue"` the body runs
 //!   to its end; it can check `zklock::current_loss_signal()`.
+//! * **`max_hold`**: the longest the body may run under the lock, counted from the grant.
+//!   Past it, the body's future is dropped at its next `.await`, the lock is released, and
+//!   the function returns `LockError::MaxHoldExceeded`, whatever `on_lost` says. It guards
+//!   against hung work (a stuck network call, a lost wake-up), as lock4j's `expire` or
+//!   ShedLock's `lockAtMostFor` do. It is not what frees the lock of a crashed process: the end
+//!   of that process's ZooKeeper session does that, with or without a bound.
 //! * **`token`**: names a binding for the fencing token, to pass to the protected resource.
 //!   `zklock::current_fencing_token()` returns the same value anywhere in the body's task. It
 //!   cannot have the name of a parameter (that would hide the parameter in the body).
@@ -189,15 +221,16 @@
 //! ```ignore
 //! async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
 //!     use ::zklock as zklock; // the crate's name in Cargo.toml, or `crate = …`
-//!     let name = ::std::format!("inventory:{}", sku);
+//!     let names = ::std::vec![::std::format!("inventory:{}", sku)];
 //!     let client = zklock::__private::explicit_client(&(self.locks));
 //!     zklock::__private::run_locked(
 //!         client,
-//!         name,
+//!         names,
 //!         zklock::__private::LockOptions {
 //!             kind: zklock::LockKind::Mutex,
 //!             timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
 //!             on_lost: zklock::__private::OnLost::Abort,
+//!             max_hold: ::core::option::Option::None,
 //!         },
 //!         zklock::__private::result_converter::<_, AppError>(),
 //!         move |_: zklock::FencingToken| async move {
@@ -234,9 +267,9 @@ use crate::expand::MaybeItemFn;
 
 /// Runs the async function only while a ZooKeeper lock is held.
 ///
-/// `#[distributed_lock("name {arg}", timeout = "10s", mode = "mutex", client = expr,
-/// on_lost = "abort", token = ident, crate = path)]`; every option but the name may be left
-/// out. See the [crate documentation](crate) for the options, the name template and the
+/// `#[distributed_lock("name {arg}", "more names", timeout = "10s", mode = "mutex",
+/// client = expr, on_lost = "abort", max_hold = "30s", token = ident, crate = path)]`; every
+/// option may be left out, and one name is enough. See the [crate documentation](crate) for the options, the name template and the
 /// errors.
 ///
 /// ```no_run

@@ -23,7 +23,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use futures_task::noop_waker_ref;
+use futures_util::task::noop_waker_ref;
 
 use zookeeper_client as zk;
 

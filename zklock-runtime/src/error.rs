@@ -36,6 +36,17 @@ pub enum LockError {
         /// Why it is considered lost.
         reason: String,
     },
+    /// The holder kept the lock past its `max_hold` bound
+    /// ([`LockGuard::run_for`](crate::LockGuard::run_for), the attribute's `max_hold = …`):
+    /// the work was stopped and the lock released. This guards against hung work; a crashed
+    /// holder's lock is freed by its session ending, not by this bound.
+    #[error("lock `{name}` was held past its max_hold of {max_hold:?}; the work under it was stopped")]
+    MaxHoldExceeded {
+        /// The lock name (for several locks held together, the first of them).
+        name: String,
+        /// The bound that was exceeded.
+        max_hold: Duration,
+    },
     /// The ZooKeeper session ended while the operation was under way.
     #[error("the ZooKeeper session expired")]
     SessionExpired,

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -51,7 +51,7 @@ impl Holding {
             && !self.is_lost()
     }
 
-    fn loss_signal(&self) -> LossSignal {
+    pub(crate) fn loss_signal(&self) -> LossSignal {
         LossSignal {
             name: self.name.to_string(),
             rx: self.session.subscribe(),
@@ -105,6 +105,56 @@ impl Holding {
     }
 }
 
+/// A `max_hold` bound on work under a hold.
+pub(crate) struct MaxHold<'a> {
+    /// The lock reported in the error.
+    pub name: &'a str,
+    /// When the guard was acquired.
+    pub since: Instant,
+    pub bound: Duration,
+    pub metrics: &'a Metrics,
+}
+
+/// Runs `body` until it finishes, `lost` (if watched) resolves, or `max_hold` runs out: the one place where
+/// work under a hold is stopped early ([`LockGuard::run`], [`LockGuard::run_for`], their
+/// multi-lock twins and `#[distributed_lock]` bodies).
+///
+/// Loss is checked first, so a body that finishes in the same poll as a loss counts as lost; a
+/// body that finishes in the same poll as its bound runs out counts as finished (the bound is
+/// about hung work, not about safety).
+pub(crate) async fn supervise<T>(
+    body: impl Future<Output = T>,
+    lost: Option<impl Future<Output = LockError>>,
+    max_hold: Option<MaxHold<'_>>,
+) -> Result<T, LockError> {
+    let lost = async {
+        match lost {
+            Some(lost) => lost.await,
+            None => std::future::pending().await,
+        }
+    };
+    let over = async {
+        match &max_hold {
+            Some(bound) => tokio::time::sleep_until((bound.since + bound.bound).into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        err = lost => Err(err),
+        out = body => Ok(out),
+        () = over => {
+            let bound = max_hold.expect("the bound ran out, so there is one");
+            Metrics::bump(&bound.metrics.max_hold_exceeded);
+            warn!(lock = %bound.name, max_hold_ms = bound.bound.as_millis() as u64, "work held the lock past max_hold; stopped it");
+            Err(LockError::MaxHoldExceeded {
+                name: bound.name.to_string(),
+                max_hold: bound.bound,
+            })
+        }
+    }
+}
+
 /// What is left of a release to wait for.
 type Pending = std::pin::Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
 
@@ -152,6 +202,9 @@ fn loss_reason(health: &Health) -> &'static str {
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     pub(crate) hold: Arc<Holding>,
+    /// When this guard was handed out (for a reentrant guard: when it re-entered), which
+    /// `max_hold` counts from.
+    pub(crate) acquired_at: Instant,
 }
 
 impl fmt::Debug for LockGuard {
@@ -166,6 +219,13 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
+    pub(crate) fn new(hold: Arc<Holding>) -> LockGuard {
+        LockGuard {
+            hold,
+            acquired_at: Instant::now(),
+        }
+    }
+
     /// The lock name this guard holds.
     pub fn name(&self) -> &str {
         &self.hold.name
@@ -217,6 +277,76 @@ impl LockGuard {
     /// ```
     pub async fn lost(&self) -> LockError {
         self.loss_signal().lost().await
+    }
+
+    /// Runs `fut` inside this hold's [scope](Self::scope) and stops it if the hold is lost:
+    /// `fut` is dropped at its next `.await` and the result is [`LockError::Lost`]. The guard
+    /// stays with the caller; drop or [`release`](Self::release) it afterwards.
+    ///
+    /// A `fut` that finishes in the same poll as the loss is reported as lost, so an unsafe
+    /// result is never taken for a safe one.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the hold itself is unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("ledger")?.acquire().await?;
+    /// let token = guard.fencing_token();
+    /// let written = guard.run(async move { write_with(token).await }).await?;
+    /// guard.release().await?;
+    /// # let _ = written; Ok(()) }
+    /// # async fn write_with(_: zklock_runtime::FencingToken) -> u32 { 1 }
+    /// ```
+    pub async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
+        self.supervised(fut, None).await
+    }
+
+    /// Like [`run`](Self::run), and also stops `fut` once this guard has been held for
+    /// `max_hold` (counted from its acquisition): the result is then
+    /// [`LockError::MaxHoldExceeded`]. This bounds hung work, as lock4j's `expire`, ShedLock's
+    /// `lockAtMostFor` or Redisson's `leaseTime` do. It is not what frees the lock of a crashed
+    /// holder: that is the end of its ZooKeeper session, whatever the bound.
+    ///
+    /// Work that never reaches an `.await` (a blocking loop) cannot be stopped by this or by
+    /// any other future-based bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the hold itself is unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use zklock_runtime::LockError;
+    ///
+    /// let guard = client.mutex("nightly-export")?.acquire().await?;
+    /// match guard.run_for(Duration::from_secs(30), export()).await {
+    ///     Ok(rows) => println!("exported {rows} rows"),
+    ///     Err(LockError::MaxHoldExceeded { .. }) => println!("export hung; stopped it"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// drop(guard); // releases the lock
+    /// # Ok(()) }
+    /// # async fn export() -> u64 { 0 }
+    /// ```
+    pub async fn run_for<F: Future>(&self, max_hold: Duration, fut: F) -> Result<F::Output, LockError> {
+        self.supervised(fut, Some(max_hold)).await
+    }
+
+    async fn supervised<F: Future>(&self, fut: F, max_hold: Option<Duration>) -> Result<F::Output, LockError> {
+        let bound = max_hold.map(|bound| MaxHold {
+            name: &self.hold.name,
+            since: self.acquired_at,
+            bound,
+            metrics: &self.hold.metrics,
+        });
+        supervise(self.scope(fut), Some(self.lost()), bound).await
     }
 
     /// Asks the server whether the hold is still in place: the contender node exists and
@@ -281,31 +411,44 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), LockError> {
-        let mut hold = match Arc::try_unwrap(self.hold) {
-            Ok(hold) => hold,
-            Err(_shared) => return Ok(()),
-        };
-        let lost = hold.is_lost().then(|| hold.lost_error());
-        let pending = hold.end(true);
-        let (cleanup, session) = (hold.cleanup.clone(), hold.session.clone());
-        // Leave this process's queue for the lock before waiting: the next local holder can
-        // only take a handed-over node once this hold is gone.
-        drop(hold);
-        let deleted = match pending {
-            Some(pending) => {
-                // Dropped midway, the deletion must still finish: run it as a background job
-                // and wait for that.
-                let (done, outcome) = tokio::sync::oneshot::channel();
-                cleanup.spawn(&session, async move {
-                    let _ = done.send(pending.await);
+        self.start_release().await
+    }
+
+    /// Ends the hold now (hands the node on or sends its delete, as a background job) and
+    /// returns what is left to wait for; [`release`](Self::release) awaits it at once, a
+    /// multi-lock starts all its releases before awaiting any.
+    pub(crate) fn start_release(self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        let (lost, outcome) = match Arc::try_unwrap(self.hold) {
+            Ok(mut hold) => {
+                let lost = hold.is_lost().then(|| hold.lost_error());
+                let pending = hold.end(true);
+                let (cleanup, session) = (hold.cleanup.clone(), hold.session.clone());
+                // Leave this process's queue for the lock before waiting: the next local holder
+                // can only take a handed-over node once this hold is gone.
+                drop(hold);
+                // Dropped midway, the deletion must still finish: it runs as a background job,
+                // and this waits for that.
+                let outcome = pending.map(|pending| {
+                    let (done, outcome) = tokio::sync::oneshot::channel();
+                    cleanup.spawn(&session, async move {
+                        let _ = done.send(pending.await);
+                    });
+                    outcome
                 });
-                outcome.await.unwrap_or(Ok(()))
+                (lost, outcome)
             }
-            None => Ok(()),
+            // Other guards share the hold (a reentrant acquisition): only this share ends.
+            Err(_shared) => (None, None),
         };
-        match lost {
-            Some(err) => Err(err),
-            None => deleted,
+        async move {
+            let deleted = match outcome {
+                Some(outcome) => outcome.await.unwrap_or(Ok(())),
+                None => Ok(()),
+            };
+            match lost {
+                Some(err) => Err(err),
+                None => deleted,
+            }
         }
     }
 }

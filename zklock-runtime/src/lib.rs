@@ -21,7 +21,8 @@
 //! `reentrancy.rs` (the call scope a hold re-enters in), `local_queue.rs` (in-process waiters
 //! and node handoff), `queue.rs` (the ZooKeeper recipe every lock kind shares), `rules.rs`
 //! (mutex and read/write rules), `semaphore.rs` (leases, in Curator's semaphore layout),
-//! `guard.rs` (owned guards, the loss signal), `token.rs` (fencing tokens), `cleanup.rs` (the
+//! `multi.rs` (several locks
+//! taken together in one order), `guard.rs` (owned guards, the loss signal, `max_hold`), `token.rs` (fencing tokens), `cleanup.rs` (the
 //! one delete path, abandoned contenders), `session.rs`, `connect.rs` and `client.rs`
 //! (sessions, connect strings, configuration, closing). Real servers for tests are in the
 //! `zklock-testing` crate.
@@ -39,6 +40,7 @@ mod lock;
 #[doc(hidden)]
 pub mod macro_support;
 mod metrics;
+mod multi;
 mod name;
 mod queue;
 mod reentrancy;
@@ -54,6 +56,7 @@ pub use error::LockError;
 pub use guard::{LockGuard, LossSignal};
 pub use lock::{Lock, LockKind};
 pub use metrics::MetricsSnapshot;
+pub use multi::{MultiGuard, MultiLock};
 pub use name::{validate_name, MAX_NAME_LEN};
 pub use reentrancy::{current_fencing_token, current_loss_signal, fencing_token};
 pub use session::SessionStatus;

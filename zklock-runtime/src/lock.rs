@@ -269,11 +269,11 @@ impl Lock {
     }
 
     /// The acquire path: reentrancy, then the local queue, then ZooKeeper.
-    async fn acquire_within(&self, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+    pub(crate) async fn acquire_within(&self, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
         self.client.check_open()?;
         let metrics = &self.client.inner.metrics;
         if let Some(hold) = reentrancy::reentry(&self.dir, self.kind) {
-            let guard = LockGuard { hold };
+            let guard = LockGuard::new(hold);
             if guard.is_lost() {
                 return Err(guard.lost().await);
             }
@@ -456,21 +456,19 @@ impl Lock {
     ) -> LockGuard {
         let inner = &self.client.inner;
         session.track(&node_path);
-        LockGuard {
-            hold: Arc::new(Holding {
-                session,
-                name: self.name.clone(),
-                dir: self.dir.clone(),
-                kind: self.kind,
-                node_path,
-                token,
-                losses_at_grant,
-                granted_at: Instant::now(),
-                turn,
-                max_handoffs: inner.config.max_local_handoffs,
-                cleanup: inner.cleanup.clone(),
-                metrics: inner.metrics.clone(),
-            }),
-        }
+        LockGuard::new(Arc::new(Holding {
+            session,
+            name: self.name.clone(),
+            dir: self.dir.clone(),
+            kind: self.kind,
+            node_path,
+            token,
+            losses_at_grant,
+            granted_at: Instant::now(),
+            turn,
+            max_handoffs: inner.config.max_local_handoffs,
+            cleanup: inner.cleanup.clone(),
+            metrics: inner.metrics.clone(),
+        }))
     }
 }

@@ -13,15 +13,16 @@
 //! // async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> { body }
 //! async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
 //!     use ::zklock as zklock; // the crate's name in the user's Cargo.toml, or `crate = …`
-//!     let name = ::std::format!("inventory:{}", sku);
+//!     let names = ::std::vec![::std::format!("inventory:{}", sku)];
 //!     let client = zklock::__private::explicit_client(&(self.locks));
 //!     zklock::__private::run_locked(
 //!         client,
-//!         name,
+//!         names,
 //!         zklock::__private::LockOptions {
 //!             kind: zklock::LockKind::Mutex,
 //!             timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000)),
 //!             on_lost: zklock::__private::OnLost::Abort,
+//!             max_hold: ::core::option::Option::None,
 //!         },
 //!         zklock::__private::result_converter::<_, AppError>(),
 //!         move |_: zklock::FencingToken| async move {
@@ -75,6 +76,8 @@ pub struct LockOptions {
     pub timeout: Timeout,
     /// `on_lost = …`.
     pub on_lost: OnLost,
+    /// `max_hold = …`: stop the body once the lock has been held this long.
+    pub max_hold: Option<Duration>,
 }
 
 /// What the expression given as `client = …` may yield: a [`LockClient`], a reference to one,
@@ -171,27 +174,29 @@ pub fn converter<R: LockedReturn>() -> fn(LockError) -> R {
     R::from_lock_error
 }
 
-/// Runs `body` while the lock `name` is held: the whole of a `#[distributed_lock]` function.
+/// Runs `body` while the locks `names` are held: the whole of a `#[distributed_lock]` function.
 ///
 /// 1. The client is `client`, or the process-wide default ([`LockClient::install_default`]);
 ///    with neither, the function returns [`LockError::InvalidConfig`] through its error type.
-/// 2. The lock is acquired with the timeout of `options` ([`DEFAULT_TIMEOUT`] unless given);
-///    called from inside the body of a function locked on the same name and kind, it
+/// 2. The locks are acquired together as one [`MultiLock`](crate::MultiLock) (one name is a
+///    multi-lock of one), with the timeout of `options` ([`DEFAULT_TIMEOUT`] unless given);
+///    called from inside the body of a function locked on the same name and kind, a lock
 ///    re-enters at once, without a round trip (see [`Lock`](crate::Lock#reentrancy)).
-/// 3. The body runs with the fencing token, inside the hold's scope
-///    ([`LockGuard::scope`](crate::LockGuard::scope)), which makes nested acquisitions
-///    re-enter and [`current_fencing_token`](crate::current_fencing_token) answer. With
-///    [`OnLost::Abort`] it races the loss signal: on loss, the body's future is dropped and
-///    the result is [`LockError::Lost`].
-/// 4. The guard is dropped as the function returns; the node is deleted in the background
-///    ([`LockClient::flush`] waits for it).
+/// 3. The body runs with the fencing token of the first name, inside the scope of every hold
+///    ([`MultiGuard::scope`](crate::MultiGuard::scope)), which makes nested acquisitions
+///    re-enter and [`fencing_token`](crate::fencing_token) answer. With [`OnLost::Abort`] the
+///    body is dropped and the result is [`LockError::Lost`] if any lock is lost; with
+///    `max_hold`, it is dropped and the result is [`LockError::MaxHoldExceeded`] once the locks
+///    have been held that long.
+/// 4. The guard is dropped as the function returns; the nodes are deleted in the background
+///    ([`LockClient::flush`] waits for them).
 ///
 /// Cancel safety: dropping the returned future while waiting leaves no contender node behind
 /// (see [`Lock::acquire`](crate::Lock::acquire)); dropping it while the body runs drops the
-/// body and releases the lock.
+/// body and releases the locks.
 pub async fn run_locked<R, F, Fut>(
     client: Option<LockClient>,
-    name: String,
+    names: Vec<String>,
     options: LockOptions,
     convert: fn(LockError) -> R,
     body: F,
@@ -204,32 +209,28 @@ where
         Ok(client) => client,
         Err(err) => return convert(err),
     };
-    let lock = match client.lock(&name, options.kind) {
-        Ok(lock) => lock,
+    let locks = match client.multi_lock_of(options.kind, &names) {
+        Ok(locks) => locks,
         Err(err) => return convert(err),
     };
     let acquired = match options.timeout {
-        Timeout::Default => lock.acquire_timeout(DEFAULT_TIMEOUT).await,
-        Timeout::After(timeout) => lock.acquire_timeout(timeout).await,
-        Timeout::Forever => lock.acquire().await,
+        Timeout::Default => locks.acquire_timeout(DEFAULT_TIMEOUT).await,
+        Timeout::After(timeout) => locks.acquire_timeout(timeout).await,
+        Timeout::Forever => locks.acquire().await,
     };
     let guard = match acquired {
         Ok(guard) => guard,
         Err(err) => return convert(err),
     };
-    let body = guard.scope(body(guard.fencing_token()));
-    let out = match options.on_lost {
-        OnLost::Continue => body.await,
-        OnLost::Abort => {
-            tokio::select! {
-                // Loss first: a body that finishes in the same poll as the loss is reported
-                // as lost, so the caller never takes an unsafe result for a safe one.
-                biased;
-                err = guard.lost() => convert(err),
-                out = body => out,
-            }
-        }
-    };
+    let token = names
+        .first()
+        .and_then(|name| guard.fencing_token(name))
+        .unwrap_or_else(|| guard.guards()[0].fencing_token());
+    let abort_on_loss = options.on_lost == OnLost::Abort;
+    let out = guard
+        .supervised(body(token), abort_on_loss, options.max_hold)
+        .await
+        .unwrap_or_else(convert);
     drop(guard);
     out
 }

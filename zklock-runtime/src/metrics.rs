@@ -11,6 +11,7 @@ pub(crate) struct Metrics {
     pub timed_out: AtomicU64,
     pub lost: AtomicU64,
     pub released: AtomicU64,
+    pub max_hold_exceeded: AtomicU64,
 }
 
 impl Metrics {
@@ -28,6 +29,7 @@ impl Metrics {
             timed_out: self.timed_out.load(Relaxed),
             lost: self.lost.load(Relaxed),
             released: self.released.load(Relaxed),
+            max_hold_exceeded: self.max_hold_exceeded.load(Relaxed),
             abandoned,
         }
     }
@@ -60,6 +62,8 @@ pub struct MetricsSnapshot {
     pub lost: u64,
     /// Holds whose node was released.
     pub released: u64,
+    /// Work stopped because it held its lock past its `max_hold` bound.
+    pub max_hold_exceeded: u64,
     /// Acquisitions dropped or failed midway whose contender node was cleaned up.
     pub abandoned: u64,
 }

@@ -65,17 +65,21 @@ pub(crate) fn reentry(dir: &str, kind: LockKind) -> Option<Arc<Holding>> {
     })
 }
 
-/// Runs `fut` inside the scope of `hold`, nested in whatever scope is current.
-fn enter<F: Future>(hold: &Arc<Holding>, loss: LossSignal, fut: F) -> impl Future<Output = F::Output> {
+/// Runs `fut` inside the scopes of `holds` (innermost last), nested in whatever scope is
+/// current.
+pub(crate) fn enter<'h, F: Future>(
+    holds: impl IntoIterator<Item = &'h Arc<Holding>>,
+    fut: F,
+) -> impl Future<Output = F::Output> {
     let mut entries: Vec<Entry> = SCOPE.try_with(|e| e.to_vec()).unwrap_or_default();
-    entries.push(Entry {
+    entries.extend(holds.into_iter().map(|hold| Entry {
         hold: Arc::downgrade(hold),
         name: hold.name.clone(),
         dir: hold.dir.clone(),
         kind: hold.kind,
         token: hold.token,
-        loss,
-    });
+        loss: hold.loss_signal(),
+    }));
     SCOPE.scope(Arc::new(entries), fut)
 }
 
@@ -115,7 +119,7 @@ impl LockGuard {
     where
         F: Future + 'a,
     {
-        enter(&self.hold, self.loss_signal(), fut)
+        enter([&self.hold], fut)
     }
 }
 

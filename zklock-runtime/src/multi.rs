@@ -1,0 +1,414 @@
+//! Several locks held together: acquired in one canonical order, all or nothing.
+//!
+//! A [`MultiLock`] is an ordered set of [`Lock`]s of one kind. It calls down into each lock's
+//! own acquire path ([`crate::lock`]) one after the other, so reentrancy, the local queue and
+//! node handoff work per name exactly as for a single lock; what this module adds is the order,
+//! the shared deadline and the all-or-nothing rule.
+//!
+//! **Why the order prevents deadlock.** Every multi-lock sorts its locks by their ZooKeeper path
+//! before taking any, whatever order the caller gave. Two multi-locks that share locks `a` and
+//! `b` both take `a` first, so neither can hold `b` while waiting for `a`: the "holds one, waits
+//! for the other" cycle needs two holders that disagree on the order. (Curator's
+//! `InterProcessMultiLock` takes its locks in the caller's order, so callers passing `{a, b}`
+//! and `{b, a}` can deadlock.) The argument covers holders that take all their locks through
+//! multi-locks; a caller that already holds `b` outside a multi-lock and then asks for `{a, b}`
+//! can still deadlock against another holder of `a`, as with any nested locking.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future;
+
+use crate::guard::{supervise, LockGuard, MaxHold};
+use crate::lock::{Lock, LockKind};
+use crate::reentrancy;
+use crate::token::FencingToken;
+use crate::{LockClient, LockError};
+
+/// Several locks of one kind, taken together in one canonical order (sorted by lock path)
+/// whatever order they were named in, all or nothing. Duplicate names collapse into one.
+/// Cheap to clone; creating it costs nothing on the server.
+///
+/// See [`LockClient::multi_lock`]. The order rules out the deadlock of two callers locking
+/// `{a, b}` and `{b, a}`, provided each takes all the locks of an operation in one multi-lock
+/// (see `docs/safety.md`, "Several locks at once").
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// use std::time::Duration;
+///
+/// // Either order gives the same multi-lock: `account:1` is taken first.
+/// let transfer = client.multi_lock(["account:2", "account:1"])?;
+/// let guard = transfer.acquire_timeout(Duration::from_secs(5)).await?;
+/// let from = guard.fencing_token("account:2");
+/// # let _ = from;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiLock {
+    /// Sorted by path, without duplicates; never empty.
+    locks: Arc<[Lock]>,
+}
+
+impl LockClient {
+    /// Exclusive locks on every name in `names`, taken together (see [`MultiLock`]).
+    ///
+    /// Errors: [`LockError::InvalidName`] for the first unusable name,
+    /// [`LockError::InvalidConfig`] when `names` is empty.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let skus = vec!["sku-7".to_string(), "sku-3".to_string()];
+    /// let cart = client.multi_lock(skus.iter().map(|sku| format!("inventory:{sku}")))?;
+    /// let guard = cart.acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn multi_lock<I>(&self, names: I) -> Result<MultiLock, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.multi_lock_of(LockKind::Mutex, names)
+    }
+
+    /// Locks of `kind` on every name in `names`, taken together (see [`MultiLock`]): read or
+    /// write sides of read/write locks, or one lease of each of several semaphores.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use zklock_runtime::LockKind;
+    /// let readers = client.multi_lock_of(LockKind::Read, ["catalog", "prices"])?;
+    /// let guard = readers.acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn multi_lock_of<I>(&self, kind: LockKind, names: I) -> Result<MultiLock, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let mut locks = names
+            .into_iter()
+            .map(|name| self.lock(name.as_ref(), kind))
+            .collect::<Result<Vec<_>, _>>()?;
+        if locks.is_empty() {
+            return Err(LockError::InvalidConfig(
+                "a multi-lock needs at least one lock name".into(),
+            ));
+        }
+        locks.sort_by(|a, b| a.path().cmp(b.path()));
+        locks.dedup_by(|a, b| a.path() == b.path());
+        Ok(MultiLock { locks: locks.into() })
+    }
+}
+
+impl MultiLock {
+    /// The locks, in the order they are taken (sorted by path, without duplicates).
+    pub fn locks(&self) -> &[Lock] {
+        &self.locks
+    }
+
+    /// Waits, without a bound, until every lock is granted.
+    ///
+    /// Locks are taken one after the other in path order; each one re-enters a hold of the
+    /// current call scope as [`Lock::acquire`] does. If one fails, the ones already taken are
+    /// released before the error is returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any point releases the locks already taken and
+    /// leaves no contender node behind once the background cleanup has run (see
+    /// [`LockClient::flush`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.multi_lock(["account:7", "account:9"])?.acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<MultiGuard, LockError> {
+        self.acquire_within(None).await
+    }
+
+    /// Waits at most `timeout` for all the locks together: one bound for the whole
+    /// acquisition, not one per lock. On [`LockError::Timeout`] (which names the lock that was
+    /// not granted in time) or any other error, the locks already taken are released.
+    ///
+    /// `Duration::ZERO` tries each lock once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use zklock_runtime::LockError;
+    ///
+    /// let cart = client.multi_lock(["sku-1", "sku-2", "sku-3"])?;
+    /// match cart.acquire_timeout(Duration::from_secs(5)).await {
+    ///     Ok(guard) => drop(guard),
+    ///     Err(LockError::Timeout { name, .. }) => println!("{name} stayed busy"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<MultiGuard, LockError> {
+        self.acquire_within(Some(timeout)).await
+    }
+
+    /// Tries each lock once: `Ok(None)` if one of them is held elsewhere (and none is kept).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// if let Some(guard) = client.multi_lock(["a", "b"])?.try_acquire().await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<MultiGuard>, LockError> {
+        match self.acquire_within(Some(Duration::ZERO)).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn acquire_within(&self, timeout: Option<Duration>) -> Result<MultiGuard, LockError> {
+        let started = Instant::now();
+        // Dropping this vector (an error, or the future dropped) releases what it holds.
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for lock in self.locks.iter() {
+            let left = timeout.map(|t| t.saturating_sub(started.elapsed()));
+            match lock.acquire_within(left).await {
+                Ok(guard) => guards.push(guard),
+                Err(LockError::Timeout { name, .. }) => {
+                    return Err(LockError::Timeout {
+                        name,
+                        waited: started.elapsed(),
+                    })
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(MultiGuard {
+            guards,
+            acquired_at: Instant::now(),
+        })
+    }
+}
+
+/// Proof of holding every lock of a [`MultiLock`]. Owned (`Send + 'static`), like
+/// [`LockGuard`]; dropping it releases every lock.
+///
+/// The locks stand or fall together: [`is_lost`](Self::is_lost) and [`lost`](Self::lost)
+/// report the loss of any one of them.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// let guard = client.multi_lock(["account:1", "account:2"])?.acquire().await?;
+/// for held in guard.guards() {
+///     println!("{} fenced by {}", held.name(), held.fencing_token());
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the locks are released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct MultiGuard {
+    /// In path order.
+    guards: Vec<LockGuard>,
+    acquired_at: Instant,
+}
+
+impl MultiGuard {
+    /// The guard of each lock, in the order they were taken (sorted by path).
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Splits this into the guards of its locks, which then live and end one by one.
+    pub fn into_guards(self) -> Vec<LockGuard> {
+        self.guards
+    }
+
+    /// The fencing token of the lock named `name` (as given to
+    /// [`multi_lock`](LockClient::multi_lock)); `None` if it is not one of these locks.
+    pub fn fencing_token(&self, name: &str) -> Option<FencingToken> {
+        self.guards
+            .iter()
+            .find(|g| g.name() == name)
+            .map(LockGuard::fencing_token)
+    }
+
+    /// Whether any of the locks can no longer be trusted.
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Resolves with [`LockError::Lost`] once any of the locks is lost; pending otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.multi_lock(["a", "b"])?.acquire().await?;
+    /// tokio::select! {
+    ///     err = guard.lost() => return Err(err),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) -> LockError {
+        let mut signals: Vec<_> = self.guards.iter().map(LockGuard::loss_signal).collect();
+        let waits = signals.iter_mut().map(|s| Box::pin(s.lost()));
+        let (err, _, _) = future::select_all(waits).await;
+        err
+    }
+
+    /// Runs `fut` inside the scope of every lock held ([`LockGuard::scope`]): acquisitions of
+    /// any of them made inside re-enter, and [`fencing_token`](crate::fencing_token) answers
+    /// for each name.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the holds are unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.multi_lock(["a", "b"])?.acquire().await?;
+    /// guard
+    ///     .scope(async {
+    ///         assert!(zklock_runtime::fencing_token("a").is_some());
+    ///     })
+    ///     .await;
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<'a, F>(&'a self, fut: F) -> impl Future<Output = F::Output> + 'a
+    where
+        F: Future + 'a,
+    {
+        reentrancy::enter(self.guards.iter().map(|g| &g.hold), fut)
+    }
+
+    /// Runs `fut` inside the [scope](Self::scope) of every lock and stops it if any of them is
+    /// lost, as [`LockGuard::run`] does for one lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the holds are unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.multi_lock(["a", "b"])?.acquire().await?;
+    /// guard.run(async { /* both locks are held and sound here */ }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
+        self.supervised(fut, true, None).await
+    }
+
+    /// Like [`run`](Self::run), and also stops `fut` once the locks have been held together for
+    /// `max_hold` (counted from when the last of them was granted), as
+    /// [`LockGuard::run_for`] does for one lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the holds are unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let guard = client.multi_lock(["a", "b"])?.acquire().await?;
+    /// guard.run_for(Duration::from_secs(30), async { /* ... */ }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_for<F: Future>(&self, max_hold: Duration, fut: F) -> Result<F::Output, LockError> {
+        self.supervised(fut, true, Some(max_hold)).await
+    }
+
+    /// [`run`](Self::run) and [`run_for`](Self::run_for), and the attribute's variants of them:
+    /// stop on loss only if `abort_on_loss`.
+    pub(crate) async fn supervised<F: Future>(
+        &self,
+        fut: F,
+        abort_on_loss: bool,
+        max_hold: Option<Duration>,
+    ) -> Result<F::Output, LockError> {
+        let first = &self.guards[0];
+        let bound = max_hold.map(|bound| MaxHold {
+            name: first.name(),
+            since: self.acquired_at,
+            bound,
+            metrics: &first.hold.metrics,
+        });
+        supervise(self.scope(fut), abort_on_loss.then(|| self.lost()), bound).await
+    }
+
+    /// Asks the server whether every hold is still in place (see [`LockGuard::ensure_held`]);
+    /// the checks go out together, in one round trip's time.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.multi_lock(["a", "b"])?.acquire().await?;
+    /// guard.ensure_held().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn ensure_held(&self) -> Result<(), LockError> {
+        future::join_all(self.guards.iter().map(LockGuard::ensure_held))
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Releases every lock and waits for the outcome of each (see [`LockGuard::release`]); the
+    /// releases go out together. Returns the first error, [`LockError::Lost`] if any lock had
+    /// been lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if this future is dropped midway, the deletions go on in the background
+    /// ([`LockClient::flush`] waits for them).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.multi_lock(["a", "b"])?.acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<(), LockError> {
+        let outcomes = future::join_all(self.guards.into_iter().rev().map(LockGuard::start_release)).await;
+        // A loss matters more than a failed delete: report it first.
+        let mut errors: Vec<LockError> = outcomes.into_iter().filter_map(Result::err).collect();
+        errors.sort_by_key(|err| !matches!(err, LockError::Lost { .. }));
+        errors.into_iter().next().map_or(Ok(()), Err)
+    }
+}
