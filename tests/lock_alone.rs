@@ -6,9 +6,11 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{client, eventually, raw};
+use support::{cancellation_storm, client, eventually, raw, Rng};
 use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
 use zklock_testing::FaultProxy;
 
@@ -199,4 +201,104 @@ async fn a_reconnect_forgets_what_was_known() {
     assert_eq!(fast(&c), 1, "a grant right after a reconnect must list");
     lock.acquire().await.unwrap().release().await.unwrap();
     assert_eq!(fast(&c), 2);
+}
+
+/// Lone grants interleaved with bursts of contention: siblings under `join!` in one task, a
+/// spawned task and another client. Every grant stays exclusive with a strictly larger token;
+/// after each round with the other client the next grant lists; the fast path comes back
+/// between bursts. (A round of this client's own tasks may rightly skip the listing: they
+/// queue in process, and the node is alone in ZooKeeper.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_grants_between_bursts_of_contention_stay_exclusive() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let other = client(&zk.connect_string()).await;
+    let lock = c.mutex("bursty").unwrap();
+    let foreign = other.mutex("bursty").unwrap();
+    let held = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let critical = |lock: zklock_runtime::Lock| {
+        let (held, tokens) = (held.clone(), tokens.clone());
+        async move {
+            let guard = lock.acquire_timeout(Duration::from_secs(20)).await.unwrap();
+            assert!(!held.swap(true, Ordering::SeqCst), "two holders at once");
+            tokens.lock().unwrap().push(guard.fencing_token());
+            tokio::task::yield_now().await;
+            held.store(false, Ordering::SeqCst);
+            guard.release().await.unwrap();
+        }
+    };
+    warm_up(&lock).await;
+    let mut rng = Rng::from_clock();
+    let (mut lone, mut foreign_rounds) = (0, 0);
+    for _ in 0..40 {
+        match rng.below(4) {
+            0 => {
+                tokio::join!(critical(lock.clone()), critical(lock.clone()));
+            }
+            1 => {
+                let spawned = tokio::spawn(critical(lock.clone()));
+                critical(lock.clone()).await;
+                spawned.await.unwrap();
+            }
+            2 => {
+                tokio::join!(critical(lock.clone()), critical(foreign.clone()));
+                foreign_rounds += 1;
+            }
+            _ => {
+                critical(lock.clone()).await;
+                lone += 1;
+            }
+        }
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens did not strictly increase in grant order: {tokens:?}"
+    );
+    let m = c.metrics();
+    let listed = m.acquired - m.handed_off - m.granted_without_listing - 2; // 2: the warm-up
+    eprintln!(
+        "{} grants, {lone} lone and {foreign_rounds} foreign rounds; this client: {m:?}",
+        tokens.len()
+    );
+    assert!(
+        m.granted_without_listing > 0 || lone < 2,
+        "the fast path never came back"
+    );
+    // The other client's create and delete change the directory: our next grant must list.
+    assert!(
+        listed + 1 >= foreign_rounds,
+        "{listed} listed grants after {foreign_rounds} rounds with another client"
+    );
+    let raw = raw(&zk.connect_string()).await;
+    assert_eq!(raw.list_children("/zklock/bursty").await.unwrap(), Vec::<String>::new());
+}
+
+/// Acquisitions on the fast path cancelled at random points (before the create, while it is
+/// in flight, after the grant) leave no node, and the path stays correct afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_fast_path_acquisitions_leave_no_node() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let lock = c.mutex("cancel-alone").unwrap();
+    warm_up(&lock).await;
+    let acquire = {
+        let lock = lock.clone();
+        move || {
+            let lock = lock.clone();
+            async move { lock.acquire().await }
+        }
+    };
+    let granted = cancellation_storm(vec![acquire], 300, Duration::from_micros(3000)).await;
+    c.flush().await;
+    let raw = raw(&zk.connect_string()).await;
+    assert_eq!(
+        raw.list_children("/zklock/cancel-alone").await.unwrap(),
+        Vec::<String>::new()
+    );
+    eprintln!("{granted} granted, {} without listing, {:?}", fast(&c), c.metrics());
+    assert!(c.metrics().abandoned > 0, "no acquisition was cancelled midway");
+    let guard = lock.try_acquire().await.unwrap().expect("the lock is free");
+    guard.release().await.unwrap();
 }
