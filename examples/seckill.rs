@@ -9,8 +9,9 @@
 //! ```
 //!
 //! `demo` starts a ZooKeeper server (unless `--zk` names one), three `serve` processes on one
-//! SQLite file (or the PostgreSQL database in `DATABASE_URL`), sells 100 units to 2,000
-//! concurrent requests, and prints a summary whose last line is one JSON object.
+//! SQLite file (or the PostgreSQL database in `DATABASE_URL`), sells 3 items of 100 units to
+//! 2,000 concurrent requests (single buys, and carts of several items under a multi-lock), and
+//! prints a summary whose last line is one JSON object.
 
 use clap::{Parser, Subcommand};
 use zklock_examples::seckill::{driver, service};

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs the seckill (flash-sale) demo: a local ZooKeeper server (unless --zk is given), three
 # inventory service processes sharing one SQLite file (or the PostgreSQL database named by
-# DATABASE_URL), 2,000 concurrent buy requests for 100 units, then a summary whose last line
-# is one JSON object.
+# DATABASE_URL), 2,000 concurrent requests (single buys and carts) for 3 items of 100 units,
+# then a summary whose last line is one JSON object.
 #
 # Options are passed through to the demo:
-#   --requests N        buy requests to send (default 2000)
-#   --stock N           units on sale (default 100)
+#   --requests N        requests to send (default 2000)
+#   --stock N           units of each item (default 100)
+#   --items N           items on sale (default 3)
+#   --cart-every N      every Nth request is a cart of 2-3 items (default 4; 0: none)
 #   --instances N       service processes (default 3)
 #   --concurrency N     requests in flight at once (default 64)
 #   --unsafe-no-lock    run the service without the lock, to see the oversell it prevents

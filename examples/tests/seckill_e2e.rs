@@ -61,6 +61,8 @@ fn small_demo(unsafe_no_lock: bool) -> DemoArgs {
     DemoArgs {
         requests: 300,
         stock: 30,
+        items: 3,
+        cart_every: 4,
         instances: 3,
         concurrency: 32,
         unsafe_no_lock,
@@ -80,6 +82,9 @@ fn check_json_line(summary: &Summary) -> Value {
         "remaining",
         "oversold",
         "duplicates",
+        "cart_requests",
+        "cart_orders",
+        "partial_carts",
         "fenced_rejections",
         "p50_ms",
         "p99_ms",
@@ -107,15 +112,35 @@ async fn locked_sale_across_three_processes_neither_oversells_nor_duplicates() {
         "the readable summary lacks `oversold: 0`"
     );
     assert_eq!(summary.duplicates, 0, "a request id was charged twice with the lock");
+    // Carts of 2–3 items in random order beside single buys of the same items: each cart was
+    // sold whole or not at all, and every request got its answer (a deadlock between carts
+    // naming items in opposite orders would show as lock timeouts).
+    // Every 4th of 300 requests is a cart, except every 20th, which repeats the single buy
+    // before it.
+    assert_eq!(summary.cart_requests, 60);
+    assert!(summary.cart_orders > 0, "no cart was sold: {}", summary.report());
+    assert_eq!(
+        summary.partial_carts,
+        0,
+        "a cart was sold in part: {}",
+        summary.report()
+    );
+    let d = &summary.details;
+    assert_eq!(
+        (d.unavailable, d.errors),
+        (0, 0),
+        "requests went unanswered or failed: {}",
+        summary.report()
+    );
     // No lost update either: every unit taken from stock is in exactly one order.
     assert_eq!(
         summary.sold + summary.remaining,
-        30,
+        90,
         "stock accounting broken: sold {} + remaining {}",
         summary.sold,
         summary.remaining
     );
-    // 300 requests for 30 units: the sale completes.
+    // 300 requests for 3 × 30 units: the sale completes.
     assert_eq!(summary.remaining, 0, "units left unsold: {}", summary.report());
     assert_eq!(
         summary.fenced_rejections, 0,
@@ -481,4 +506,107 @@ async fn a_fenced_refusal_is_a_409_json_answer() {
     assert_error(&answer, 409, "fenced");
     assert_eq!(store.item(1).await.expect("read").expect("item").stock, 10);
     assert!(store.order_for_request(1, "late").await.expect("read").is_none());
+}
+
+#[tokio::test]
+async fn a_cart_is_sold_whole_or_refused_whole() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = temp_store(&dir).await;
+    store.create_item(1, 5).await.expect("create");
+    store.create_item(2, 1).await.expect("create");
+    store.create_item(3, 5).await.expect("create");
+    // Item 3 has accepted a token from far in the future: any real lock's write to it is
+    // refused by the fence.
+    let future_token: zklock::FencingToken = "7fffffff00000000-00000000".parse().expect("token");
+    store
+        .commit_purchase(3, 5, 0, "from-the-future", Some(future_token))
+        .await
+        .expect("seed a newer token");
+    let locks = LockClient::connect(&server.connect_string()).await.expect("client");
+    let svc = local_service(Inventory::new(store.clone(), locks, true, Duration::ZERO)).await;
+    let http = reqwest::Client::new();
+    let checkout = |body: Value| {
+        let (http, url) = (http.clone(), format!("{}/orders", svc.base));
+        async move { send(&http, reqwest::Method::POST, url, Some(&body.to_string())).await }
+    };
+    let stock = |id| {
+        let store = store.clone();
+        async move { store.item(id).await.expect("read").expect("item").stock }
+    };
+
+    // Lines in any order; one order per line, each fenced by its item's own token.
+    let cart = json!({"request_id": "cart-1", "lines": [{"item_id": 2, "qty": 1}, {"item_id": 1, "qty": 2}]});
+    let placed = checkout(cart.clone()).await;
+    assert_eq!(placed.0, 201, "{placed:?}");
+    let orders = placed.1["orders"].as_array().expect("orders").clone();
+    assert_eq!(orders.len(), 2, "{placed:?}");
+    assert!(orders
+        .iter()
+        .all(|o| o["request_id"] == "cart-1" && o["token"].is_string()));
+    assert_ne!(orders[0]["token"], orders[1]["token"], "each item has its own lock");
+    assert_eq!((stock(1).await, stock(2).await), (3, 0));
+
+    // A retry gets the same cart back and writes nothing.
+    let again = checkout(cart).await;
+    assert_eq!(again.0, 200, "{again:?}");
+    assert_eq!(again.1["orders"], placed.1["orders"]);
+    assert_eq!((stock(1).await, stock(2).await), (3, 0));
+
+    // One line cannot be filled: the whole cart is refused, the other line is not sold.
+    let short =
+        checkout(json!({"request_id": "cart-2", "lines": [{"item_id": 1, "qty": 1}, {"item_id": 2, "qty": 1}]})).await;
+    assert_error(&short, 409, "sold_out");
+    assert!(short.1["message"].as_str().unwrap().contains("item 2"), "{short:?}");
+    assert_eq!(stock(1).await, 3);
+    assert!(store.order_for_request(1, "cart-2").await.expect("read").is_none());
+
+    // One line's write is fenced: the transaction rolls back the line already written.
+    let fenced =
+        checkout(json!({"request_id": "cart-3", "lines": [{"item_id": 1, "qty": 1}, {"item_id": 3, "qty": 1}]})).await;
+    assert_error(&fenced, 409, "fenced");
+    assert_eq!((stock(1).await, stock(3).await), (3, 5));
+    assert!(store.order_for_request(1, "cart-3").await.expect("read").is_none());
+
+    // Bad carts are 4xx, before any lock is taken.
+    let too_many: Vec<Value> = (0..17).map(|id| json!({"item_id": id, "qty": 1})).collect();
+    for (why, body, status, code) in [
+        ("no lines", json!({"request_id": "x", "lines": []}), 400, "bad_request"),
+        (
+            "too many lines",
+            json!({"request_id": "x", "lines": too_many}),
+            400,
+            "bad_request",
+        ),
+        (
+            "an item twice",
+            json!({"request_id": "x", "lines": [{"item_id": 1, "qty": 1}, {"item_id": 1, "qty": 1}]}),
+            400,
+            "bad_request",
+        ),
+        (
+            "zero quantity",
+            json!({"request_id": "x", "lines": [{"item_id": 1, "qty": 0}]}),
+            400,
+            "bad_request",
+        ),
+        (
+            "no request id",
+            json!({"request_id": "", "lines": [{"item_id": 1, "qty": 1}]}),
+            400,
+            "bad_request",
+        ),
+        ("missing lines", json!({"request_id": "x"}), 400, "bad_request"),
+        (
+            "unknown item",
+            json!({"request_id": "x", "lines": [{"item_id": 99, "qty": 1}]}),
+            404,
+            "no_such_item",
+        ),
+    ] {
+        let answer = checkout(body).await;
+        assert_eq!(answer.0, status, "{why}: {answer:?}");
+        assert_eq!(answer.1["error"], code, "{why}: {answer:?}");
+    }
+    assert_eq!(stock(1).await, 3);
 }

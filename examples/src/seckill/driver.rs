@@ -1,9 +1,10 @@
 //! The demo driver: starts ZooKeeper (unless given one), a shared database and several
-//! service instances as separate processes, fires concurrent buy requests at them, and checks
-//! the outcome against the database.
+//! service instances as separate processes, fires a mixed load of concurrent single buys and
+//! cart checkouts at them, and checks the outcome against the database.
 //!
-//! The driver does not trust the service's answers for the verdict: it reads the item and its
-//! orders back and computes sold units, oversell and duplicate orders from what was stored.
+//! The driver does not trust the service's answers for the verdict: it reads the items and
+//! their orders back and computes sold units, oversell, duplicate orders and partly sold carts
+//! from what was stored.
 
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::PathBuf;
@@ -23,12 +24,20 @@ pub type DemoError = Box<dyn std::error::Error + Send + Sync>;
 /// The `demo` subcommand's options.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
-    /// Buy requests to send in all (including the repeated ones, see --repeat-every).
+    /// Requests to send in all, single buys and carts (including the repeated ones, see
+    /// --repeat-every).
     #[arg(long, default_value_t = 2000)]
     pub requests: usize,
-    /// Units of the item on sale.
+    /// Units of each item on sale.
     #[arg(long, default_value_t = 100)]
     pub stock: i64,
+    /// Items on sale.
+    #[arg(long, default_value_t = 3)]
+    pub items: usize,
+    /// Every Nth request is a cart checkout of 2 or 3 different items, listed in random order,
+    /// one unit each (0: single buys only; needs --items 2 or more).
+    #[arg(long, default_value_t = 4)]
+    pub cart_every: usize,
     /// Service instances (separate processes) sharing the database.
     #[arg(long, default_value_t = 3)]
     pub instances: usize,
@@ -60,16 +69,23 @@ pub struct DemoArgs {
 /// The outcome of one demo run; serialized as the final JSON line.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    /// Buy requests sent.
+    /// Requests sent, single buys and carts.
     pub requests: usize,
-    /// Units in stored orders.
+    /// Units in stored orders, over all items.
     pub sold: i64,
-    /// Units the item has left, as stored.
+    /// Units the items have left, as stored.
     pub remaining: i64,
-    /// Units sold beyond the initial stock.
+    /// Units sold beyond an item's initial stock, summed over the items.
     pub oversold: i64,
-    /// Stored orders beyond the first for one request id.
+    /// Stored orders beyond the first for one request id and item.
     pub duplicates: usize,
+    /// Cart checkout requests sent (included in `requests`).
+    pub cart_requests: usize,
+    /// Carts sold, as stored: distinct cart request ids with orders.
+    pub cart_orders: usize,
+    /// Carts stored with fewer orders than they had lines (must be 0: a cart is sold whole or
+    /// not at all).
+    pub partial_carts: usize,
     /// Writes the database refused because they carried a stale fencing token.
     pub fenced_rejections: usize,
     /// Median buy latency, milliseconds.
@@ -88,16 +104,18 @@ pub struct Summary {
 /// Counts shown in the readable summary but not in the JSON line.
 #[derive(Debug, Clone, Default)]
 pub struct Details {
-    /// The item the demo sold.
-    pub item_id: i64,
-    /// Its initial stock.
+    /// The items the demo sold.
+    pub item_ids: Vec<i64>,
+    /// The initial stock of each.
     pub initial_stock: i64,
     /// Stored orders.
     pub orders: usize,
     /// Requests that reused an earlier request id.
     pub repeated_requests: usize,
-    /// 201 answers.
+    /// 201 answers (single buys and carts).
     pub placed: usize,
+    /// 201 answers to cart checkouts.
+    pub carts_placed: usize,
     /// 200 answers (a repeated request got its earlier order back).
     pub already_placed: usize,
     /// 409 sold_out answers.
@@ -119,9 +137,10 @@ pub struct Details {
 }
 
 impl Summary {
-    /// True when the run kept its promises: nothing oversold, no order written twice.
+    /// True when the run kept its promises: nothing oversold, no order written twice, no cart
+    /// sold in part.
     pub fn is_safe(&self) -> bool {
-        self.oversold == 0 && self.duplicates == 0
+        self.oversold == 0 && self.duplicates == 0 && self.partial_carts == 0
     }
 
     /// The final line: one JSON object.
@@ -132,7 +151,8 @@ impl Summary {
     /// The human-readable report.
     pub fn report(&self) -> String {
         let d = &self.details;
-        let accounted = d.initial_stock - self.remaining;
+        let initial = d.initial_stock * d.item_ids.len() as i64;
+        let accounted = initial - self.remaining;
         let mut out = String::new();
         let mut line = |s: String| {
             out.push_str(&s);
@@ -140,12 +160,12 @@ impl Summary {
         };
         line(format!("== seckill summary ({}) ==", self.mode));
         line(format!(
-            "setup: item {} with {} units, {} instances, ZooKeeper {}, database {}",
-            d.item_id, d.initial_stock, d.instances, d.zookeeper, d.database
+            "setup: items {:?} with {} units each, {} instances, ZooKeeper {}, database {}",
+            d.item_ids, d.initial_stock, d.instances, d.zookeeper, d.database
         ));
         line(format!(
-            "requests: {} ({} reused an earlier request id)",
-            self.requests, d.repeated_requests
+            "requests: {} ({} carts; {} reused an earlier request id)",
+            self.requests, self.cart_requests, d.repeated_requests
         ));
         line(format!(
             "answers: {} placed, {} already placed, {} sold out, {} fenced, {} unavailable, {} other errors",
@@ -155,10 +175,14 @@ impl Summary {
         line(format!("remaining: {}", self.remaining));
         line(format!("oversold: {}", self.oversold));
         line(format!("duplicates: {}", self.duplicates));
+        line(format!(
+            "carts: {} sold ({} placed answers), {} sold in part",
+            self.cart_orders, d.carts_placed, self.partial_carts
+        ));
         line(format!("fenced rejections: {}", self.fenced_rejections));
         line(format!(
             "stock accounting: initial {} - remaining {} = {} taken from stock, {} sold{}",
-            d.initial_stock,
+            initial,
             self.remaining,
             accounted,
             self.sold,
@@ -178,9 +202,10 @@ impl Summary {
             line(format!("unexpected answer: {sample}"));
         }
         line(if self.is_safe() {
-            "verdict: SAFE: no unit sold twice, no request charged twice".to_string()
+            "verdict: SAFE: no unit sold twice, no request charged twice, no cart sold in part".to_string()
         } else {
-            "verdict: UNSAFE: more was sold than there was, or a request was charged twice".to_string()
+            "verdict: UNSAFE: more was sold than there was, a request was charged twice, or a cart was sold in part"
+                .to_string()
         });
         out
     }
@@ -321,6 +346,9 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     if args.stock < 0 {
         return Err("--stock must not be negative".into());
     }
+    if args.items == 0 {
+        return Err("--items must be at least 1".into());
+    }
     let work = tempfile::Builder::new().prefix("seckill-demo-").tempdir()?;
 
     // ZooKeeper: the given ensemble, or a local server for the duration of the run.
@@ -336,14 +364,15 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         }
     };
 
-    // The database: a fresh SQLite file, or the given URL (then a new item id per run).
-    let (database, item_id) = match &args.database {
+    // The database: a fresh SQLite file, or the given URL (then new item ids per run).
+    let (database, first_item) = match &args.database {
         Some(url) => (url.clone(), fresh_item_id()),
         None => (sqlite_url(&work.path().join("seckill.db")), 1),
     };
+    let item_ids: Vec<i64> = (0..args.items as i64).map(|k| first_item + k).collect();
     let store = Store::open(&database).await?;
     progress(&format!(
-        "database {} ({:?}), item {item_id} with {} units",
+        "database {} ({:?}), items {item_ids:?} with {} units each",
         redact(&database),
         store.backend(),
         args.stock
@@ -387,20 +416,24 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
-    let created = http
-        .post(format!("{}/items", instances[0].base_url))
-        .json(&json!({ "id": item_id, "stock": args.stock }))
-        .send()
-        .await?;
-    if !created.status().is_success() {
-        let status = created.status();
-        let body = created.text().await.unwrap_or_default();
-        return Err(format!("creating the item failed: {status} {body}").into());
+    for &item_id in &item_ids {
+        let created = http
+            .post(format!("{}/items", instances[0].base_url))
+            .json(&json!({ "id": item_id, "stock": args.stock }))
+            .send()
+            .await?;
+        if !created.status().is_success() {
+            let status = created.status();
+            let body = created.text().await.unwrap_or_default();
+            return Err(format!("creating item {item_id} failed: {status} {body}").into());
+        }
     }
 
     // The sale.
+    let plan = plan_requests(args, &item_ids);
+    let cart_requests = plan.iter().filter(|r| r.is_cart()).count();
     progress(&format!(
-        "firing {} buy requests, {} at a time, across {} instances…",
+        "firing {} requests ({cart_requests} of them carts), {} at a time, across {} instances…",
         args.requests, args.concurrency, args.instances
     ));
     let bases: Arc<Vec<String>> = Arc::new(instances.iter().map(|i| i.base_url.clone()).collect());
@@ -408,7 +441,6 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     let sold_seen = Arc::new(AtomicUsize::new(0));
     let gate = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
-    let mut repeated = 0;
     let started = Instant::now();
     let ticker = {
         let done = done.clone();
@@ -441,14 +473,7 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
             }
         })
     };
-    for i in 0..args.requests {
-        let repeat = args.repeat_every > 0 && i > 0 && (i + 1) % args.repeat_every == 0;
-        let request_id = if repeat {
-            repeated += 1;
-            format!("req-{}", i - 1)
-        } else {
-            format!("req-{i}")
-        };
+    for (i, request) in plan.iter().cloned().enumerate() {
         // A repeat goes to the instance after the original's, so the two race across
         // processes.
         let base = bases[i % bases.len()].clone();
@@ -459,8 +484,8 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         tasks.spawn(async move {
             let t0 = Instant::now();
             let answer = http
-                .post(format!("{base}/items/{item_id}/buy"))
-                .json(&json!({ "request_id": request_id, "qty": 1 }))
+                .post(format!("{base}{}", request.path()))
+                .json(&request.body())
                 .send()
                 .await;
             let (outcome, sample) = match answer {
@@ -478,13 +503,13 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
                 sold_seen.fetch_add(1, Ordering::Relaxed);
             }
             done.fetch_add(1, Ordering::Relaxed);
-            (outcome, latency, sample)
+            (outcome, request.is_cart(), latency, sample)
         });
     }
     let mut details = Details {
-        item_id,
+        item_ids: item_ids.clone(),
         initial_stock: args.stock,
-        repeated_requests: repeated,
+        repeated_requests: plan.iter().filter(|r| r.repeat).count(),
         instances: args.instances,
         zookeeper: zk.clone(),
         database: redact(&database),
@@ -493,10 +518,13 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     let mut latencies = Vec::with_capacity(args.requests);
     let mut fenced = 0;
     while let Some(joined) = tasks.join_next().await {
-        let (outcome, latency, sample) = joined?;
+        let (outcome, is_cart, latency, sample) = joined?;
         latencies.push(latency);
         match outcome {
-            Outcome::Placed => details.placed += 1,
+            Outcome::Placed => {
+                details.placed += 1;
+                details.carts_placed += usize::from(is_cart);
+            }
             Outcome::AlreadyPlaced => details.already_placed += 1,
             Outcome::SoldOut => details.sold_out += 1,
             Outcome::Fenced => fenced += 1,
@@ -511,26 +539,55 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     let _ = ticker.await;
 
     // The verdict, from the database itself.
-    let item: Item = store.item(item_id).await?.ok_or("the item vanished")?;
-    let orders: Vec<Order> = store.orders(item_id).await?;
+    let mut remaining = 0;
+    let mut oversold = 0;
+    let mut orders: Vec<Order> = Vec::new();
+    for &item_id in &item_ids {
+        let item: Item = store.item(item_id).await?.ok_or("an item vanished")?;
+        let item_orders = store.orders(item_id).await?;
+        let sold: i64 = item_orders.iter().map(|o| o.qty).sum();
+        oversold += (sold - args.stock).max(0);
+        remaining += item.stock;
+        orders.extend(item_orders);
+    }
     drop(instances);
     progress("stopped the service instances");
 
     let sold: i64 = orders.iter().map(|o| o.qty).sum();
-    let mut per_request = std::collections::HashMap::<&str, usize>::new();
+    let mut per_request = std::collections::HashMap::<(i64, &str), usize>::new();
+    let mut lines_per_cart = std::collections::HashMap::<&str, usize>::new();
     for order in &orders {
-        *per_request.entry(order.request_id.as_str()).or_default() += 1;
+        *per_request
+            .entry((order.item_id, order.request_id.as_str()))
+            .or_default() += 1;
+        if order.request_id.starts_with(CART_PREFIX) {
+            *lines_per_cart.entry(order.request_id.as_str()).or_default() += 1;
+        }
     }
     let duplicates = per_request.values().map(|n| n - 1).sum();
+    let planned_lines: std::collections::HashMap<&str, usize> = plan
+        .iter()
+        .filter_map(|r| match &r.kind {
+            Kind::Cart(lines) => Some((r.request_id.as_str(), lines.len())),
+            Kind::Buy(_) => None,
+        })
+        .collect();
+    let partial_carts = lines_per_cart
+        .iter()
+        .filter(|(id, stored)| planned_lines.get(**id).is_some_and(|planned| *stored < planned))
+        .count();
     details.orders = orders.len();
     latencies.sort();
     let secs = details.elapsed.as_secs_f64().max(1e-9);
     Ok(Summary {
         requests: args.requests,
         sold,
-        remaining: item.stock,
-        oversold: (sold - args.stock).max(0),
+        remaining,
+        oversold,
         duplicates,
+        cart_requests,
+        cart_orders: lines_per_cart.len(),
+        partial_carts,
         fenced_rejections: fenced,
         p50_ms: round1(percentile(&latencies, 50)),
         p99_ms: round1(percentile(&latencies, 99)),
@@ -543,6 +600,106 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         .to_string(),
         details,
     })
+}
+
+/// Request ids of cart checkouts start with this; those of single buys with `req-`.
+const CART_PREFIX: &str = "cart-";
+
+/// One request of the demo's load.
+#[derive(Debug, Clone)]
+struct Request {
+    request_id: String,
+    kind: Kind,
+    /// Whether this repeats the previous request (same id, same body).
+    repeat: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    /// One unit of this item.
+    Buy(i64),
+    /// One unit of each of these items, in this order.
+    Cart(Vec<i64>),
+}
+
+impl Request {
+    fn is_cart(&self) -> bool {
+        matches!(self.kind, Kind::Cart(_))
+    }
+
+    fn path(&self) -> String {
+        match &self.kind {
+            Kind::Buy(item_id) => format!("/items/{item_id}/buy"),
+            Kind::Cart(_) => "/orders".to_string(),
+        }
+    }
+
+    fn body(&self) -> serde_json::Value {
+        match &self.kind {
+            Kind::Buy(_) => json!({ "request_id": self.request_id, "qty": 1 }),
+            Kind::Cart(items) => json!({
+                "request_id": self.request_id,
+                "lines": items.iter().map(|id| json!({ "item_id": id, "qty": 1 })).collect::<Vec<_>>(),
+            }),
+        }
+    }
+}
+
+/// The demo's load, the same on every run: every `cart_every`-th request a cart of 2 or 3
+/// different items in shuffled order, the others single buys of one item, and every
+/// `repeat_every`-th request a repeat of the one before (a double-clicked button).
+fn plan_requests(args: &DemoArgs, item_ids: &[i64]) -> Vec<Request> {
+    let carts = args.cart_every > 0 && item_ids.len() >= 2;
+    let mut rng = SplitMix(0x5eed_cafe);
+    let mut plan: Vec<Request> = Vec::with_capacity(args.requests);
+    for i in 0..args.requests {
+        let repeat = args.repeat_every > 0 && i > 0 && (i + 1) % args.repeat_every == 0;
+        if let (true, Some(previous)) = (repeat, plan.last()) {
+            let again = Request {
+                repeat: true,
+                ..previous.clone()
+            };
+            plan.push(again);
+            continue;
+        }
+        let request = if carts && (i + 1) % args.cart_every == 0 {
+            let mut items = item_ids.to_vec();
+            // A partial Fisher-Yates shuffle: the first `len` items are a random pick in a
+            // random order.
+            let len = (2 + rng.below(2) as usize).min(items.len());
+            for k in 0..len {
+                let pick = k + rng.below((items.len() - k) as u64) as usize;
+                items.swap(k, pick);
+            }
+            items.truncate(len);
+            Request {
+                request_id: format!("{CART_PREFIX}{i}"),
+                kind: Kind::Cart(items),
+                repeat: false,
+            }
+        } else {
+            Request {
+                request_id: format!("req-{i}"),
+                kind: Kind::Buy(item_ids[rng.below(item_ids.len() as u64) as usize]),
+                repeat: false,
+            }
+        };
+        plan.push(request);
+    }
+    plan
+}
+
+/// A small deterministic generator (SplitMix64), so the demo's load is the same on every run.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
 }
 
 fn round1(x: f64) -> f64 {

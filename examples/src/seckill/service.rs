@@ -7,9 +7,15 @@
 //! | `GET /items/{id}`          |                                  | 200 item · 404 `no_such_item` |
 //! | `POST /items/{id}/buy`     | `{"request_id": "r-1", "qty": 1}` | 201 order · 200 the order an earlier request with this id placed · 409 `sold_out` / `fenced` · 503 `lock_timeout` / `lock_unavailable` |
 //! | `GET /items/{id}/orders`   |                                  | 200 orders · 404 |
+//! | `POST /orders`             | `{"request_id": "c-1", "lines": [{"item_id": 1, "qty": 2}, …]}` | 201 cart · 200 the cart an earlier request with this id placed · 404 · 409 `sold_out` / `fenced` · 503 |
 //!
 //! Every error is a JSON object `{"error": "<code>", "message": "<text>"}`; bad input
-//! (malformed JSON, a missing field, a quantity below 1, a non-numeric id) is a 4xx.
+//! (malformed JSON, a missing field, a quantity below 1, a non-numeric id, an empty cart or one
+//! naming an item twice) is a 4xx.
+//!
+//! A cart is sold whole or not at all: it holds the locks of all its items at once (one
+//! multi-lock, so two carts naming the same items in opposite orders cannot deadlock), checks
+//! every line, and writes every line in one transaction, each write fenced by its item's token.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,12 +31,18 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
-use zklock::{distributed_lock, FencingToken, LockClient, LockError};
+use zklock::{distributed_lock, FencingToken, LockClient, LockError, MultiGuard};
 
-use super::store::{Item, Order, Store, StoreError};
+use super::store::{Item, Order, Store, StoreError, Write};
 
 /// The largest quantity one request may buy (keeps arithmetic far from overflow).
 pub const MAX_QTY: i64 = 1_000_000;
+
+/// The most lines one cart may have.
+pub const MAX_CART_LINES: usize = 16;
+
+/// How long a purchase waits for its locks.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a `serve` process is configured (the `serve` subcommand's options).
 #[derive(Debug, Clone, clap::Args)]
@@ -71,6 +83,24 @@ pub struct BuyRequest {
     pub qty: i64,
 }
 
+/// A cart checkout's body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CartRequest {
+    /// Client-chosen id, shared by the cart's orders; a retry gets the cart back.
+    pub request_id: String,
+    /// What to buy: distinct items, in any order.
+    pub lines: Vec<CartLine>,
+}
+
+/// One line of a cart.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct CartLine {
+    /// The item.
+    pub item_id: i64,
+    /// Units, at least 1.
+    pub qty: i64,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 struct NewItem {
     id: i64,
@@ -84,6 +114,15 @@ pub enum Purchase {
     Placed(Order),
     /// This request id had already placed this order; nothing new was written.
     AlreadyPlaced(Order),
+}
+
+/// What a successful checkout returns: one order per line.
+#[derive(Debug, Clone)]
+pub enum CartPurchase {
+    /// The cart's orders were written.
+    Placed(Vec<Order>),
+    /// This request id had already placed these orders; nothing new was written.
+    AlreadyPlaced(Vec<Order>),
 }
 
 /// Why a request failed; each variant maps to one HTTP status and error code.
@@ -189,15 +228,8 @@ impl Inventory {
 
     /// Buys `req.qty` units of `item_id`.
     pub async fn buy(&self, item_id: i64, req: &BuyRequest) -> Result<Purchase, ApiError> {
-        if req.qty < 1 || req.qty > MAX_QTY {
-            return Err(ApiError::BadRequest(format!(
-                "qty must be between 1 and {MAX_QTY}, got {}",
-                req.qty
-            )));
-        }
-        if req.request_id.is_empty() || req.request_id.len() > 128 {
-            return Err(ApiError::BadRequest("request_id must have 1 to 128 characters".into()));
-        }
+        check_qty(req.qty)?;
+        check_request_id(&req.request_id)?;
         // Fast refusal without the lock once the item is sold out: stock never grows, so a
         // stock below qty read now stays below it. (A retry of a request that did buy still
         // gets its order back.)
@@ -216,6 +248,107 @@ impl Inventory {
             self.buy_locked(item_id, req).await
         } else {
             self.read_check_write(item_id, req, None).await
+        }
+    }
+
+    /// Buys every line of a cart, or nothing.
+    pub async fn checkout(&self, req: &CartRequest) -> Result<CartPurchase, ApiError> {
+        check_request_id(&req.request_id)?;
+        if req.lines.is_empty() || req.lines.len() > MAX_CART_LINES {
+            return Err(ApiError::BadRequest(format!(
+                "a cart has 1 to {MAX_CART_LINES} lines, got {}",
+                req.lines.len()
+            )));
+        }
+        for (i, line) in req.lines.iter().enumerate() {
+            check_qty(line.qty)?;
+            if req.lines[..i].iter().any(|l| l.item_id == line.item_id) {
+                return Err(ApiError::BadRequest(format!(
+                    "item {} appears twice in the cart; give it one line",
+                    line.item_id
+                )));
+            }
+        }
+        // Fast refusal without the locks, as for a single buy: stock never grows.
+        if let Err(refused) = self.cart_items(req).await {
+            return match (refused, self.placed_cart(req).await?) {
+                (ApiError::SoldOut { .. }, placed) if !placed.is_empty() => Ok(CartPurchase::AlreadyPlaced(placed)),
+                (refused, _) => Err(refused),
+            };
+        }
+        if !self.use_lock {
+            return self.cart_read_check_write(req, None).await;
+        }
+        // The same lock names as single buys, so carts and single buys of an item exclude
+        // each other. The multi-lock sorts them: the order of the lines does not matter.
+        let names: Vec<String> = req.lines.iter().map(|l| item_lock(l.item_id)).collect();
+        let guard = self.locks.multi_lock(&names)?.acquire_timeout(LOCK_TIMEOUT).await?;
+        guard.run(self.cart_read_check_write(req, Some(&guard))).await?
+    }
+
+    /// A cart's read-check-write: every item read and checked, then every line written in one
+    /// transaction, fenced by the tokens of `guard` (none without the lock).
+    async fn cart_read_check_write(
+        &self,
+        req: &CartRequest,
+        guard: Option<&MultiGuard>,
+    ) -> Result<CartPurchase, ApiError> {
+        let placed = self.placed_cart(req).await?;
+        if !placed.is_empty() {
+            return Ok(CartPurchase::AlreadyPlaced(placed));
+        }
+        let items = self.cart_items(req).await?;
+        let writes: Vec<Write> = req
+            .lines
+            .iter()
+            .zip(items)
+            .map(|(line, item)| Write {
+                item_id: line.item_id,
+                new_stock: item.stock - line.qty,
+                qty: line.qty,
+                token: guard.and_then(|g| g.fencing_token(&item_lock(line.item_id))),
+            })
+            .collect();
+        self.pause_in_race_window().await;
+        Ok(CartPurchase::Placed(
+            self.store.commit_cart(&req.request_id, &writes).await?,
+        ))
+    }
+
+    /// Reads the item of every line of a cart: the items, in line order, or
+    /// [`ApiError::SoldOut`] for the first line that cannot be filled.
+    async fn cart_items(&self, req: &CartRequest) -> Result<Vec<Item>, ApiError> {
+        let mut items = Vec::with_capacity(req.lines.len());
+        for line in &req.lines {
+            let item = self
+                .store
+                .item(line.item_id)
+                .await?
+                .ok_or(ApiError::NoSuchItem(line.item_id))?;
+            if item.stock < line.qty {
+                return Err(ApiError::SoldOut {
+                    item_id: line.item_id,
+                    stock: item.stock,
+                    qty: line.qty,
+                });
+            }
+            items.push(item);
+        }
+        Ok(items)
+    }
+
+    /// The orders an earlier request with this cart's id placed (none if it placed none).
+    async fn placed_cart(&self, req: &CartRequest) -> Result<Vec<Order>, ApiError> {
+        let items: Vec<i64> = req.lines.iter().map(|l| l.item_id).collect();
+        Ok(self.store.orders_for_request(&items, &req.request_id).await?)
+    }
+
+    /// Business work between the check and the write (pricing, risk checks…), stood in for by
+    /// a short pause. It widens the window in which an unlocked competitor can read the same
+    /// stock.
+    async fn pause_in_race_window(&self) {
+        if !self.race_window.is_zero() {
+            tokio::time::sleep(self.race_window).await;
         }
     }
 
@@ -247,18 +380,35 @@ impl Inventory {
                 qty: req.qty,
             });
         }
-        // Business work between the check and the write (pricing, risk checks…), stood in
-        // for by a short pause. It widens the window in which an unlocked competitor can
-        // read the same stock.
-        if !self.race_window.is_zero() {
-            tokio::time::sleep(self.race_window).await;
-        }
+        self.pause_in_race_window().await;
         let order = self
             .store
             .commit_purchase(item_id, item.stock - req.qty, req.qty, &req.request_id, token)
             .await?;
         Ok(Purchase::Placed(order))
     }
+}
+
+/// The name of an item's lock, shared by single buys and carts.
+fn item_lock(item_id: i64) -> String {
+    format!("seckill:{item_id}")
+}
+
+fn check_qty(qty: i64) -> Result<(), ApiError> {
+    if (1..=MAX_QTY).contains(&qty) {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "qty must be between 1 and {MAX_QTY}, got {qty}"
+        )))
+    }
+}
+
+fn check_request_id(request_id: &str) -> Result<(), ApiError> {
+    if request_id.is_empty() || request_id.len() > 128 {
+        return Err(ApiError::BadRequest("request_id must have 1 to 128 characters".into()));
+    }
+    Ok(())
 }
 
 /// Parses a JSON body, turning every failure into a 400 with a JSON error.
@@ -319,6 +469,15 @@ async fn buy(
     })
 }
 
+async fn checkout(State(inv): State<Arc<Inventory>>, body: Bytes) -> Result<Response, ApiError> {
+    let req: CartRequest = parse_body(&body)?;
+    let (status, orders) = match inv.checkout(&req).await? {
+        CartPurchase::Placed(orders) => (StatusCode::CREATED, orders),
+        CartPurchase::AlreadyPlaced(orders) => (StatusCode::OK, orders),
+    };
+    Ok((status, Json(json!({ "request_id": req.request_id, "orders": orders }))).into_response())
+}
+
 async fn not_found() -> ApiError {
     ApiError::BadRequest("no such route".into())
 }
@@ -331,6 +490,7 @@ pub fn router(inventory: Arc<Inventory>) -> Router {
         .route("/items/{id}", get(get_item))
         .route("/items/{id}/orders", get(get_orders))
         .route("/items/{id}/buy", post(buy))
+        .route("/orders", post(checkout))
         .fallback(not_found)
         .with_state(inventory)
 }

@@ -266,69 +266,138 @@ impl Store {
         request_id: &str,
         token: Option<FencingToken>,
     ) -> Result<Order, StoreError> {
-        let token_text = token.map(|t| t.to_string());
-        let mut tx = self.pool.begin().await?;
-        // The UPDATE comes first in the transaction, so SQLite takes its write lock at once
-        // (waiting out other writers with busy_timeout) instead of upgrading from a read lock,
-        // which could fail with SQLITE_BUSY when two processes race.
-        let updated = match &token_text {
-            Some(token) => {
-                sqlx::query(
-                    "UPDATE items SET stock = $1, last_token = $2
-                     WHERE id = $3 AND (last_token IS NULL OR last_token <= $4)",
-                )
-                .bind(new_stock)
-                .bind(token.as_str())
-                .bind(item_id)
-                .bind(token.as_str())
-                .execute(&mut *tx)
-                .await?
-            }
-            None => {
-                sqlx::query("UPDATE items SET stock = $1 WHERE id = $2")
-                    .bind(new_stock)
-                    .bind(item_id)
-                    .execute(&mut *tx)
-                    .await?
-            }
-        };
-        if updated.rows_affected() == 0 {
-            let accepted: Option<Option<String>> = sqlx::query_scalar("SELECT last_token FROM items WHERE id = $1")
-                .bind(item_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            tx.rollback().await?;
-            return Err(match (accepted, token_text) {
-                (Some(Some(accepted)), Some(offered)) => StoreError::Fenced {
-                    item_id,
-                    offered,
-                    accepted,
-                },
-                _ => StoreError::NoSuchItem(item_id),
-            });
-        }
-        let created_ms = now_ms();
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO orders (item_id, request_id, qty, token, created_ms)
-             VALUES ($1, $2, $3, $4, $5) RETURNING id",
-        )
-        .bind(item_id)
-        .bind(request_id)
-        .bind(qty)
-        .bind(token_text.clone())
-        .bind(created_ms)
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Order {
-            id,
+        let line = Write {
             item_id,
-            request_id: request_id.to_owned(),
+            new_stock,
             qty,
-            token: token_text,
-            created_ms,
-        })
+            token,
+        };
+        let mut orders = self.commit(request_id, std::slice::from_ref(&line)).await?;
+        Ok(orders.remove(0))
     }
+
+    /// Writes a cart in one transaction: one fenced stock write and one order per line, all
+    /// under `request_id`. Either every line is written or none is: a refused line (a stale
+    /// token, a missing item) rolls the whole cart back.
+    pub async fn commit_cart(&self, request_id: &str, lines: &[Write]) -> Result<Vec<Order>, StoreError> {
+        self.commit(request_id, lines).await
+    }
+
+    /// The orders a request placed, for the given items (a cart's lines; one item for a single
+    /// buy), oldest first.
+    pub async fn orders_for_request(&self, items: &[i64], request_id: &str) -> Result<Vec<Order>, StoreError> {
+        let mut orders = Vec::new();
+        for &item_id in items {
+            if let Some(order) = self.order_for_request(item_id, request_id).await? {
+                orders.push(order);
+            }
+        }
+        orders.sort_by_key(|o| o.id);
+        Ok(orders)
+    }
+
+    async fn commit(&self, request_id: &str, lines: &[Write]) -> Result<Vec<Order>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let mut orders = Vec::with_capacity(lines.len());
+        for line in lines {
+            match write_line(&mut tx, request_id, line).await {
+                Ok(order) => orders.push(order),
+                Err(err) => {
+                    tx.rollback().await?;
+                    return Err(err);
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(orders)
+    }
+}
+
+/// One stock write of a purchase: item `item_id` goes to `new_stock` after selling `qty`,
+/// fenced by `token` if there is one (see [`Store::commit_purchase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write {
+    /// The item written.
+    pub item_id: i64,
+    /// Its stock after the sale.
+    pub new_stock: i64,
+    /// Units sold.
+    pub qty: i64,
+    /// The fencing token of the item's lock, or `None` without the lock.
+    pub token: Option<FencingToken>,
+}
+
+/// The fenced stock write and the order insert of one line, inside the caller's transaction.
+async fn write_line(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    request_id: &str,
+    line: &Write,
+) -> Result<Order, StoreError> {
+    let Write {
+        item_id,
+        new_stock,
+        qty,
+        token,
+    } = *line;
+    let token_text = token.map(|t| t.to_string());
+    // The UPDATE comes first in the transaction, so SQLite takes its write lock at once
+    // (waiting out other writers with busy_timeout) instead of upgrading from a read lock,
+    // which could fail with SQLITE_BUSY when two processes race.
+    let updated = match &token_text {
+        Some(token) => {
+            sqlx::query(
+                "UPDATE items SET stock = $1, last_token = $2
+                 WHERE id = $3 AND (last_token IS NULL OR last_token <= $4)",
+            )
+            .bind(new_stock)
+            .bind(token.as_str())
+            .bind(item_id)
+            .bind(token.as_str())
+            .execute(&mut **tx)
+            .await?
+        }
+        None => {
+            sqlx::query("UPDATE items SET stock = $1 WHERE id = $2")
+                .bind(new_stock)
+                .bind(item_id)
+                .execute(&mut **tx)
+                .await?
+        }
+    };
+    if updated.rows_affected() == 0 {
+        let accepted: Option<Option<String>> = sqlx::query_scalar("SELECT last_token FROM items WHERE id = $1")
+            .bind(item_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+        return Err(match (accepted, token_text) {
+            (Some(Some(accepted)), Some(offered)) => StoreError::Fenced {
+                item_id,
+                offered,
+                accepted,
+            },
+            _ => StoreError::NoSuchItem(item_id),
+        });
+    }
+    let created_ms = now_ms();
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO orders (item_id, request_id, qty, token, created_ms)
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    )
+    .bind(item_id)
+    .bind(request_id)
+    .bind(qty)
+    .bind(token_text.clone())
+    .bind(created_ms)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(Order {
+        id,
+        item_id,
+        request_id: request_id.to_owned(),
+        qty,
+        token: token_text,
+        created_ms,
+    })
 }
 
 fn order_from_row(row: &sqlx::any::AnyRow) -> Result<Order, StoreError> {
