@@ -25,6 +25,37 @@ pub enum TestingError {
          `openjdk-17-jdk-headless`)"
     )]
     JavaNotFound,
+    /// No PostgreSQL server binaries (`initdb`, `postgres`) were found.
+    #[error(
+        "PostgreSQL server binaries (initdb, postgres) not found (looked in {searched}); run \
+         scripts/install-deps.sh (Debian package `postgresql`) or set PG_BINDIR to the directory \
+         holding them"
+    )]
+    PostgresNotInstalled {
+        /// The places that were searched.
+        searched: String,
+    },
+    /// The tests run as root, which PostgreSQL refuses, and there is no unprivileged user to run
+    /// the server as.
+    #[error(
+        "PostgreSQL refuses to run as root and there is no user `{user}` to run it as; run \
+         scripts/install-deps.sh (Debian package `postgresql` creates the user) or run the tests \
+         as an ordinary user"
+    )]
+    NoUnprivilegedUser {
+        /// The user that was looked for.
+        user: String,
+    },
+    /// A helper command (such as `psql`) ran and failed.
+    #[error("{command} failed ({status}):\n{output}")]
+    CommandFailed {
+        /// The command.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed.
+        output: String,
+    },
     /// A server did not become ready in time.
     #[error("{what} did not become ready within {waited:?}; last log lines:\n{log_tail}")]
     StartTimeout {

@@ -10,6 +10,9 @@
 //! - [`ZkEnsemble`]: an N-member quorum; find the leader, kill or pause members, cut one member
 //!   off from the others while its clients stay connected ([`ZkEnsemble::isolate`]), wait for a
 //!   quorum again.
+//! - [`PgServer`]: a throw-away PostgreSQL server (its own `initdb` cluster, no fsync) on a
+//!   free loopback port, for code that keeps its data in a database; one empty database per
+//!   test with [`PgServer::create_database`], SQL through [`PgServer::psql`].
 //! - [`process`]: re-running the test binary as a child process, and a closed port.
 //! - [`FaultProxy`]: a TCP proxy between a client and a server that can drop all traffic
 //!   (a partition), reset every connection, or add latency, switched at runtime.
@@ -36,8 +39,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! When the server jars or `java` are missing, starting a server fails with an error that says
-//! to run `scripts/install-deps.sh`.
+//! When the server jars, `java` or the PostgreSQL binaries are missing, starting a server fails
+//! with an error that says to run `scripts/install-deps.sh`.
 
 pub mod curator;
 mod ensemble;
@@ -45,11 +48,13 @@ mod error;
 mod four_letter;
 mod java;
 mod ports;
+mod postgres;
 pub mod process;
 mod proxy;
 mod server;
 
 pub use ensemble::{ZkEnsemble, ZkEnsembleBuilder};
 pub use error::TestingError;
+pub use postgres::{PgServer, PgServerBuilder};
 pub use proxy::{FaultProxy, ProxyMode};
 pub use server::{ZkServer, ZkServerBuilder};

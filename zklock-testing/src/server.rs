@@ -24,7 +24,7 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How many times a start is retried on fresh ports when another process took a port first.
 const PORT_ATTEMPTS: usize = 3;
 /// When set, server directories (configuration, data, log) are kept for a post-mortem.
-const KEEP_DIRS_ENV: &str = "ZKLOCK_TESTING_KEEP_DIRS";
+pub(crate) const KEEP_DIRS_ENV: &str = "ZKLOCK_TESTING_KEEP_DIRS";
 /// Lines of server log quoted in errors.
 const LOG_LINES_IN_ERRORS: usize = 40;
 
