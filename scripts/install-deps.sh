@@ -5,8 +5,11 @@
 #   - an SLF4J log backend for the server (Debian package `libslf4j-java`)
 #   - a JDK compiler `javac`             (Debian package `openjdk-17-jdk-headless`)
 #   - a C compiler for crates that build bundled C code (`gcc`, `libc6-dev`)
+#   - PostgreSQL server binaries for the seckill tests (Debian package `postgresql`; it also
+#     creates the `postgres` user the test servers run as when the tests run as root)
 # Safe to run repeatedly: when everything is present it changes nothing and needs no network.
-# ZOOKEEPER_HOME pointing at an unpacked Apache ZooKeeper release (lib/*.jar) satisfies the server.
+# ZOOKEEPER_HOME pointing at an unpacked Apache ZooKeeper release (lib/*.jar) satisfies the server;
+# PG_BINDIR naming a directory with initdb and postgres satisfies PostgreSQL.
 set -euo pipefail
 
 missing=()
@@ -24,6 +27,14 @@ have_zookeeper_jars() {
     [[ -f /usr/share/java/zookeeper.jar ]]
 }
 
+have_postgresql() {
+    if [[ -n "${PG_BINDIR:-}" ]]; then
+        [[ -x "$PG_BINDIR/initdb" && -x "$PG_BINDIR/postgres" ]]
+        return
+    fi
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
+}
+
 have_zookeeper_jars || need zookeeper "ZooKeeper server jars: /usr/share/java/zookeeper.jar"
 [[ -f /usr/share/java/curator-recipes.jar ]] || need libcurator-recipes-java "Curator jars: /usr/share/java/curator-recipes.jar"
 if [[ -z "${ZOOKEEPER_HOME:-}" ]]; then
@@ -34,6 +45,7 @@ if ! command -v cc >/dev/null 2>&1; then
     need gcc "C compiler: cc"
     need libc6-dev "C library headers"
 fi
+have_postgresql || need postgresql "PostgreSQL server: /usr/lib/postgresql/*/bin/initdb"
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "install-deps: no Rust toolchain (cargo) found; install one from https://rustup.rs and re-run." >&2
@@ -43,7 +55,7 @@ else
 fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-deps: ZooKeeper, Curator, JDK and C compiler already present; nothing to install."
+    echo "install-deps: ZooKeeper, Curator, JDK, C compiler and PostgreSQL already present; nothing to install."
     exit "$toolchain_missing"
 fi
 
@@ -68,8 +80,9 @@ Install these by hand, then re-run:
     sudo apt-get install --no-install-recommends ${missing[*]}
 
 On a system without apt: install a JDK 17 (javac), unpack an Apache ZooKeeper 3.8 release and
-export ZOOKEEPER_HOME=<its directory>, and put the Apache Curator 5.x jars (curator-client,
-curator-framework, curator-recipes) in /usr/share/java.
+export ZOOKEEPER_HOME=<its directory>, put the Apache Curator 5.x jars (curator-client,
+curator-framework, curator-recipes) in /usr/share/java, and install PostgreSQL and export
+PG_BINDIR=<the directory holding initdb and postgres>.
 MSG
     exit 1
 fi
@@ -83,6 +96,7 @@ failed=0
 have_zookeeper_jars || { echo "install-deps: ZooKeeper jars still missing" >&2; failed=1; }
 [[ -f /usr/share/java/curator-recipes.jar ]] || { echo "install-deps: Curator jars still missing" >&2; failed=1; }
 command -v javac >/dev/null 2>&1 || { echo "install-deps: javac still missing" >&2; failed=1; }
+have_postgresql || { echo "install-deps: PostgreSQL (initdb) still missing" >&2; failed=1; }
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi

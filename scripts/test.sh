@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace against real ZooKeeper servers, then checks that the suite left
-# no Java process (ZooKeeper servers, Curator peers) behind. Extra arguments are passed to
-# `cargo test` (e.g. `--test testing_support` or a test name filter).
+# Runs every test of the workspace against real ZooKeeper servers (and PostgreSQL for the seckill
+# example), then checks that the suite left no server process (ZooKeeper servers, Curator peers,
+# PostgreSQL servers) behind. Extra arguments are passed to `cargo test` (e.g.
+# `--test testing_support` or a test name filter).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ./scripts/install-deps.sh
 
 # Every process the suite starts inherits this marker, so survivors can be told apart from
-# JVMs that other programs on this machine run.
+# JVMs and databases that other programs on this machine run.
 export ZKLOCK_TEST_RUN="test-sh-$$-$(date +%s%N)"
 
-suite_java_pids() {
+suite_server_pids() {
     # Scans /proc directly: minimal images may lack pgrep.
     local dir
     for dir in /proc/[0-9]*; do
-        [[ "$(cat "$dir/comm" 2>/dev/null)" == java ]] || continue
-        if tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN"; then
-            echo "${dir#/proc/}"
-        fi
+        case "$(cat "$dir/comm" 2>/dev/null)" in
+            java)
+                tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN" || continue
+                ;;
+            postgres)
+                # The postmaster keeps its environment; its children overwrite theirs with their
+                # process title, which names the cluster: zklock-testing/<marker>.
+                tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN" ||
+                    tr '\0' ' ' <"$dir/cmdline" 2>/dev/null | grep -qF "zklock-testing/$ZKLOCK_TEST_RUN" ||
+                    continue
+                ;;
+            *) continue ;;
+        esac
+        echo "${dir#/proc/}"
     done
 }
 
@@ -38,12 +49,12 @@ cargo test --workspace --all-features --no-fail-fast "${locked[@]}" "$@" || stat
 # a moment to reap them before looking.
 survivors=""
 for _ in $(seq 1 50); do
-    survivors="$(suite_java_pids)"
+    survivors="$(suite_server_pids)"
     [[ -z "$survivors" ]] && break
     sleep 0.2
 done
 if [[ -n "$survivors" ]]; then
-    echo "test.sh: FAIL: Java processes started by the test suite are still alive:" >&2
+    echo "test.sh: FAIL: server processes started by the test suite are still alive:" >&2
     for pid in $survivors; do
         echo "  $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-300)" >&2
     done
@@ -58,4 +69,4 @@ if [[ $status -ne 0 ]]; then
     echo "test.sh: FAIL: cargo test exited with status $status" >&2
     exit "$status"
 fi
-echo "test.sh: all tests passed; no Java process of the suite left behind."
+echo "test.sh: all tests passed; no Java or PostgreSQL process of the suite left behind."
