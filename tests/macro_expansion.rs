@@ -34,6 +34,7 @@ impl Inventory {
                 timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
                 on_lost: zklock::__private::OnLost::Abort,
                 max_hold: ::core::option::Option::None,
+                templates: &["inventory:{sku}"],
             },
             zklock::__private::result_converter::<_, AppError>(),
             move |_: zklock::FencingToken| async move {

@@ -250,6 +250,7 @@ fn lock_call(
             quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
         }
     };
+    let templates = args.names.iter().map(|name| name.lit.value());
     let ret_infer = infer_impl_trait(ret);
     let converter = converter(ret, &ret_infer);
     let token = match &args.token {
@@ -277,6 +278,7 @@ fn lock_call(
                 timeout: #timeout,
                 on_lost: #on_lost,
                 max_hold: #max_hold,
+                templates: &[#(#templates),*],
             },
             #converter,
             move |#token: #krate::FencingToken| async move {

@@ -9,6 +9,7 @@ use zookeeper_client as zk;
 
 use crate::cleanup::{delete_node, Cleanup};
 use crate::connect;
+use crate::holder::Holder;
 use crate::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::name::validate_namespace;
@@ -65,6 +66,8 @@ pub(crate) struct Config {
     pub acls: Vec<zk::Acl>,
     pub loss_after: Option<Duration>,
     pub max_local_handoffs: u32,
+    /// Who this client's contender nodes say they belong to.
+    pub holder: Holder,
 }
 
 impl Config {
@@ -122,6 +125,7 @@ pub struct LockClientBuilder {
     acls: Vec<zk::Acl>,
     loss_after: Option<Duration>,
     max_local_handoffs: u32,
+    identity: Option<String>,
 }
 
 impl LockClientBuilder {
@@ -205,6 +209,27 @@ impl LockClientBuilder {
         self
     }
 
+    /// The holder identity written into every contender node this client creates, so an
+    /// operator (`zklock show`, or any ZooKeeper browser) can tell who holds or waits for a
+    /// lock: a service and instance name such as `"orders-api@pod-7"`. Default: `host:pid`. At
+    /// most [`MAX_IDENTITY_LEN`](crate::MAX_IDENTITY_LEN) bytes. The node data also records
+    /// the host, the process id, the time of the create and, for attribute locks, the lock's
+    /// name template (see [`ContenderData`](crate::ContenderData)).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::builder("zk1:2181")
+    ///     .identity("orders-api@pod-7")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(client.identity(), "orders-api@pod-7");
+    /// # Ok(()) }
+    /// ```
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+
     /// Validates the configuration and opens the first session.
     ///
     /// Errors: [`LockError::InvalidConfig`] for a bad configuration (before any network
@@ -245,6 +270,7 @@ impl LockClientBuilder {
         if acls.is_empty() && !self.auth.is_empty() {
             acls = zk::Acls::creator_all().to_vec();
         }
+        let holder = Holder::new(self.identity)?;
         let (status, _) = watch::channel(SessionStatus::Connecting);
         let config = Config {
             connect: self.connect,
@@ -255,6 +281,7 @@ impl LockClientBuilder {
             acls,
             loss_after: self.loss_after,
             max_local_handoffs: self.max_local_handoffs,
+            holder,
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -305,6 +332,7 @@ impl LockClient {
             acls: Vec::new(),
             loss_after: None,
             max_local_handoffs: DEFAULT_MAX_LOCAL_HANDOFFS,
+            identity: None,
         }
     }
 
@@ -316,6 +344,12 @@ impl LockClient {
     /// A receiver that sees every change of [`status`](Self::status).
     pub fn watch_status(&self) -> watch::Receiver<SessionStatus> {
         self.inner.status.subscribe()
+    }
+
+    /// The holder identity this client writes into its contender nodes (see
+    /// [`LockClientBuilder::identity`]).
+    pub fn identity(&self) -> &str {
+        self.inner.config.holder.identity()
     }
 
     /// The session timeout the server granted for the current session, once one is open.

@@ -35,6 +35,7 @@ mod client;
 mod connect;
 mod error;
 mod guard;
+mod holder;
 mod local_queue;
 mod lock;
 #[doc(hidden)]
@@ -54,6 +55,7 @@ mod token;
 pub use client::{LockClient, LockClientBuilder};
 pub use error::LockError;
 pub use guard::{LockGuard, LossSignal};
+pub use holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
 pub use lock::{Lock, LockKind};
 pub use metrics::MetricsSnapshot;
 pub use multi::{MultiGuard, MultiLock};

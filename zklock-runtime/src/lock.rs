@@ -106,6 +106,8 @@ pub struct Lock {
     dir: Arc<str>,
     kind: LockKind,
     rule: Arc<dyn Rule>,
+    /// The name template this lock was made from, if known.
+    template: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -114,6 +116,7 @@ impl std::fmt::Debug for Lock {
             .field("name", &self.name)
             .field("dir", &self.dir)
             .field("kind", &self.kind)
+            .field("template", &self.template)
             .finish()
     }
 }
@@ -172,7 +175,29 @@ impl Lock {
             dir: dir.into(),
             kind,
             rule: kind.rule(),
+            template: None,
         }
+    }
+
+    /// The same lock, labelled with the name template it was made from
+    /// (`"inventory:{sku}"` for `inventory:42`), as `#[distributed_lock]` does. The template is
+    /// recorded in contender nodes, for operators (`zklock show`); it changes nothing about
+    /// how the lock works.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient, sku: &str) -> Result<(), zklock_runtime::LockError> {
+    /// let lock = client.mutex(&format!("inventory:{sku}"))?.with_template("inventory:{sku}");
+    /// assert_eq!(lock.template(), Some("inventory:{sku}"));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_template(mut self, template: impl Into<Arc<str>>) -> Lock {
+        self.template = Some(template.into());
+        self
+    }
+
+    /// The name template given with [`with_template`](Self::with_template), if any.
+    pub fn template(&self) -> Option<&str> {
+        self.template.as_deref()
     }
 
     /// The lock name as given.
@@ -380,6 +405,8 @@ impl Lock {
             cleanup: &inner.cleanup,
             // Readers share a directory with each other: being alone proves less for them.
             skip_listing_when_alone: matches!(self.kind, LockKind::Mutex | LockKind::Write),
+            holder: &inner.config.holder,
+            template: self.template.as_deref(),
         };
         let mut restarts = 0;
         loop {
@@ -412,12 +439,13 @@ impl Lock {
     /// in the session the mutex is held in; the mutex is given up as soon as the lease is held.
     async fn lease(&self, leases: u32, deadline: Option<Instant>) -> Result<LockGuard, Failed> {
         let inner = &self.client.inner;
-        let mutex = Lock::at(
+        let mut mutex = Lock::at(
             self.client.clone(),
             self.name.clone(),
             format!("{}/{}", self.dir, semaphore::LOCKS_DIR),
             LockKind::Mutex,
         );
+        mutex.template = self.template.clone();
         let leases_dir = format!("{}/{}", self.dir, semaphore::LEASES_DIR);
         let recipe = Recipe {
             dir: &leases_dir,
@@ -425,6 +453,8 @@ impl Lock {
             acls: inner.config.acls(),
             cleanup: &inner.cleanup,
             skip_listing_when_alone: false,
+            holder: &inner.config.holder,
+            template: self.template.as_deref(),
         };
         let mut restarts = 0;
         loop {

@@ -23,6 +23,7 @@
 //!             timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000)),
 //!             on_lost: zklock::__private::OnLost::Abort,
 //!             max_hold: ::core::option::Option::None,
+//!             templates: &["inventory:{sku}"],
 //!         },
 //!         zklock::__private::result_converter::<_, AppError>(),
 //!         move |_: zklock::FencingToken| async move {
@@ -41,7 +42,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{FencingToken, LockClient, LockError, LockKind};
+use crate::{FencingToken, LockClient, LockError, LockKind, MultiLock};
 
 /// How long `#[distributed_lock]` waits for the lock when the attribute gives no `timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -78,6 +79,9 @@ pub struct LockOptions {
     pub on_lost: OnLost,
     /// `max_hold = …`: stop the body once the lock has been held this long.
     pub max_hold: Option<Duration>,
+    /// The name templates as written in the attribute, one per name, recorded in contender
+    /// nodes ([`Lock::with_template`](crate::Lock::with_template)).
+    pub templates: &'static [&'static str],
 }
 
 /// What the expression given as `client = …` may yield: a [`LockClient`], a reference to one,
@@ -209,7 +213,19 @@ where
         Ok(client) => client,
         Err(err) => return convert(err),
     };
-    let locks = match client.multi_lock_of(options.kind, &names) {
+    let locks = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let lock = client.lock(name, options.kind)?;
+            Ok(match options.templates.get(i) {
+                Some(template) => lock.with_template(*template),
+                None => lock,
+            })
+        })
+        .collect::<Result<Vec<_>, LockError>>()
+        .and_then(MultiLock::of);
+    let locks = match locks {
         Ok(locks) => locks,
         Err(err) => return convert(err),
     };

@@ -88,10 +88,17 @@ impl LockClient {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        let mut locks = names
+        let locks = names
             .into_iter()
             .map(|name| self.lock(name.as_ref(), kind))
             .collect::<Result<Vec<_>, _>>()?;
+        MultiLock::of(locks)
+    }
+}
+
+impl MultiLock {
+    /// The multi-lock over `locks` (all of one kind): sorted by path, duplicates dropped.
+    pub(crate) fn of(mut locks: Vec<Lock>) -> Result<MultiLock, LockError> {
         if locks.is_empty() {
             return Err(LockError::InvalidConfig(
                 "a multi-lock needs at least one lock name".into(),

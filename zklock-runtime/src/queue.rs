@@ -15,7 +15,7 @@
 //! decides about reentrancy, the in-process queue and new sessions, and hands down a
 //! [`Recipe`] with what the recipe needs.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::debug;
@@ -23,6 +23,7 @@ use zookeeper_client as zk;
 
 use crate::cleanup::Cleanup;
 use crate::error::{is_session_over, is_transient};
+use crate::holder::Holder;
 use crate::rules::{queue_order, Decision, Rule};
 use crate::session::Session;
 use crate::LockError;
@@ -42,6 +43,10 @@ pub(crate) struct Recipe<'a> {
     /// Exclusive locks: a contender proven alone (see [`crate::alone`]) is granted without
     /// listing the directory.
     pub skip_listing_when_alone: bool,
+    /// Who contender nodes say they belong to ([`crate::holder`]).
+    pub holder: &'a Holder,
+    /// The lock's name template, recorded in contender nodes.
+    pub template: Option<&'a str>,
 }
 
 /// A contender node the rule let go.
@@ -140,12 +145,6 @@ impl Drop for Contending<'_> {
             self.node.take(),
         );
     }
-}
-
-/// The data stored in contender nodes, to tell an operator who is queued.
-fn node_data() -> &'static [u8] {
-    static DATA: OnceLock<Vec<u8>> = OnceLock::new();
-    DATA.get_or_init(|| format!("zklock pid={}", std::process::id()).into_bytes())
 }
 
 /// One attempt on one session: creates our contender node and waits until the rule lets it go
@@ -268,7 +267,8 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
             .then(|| session.alone().expect(dir))
             .flatten();
         let make_dir = dir_missing.then(|| session.zk.create(dir, b"", &container));
-        let create = session.zk.create(&prefix, node_data(), &options);
+        let data = recipe.holder.node_data(recipe.template);
+        let create = session.zk.create(&prefix, &data, &options);
         let listing = expected.is_none().then(|| session.zk.list_children(dir));
         let (made, created, listed) = tokio::join!(optional(make_dir), create, optional(listing));
         let parent_missing = matches!(made, Some(Err(zk::Error::NoNode)));
