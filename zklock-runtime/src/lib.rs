@@ -36,6 +36,7 @@ mod connect;
 mod error;
 mod guard;
 mod holder;
+mod inspect;
 mod local_queue;
 mod lock;
 #[doc(hidden)]
@@ -56,6 +57,7 @@ pub use client::{LockClient, LockClientBuilder};
 pub use error::LockError;
 pub use guard::{LockGuard, LossSignal};
 pub use holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
+pub use inspect::{LockView, QueueChanged, QueuedNode, RecipeKind, Side};
 pub use lock::{Lock, LockKind};
 pub use metrics::MetricsSnapshot;
 pub use multi::{MultiGuard, MultiLock};

@@ -110,6 +110,7 @@ use std::time::Duration;
 
 pub use clock::{Clock, OffsetClock, SystemClock};
 pub use policy::{OnLoss, Policy};
+pub use record::JobRecord;
 pub use run::JobRun;
 pub use stats::{JobStats, StatsSnapshot};
 /// The scheduler this adapter plugs into, re-exported so `zklock` users need no extra
@@ -122,6 +123,23 @@ use crate::{LockClient, LockError};
 use record::RecordStore;
 use run::{RunFn, Shared};
 use ticks::Ticks;
+
+/// The tick records of every singleton job of `client`'s namespace: which tick each took last,
+/// how its run ended, which session took it, and when (the `zklock jobs` command).
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// for job in zklock_runtime::scheduler::job_records(&client).await? {
+///     println!("{}: tick {:?} {}", job.job, job.tick_ms, job.state);
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn job_records(client: &LockClient) -> Result<Vec<JobRecord>, LockError> {
+    let session = client.session(None).await?;
+    record::read_all(&session.zk, &record::records_root(client.namespace()))
+        .await
+        .map_err(|err| LockError::zk("read job records", err))
+}
 
 /// Why a singleton job could not be built or added.
 #[derive(Debug, thiserror::Error)]

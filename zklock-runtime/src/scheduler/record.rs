@@ -150,6 +150,74 @@ impl std::fmt::Display for WriteError {
     }
 }
 
+/// One job's tick record as an operator sees it ([`job_records`](super::job_records)).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct JobRecord {
+    /// The job's name (also the name of its lock).
+    pub job: String,
+    /// The last tick taken, in milliseconds since the Unix epoch; `None` before the first.
+    pub tick_ms: Option<i64>,
+    /// How that tick's run ended: `running`, `done`, `failed` or `lost`; `unreadable` when the
+    /// record cannot be parsed.
+    pub state: String,
+    /// The ZooKeeper session of the node that took the tick.
+    pub session: Option<String>,
+    /// When the record was last written, by ZooKeeper's clock (ms since the Unix epoch).
+    pub written_ms: i64,
+}
+
+impl JobRecord {
+    fn read(job: String, data: &[u8], stat: &zk::Stat) -> JobRecord {
+        let (tick_ms, state, session) = match TickRecord::decode(data) {
+            Ok(Some(record)) => (
+                Some(record.tick),
+                record.state.as_str().to_owned(),
+                record.session.map(|s| format!("{s:#x}")),
+            ),
+            Ok(None) => (None, "none".to_owned(), None),
+            Err(_) => (None, "unreadable".to_owned(), None),
+        };
+        JobRecord {
+            job,
+            tick_ms,
+            state,
+            session,
+            written_ms: stat.mtime,
+        }
+    }
+}
+
+/// Where the records of a client's jobs live (`<namespace>.jobs`).
+pub(crate) fn records_root(namespace: &str) -> String {
+    let ns = namespace.trim_end_matches('/');
+    if ns.is_empty() {
+        "/zklock.jobs".to_owned()
+    } else {
+        format!("{ns}.jobs")
+    }
+}
+
+/// Reads every job record under `root`, sorted by job name.
+pub(crate) async fn read_all(zk: &zk::Client, root: &str) -> Result<Vec<JobRecord>, zk::Error> {
+    let mut jobs = match zk.list_children(root).await {
+        Ok(jobs) => jobs,
+        Err(zk::Error::NoNode) => return Ok(Vec::new()),
+        Err(err) => return Err(err),
+    };
+    jobs.sort();
+    let reads = futures_util::future::join_all(jobs.iter().map(|job| zk.get_data(&format!("{root}/{job}")))).await;
+    let mut records = Vec::with_capacity(jobs.len());
+    for (job, read) in jobs.into_iter().zip(reads) {
+        match read {
+            Ok((data, stat)) => records.push(JobRecord::read(job, &data, &stat)),
+            Err(zk::Error::NoNode) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(records)
+}
+
 /// Where one job's record lives.
 #[derive(Debug, Clone)]
 pub(crate) struct RecordStore {
@@ -159,14 +227,8 @@ pub(crate) struct RecordStore {
 impl RecordStore {
     /// The record of `job` for a client whose lock namespace is `namespace`.
     pub fn for_job(namespace: &str, job: &str) -> RecordStore {
-        let ns = namespace.trim_end_matches('/');
-        let root = if ns.is_empty() {
-            "/zklock.jobs".to_owned()
-        } else {
-            format!("{ns}.jobs")
-        };
         RecordStore {
-            path: format!("{root}/{job}"),
+            path: format!("{}/{job}", records_root(namespace)),
         }
     }
 

@@ -1,0 +1,364 @@
+//! `zklock`: who holds a lock, since when, and who waits for it; the singleton jobs' ticks.
+//!
+//! ```text
+//! zklock --zk zk1:2181 locks [--prefix inventory:]
+//! zklock --zk zk1:2181 show inventory:42
+//! zklock --zk zk1:2181 watch inventory:42
+//! zklock --zk zk1:2181 jobs
+//! ```
+//!
+//! Every command takes `--zk`, `--namespace`, `--digest user:password` and `--json`. Exit
+//! codes: 0 done; 1 ZooKeeper refused a request; 2 bad arguments; 3 ZooKeeper cannot be
+//! reached; 4 no such lock (`show`).
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use zklock_runtime::{LockClient, LockError, LockView, QueuedNode};
+
+/// Exit code: ZooKeeper refused a request (or another failure).
+const EXIT_FAILED: u8 = 1;
+/// Exit code: ZooKeeper could not be reached within `--timeout`.
+const EXIT_UNREACHABLE: u8 = 3;
+/// Exit code: `show` named a lock that has no directory.
+const EXIT_NO_SUCH_LOCK: u8 = 4;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "zklock",
+    version,
+    about = "Who holds a ZooKeeper lock, who waits for it, and the singleton jobs' ticks",
+    after_help = "Exit codes: 0 done, 1 ZooKeeper refused a request, 2 bad arguments, \
+                  3 ZooKeeper cannot be reached, 4 no such lock."
+)]
+struct Cli {
+    /// ZooKeeper connect string (`host:port[,host:port…]`).
+    #[arg(long, global = true, env = "ZKLOCK_ZK", default_value = "127.0.0.1:2181")]
+    zk: String,
+    /// The lock namespace (the parent of the lock directories).
+    #[arg(long, global = true, default_value = "/zklock")]
+    namespace: String,
+    /// Digest credentials `user:password`, for locks with digest ACLs.
+    #[arg(long, global = true, env = "ZKLOCK_DIGEST", value_name = "USER:PASSWORD")]
+    digest: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// How long to wait for ZooKeeper before giving up.
+    #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The locks under the namespace, with their holders, waiters and oldest wait.
+    Locks {
+        /// Only locks whose name starts with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// One lock's queue in order: who made each node, how long ago, its fencing token, and whom
+    /// each waiter waits for.
+    Show {
+        /// The lock name (as given to the library, e.g. `inventory:42`).
+        name: String,
+    },
+    /// `show`, redrawn whenever a contender comes or goes (driven by ZooKeeper watches).
+    Watch {
+        /// The lock name.
+        name: String,
+        /// Stop after this many views (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// The singleton jobs' tick records: job, last tick, state, session, when written.
+    Jobs,
+}
+
+/// Why the command failed, with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<LockError> for Failure {
+    fn from(err: LockError) -> Self {
+        let code = match err {
+            LockError::Connection(_) | LockError::SessionExpired | LockError::Timeout { .. } => EXIT_UNREACHABLE,
+            LockError::InvalidName { .. } | LockError::InvalidConfig(_) => 2,
+            _ => EXIT_FAILED,
+        };
+        Failure {
+            code,
+            message: err.to_string(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("zklock: cannot start: {err}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("zklock: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let client = connect(&cli).await?;
+    let outcome = match &cli.command {
+        Command::Locks { prefix } => locks(&client, prefix, cli.json).await,
+        Command::Show { name } => show(&client, name, cli.json).await,
+        Command::Watch { name, count } => watch(&client, name, *count, cli.json).await,
+        Command::Jobs => jobs(&client, cli.json).await,
+    };
+    client.close().await;
+    outcome
+}
+
+async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
+    let mut builder = LockClient::builder(cli.zk.clone())
+        .namespace(cli.namespace.clone())
+        .connect_timeout(cli.timeout)
+        .identity("zklock-cli");
+    if let Some(digest) = &cli.digest {
+        let Some((user, password)) = digest.split_once(':') else {
+            return Err(Failure {
+                code: 2,
+                message: "--digest takes USER:PASSWORD".into(),
+            });
+        };
+        builder = builder.digest(user, password);
+    }
+    match tokio::time::timeout(cli.timeout, builder.connect()).await {
+        Ok(connected) => Ok(connected?),
+        Err(_) => Err(Failure {
+            code: EXIT_UNREACHABLE,
+            message: format!("no answer from ZooKeeper at {} within {:?}", cli.zk, cli.timeout),
+        }),
+    }
+}
+
+async fn locks(client: &LockClient, prefix: &str, as_json: bool) -> Result<(), Failure> {
+    let mut rows = Vec::new();
+    for name in client.lock_names().await? {
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        // A lock that went away since the listing is skipped.
+        if let Some(view) = client.inspect(&name).await? {
+            rows.push(view);
+        }
+    }
+    if as_json {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|v| {
+                json!({
+                    "name": v.name,
+                    "recipe": v.recipe,
+                    "holders": v.holders.len(),
+                    "waiters": v.waiters.len(),
+                    "oldest_wait_ms": v.oldest_wait().map(|d| d.as_millis() as u64),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no locks under {}", client.namespace());
+        return Ok(());
+    }
+    println!(
+        "{:<40} {:<10} {:>7} {:>7}  OLDEST WAIT",
+        "LOCK", "RECIPE", "HOLDERS", "WAITERS"
+    );
+    for v in &rows {
+        println!(
+            "{:<40} {:<10} {:>7} {:>7}  {}",
+            v.name,
+            recipe_name(v),
+            v.holders.len(),
+            v.waiters.len(),
+            v.oldest_wait().map_or_else(|| "-".to_owned(), age)
+        );
+    }
+    Ok(())
+}
+
+async fn show(client: &LockClient, name: &str, as_json: bool) -> Result<(), Failure> {
+    match client.inspect(name).await? {
+        Some(view) => {
+            print_view(&view, as_json);
+            Ok(())
+        }
+        None => Err(Failure {
+            code: EXIT_NO_SUCH_LOCK,
+            message: format!(
+                "no lock {name:?} under {} (no one holds or waits for it)",
+                client.namespace()
+            ),
+        }),
+    }
+}
+
+async fn watch(client: &LockClient, name: &str, count: Option<u64>, as_json: bool) -> Result<(), Failure> {
+    let redraw = !as_json && std::io::stdout().is_terminal();
+    let mut shown = 0;
+    loop {
+        let (view, changed) = client.inspect_and_watch(name).await?;
+        if redraw {
+            print!("\x1b[2J\x1b[H");
+        }
+        match &view {
+            Some(view) => print_view(view, as_json),
+            None if as_json => println!(
+                "{}",
+                json!({ "name": name, "holders": [], "waiters": [], "exists": false })
+            ),
+            None => println!("lock {name}: no holder, no waiter (waiting for one)"),
+        }
+        let _ = std::io::stdout().flush();
+        shown += 1;
+        if count.is_some_and(|n| shown >= n) {
+            return Ok(());
+        }
+        tokio::select! {
+            () = changed => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+async fn jobs(client: &LockClient, as_json: bool) -> Result<(), Failure> {
+    let records = zklock_runtime::scheduler::job_records(client).await?;
+    if as_json {
+        println!("{}", serde_json::to_string(&records).unwrap_or_default());
+        return Ok(());
+    }
+    if records.is_empty() {
+        println!(
+            "no singleton job records under {}.jobs",
+            client.namespace().trim_end_matches('/')
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<30} {:<25} {:<10} {:<20} WRITTEN",
+        "JOB", "LAST TICK", "STATE", "SESSION"
+    );
+    for r in &records {
+        println!(
+            "{:<30} {:<25} {:<10} {:<20} {} ago",
+            r.job,
+            r.tick_ms.map_or_else(|| "-".to_owned(), timestamp),
+            r.state,
+            r.session.as_deref().unwrap_or("-"),
+            age(Duration::from_millis(
+                now_ms().saturating_sub(r.written_ms).max(0) as u64
+            ))
+        );
+    }
+    Ok(())
+}
+
+fn print_view(view: &LockView, as_json: bool) {
+    if as_json {
+        println!("{}", serde_json::to_string(view).unwrap_or_default());
+        return;
+    }
+    println!(
+        "lock {} ({}), {}: {} holding, {} waiting",
+        view.name,
+        view.path,
+        recipe_name(view),
+        view.holders.len(),
+        view.waiters.len()
+    );
+    for node in view.holders.iter().chain(&view.waiters) {
+        print_node(node);
+    }
+}
+
+fn print_node(node: &QueuedNode) {
+    let d = &node.data;
+    let mut who = format!("{:?}", d.client).to_lowercase();
+    if let Some(identity) = &d.identity {
+        who.push(' ');
+        who.push_str(identity);
+    }
+    let mut line = format!(
+        "  {:<7} {:<9} {:<48} {:<36} age {:<8} token {}",
+        if node.holds { "HOLDS" } else { "waits" },
+        format!("{:?}", node.side).to_lowercase(),
+        node.node,
+        who,
+        age(node.age),
+        node.token
+    );
+    if let Some(template) = &d.template {
+        line.push_str(&format!("  template {template}"));
+    }
+    if let Some(ahead) = &node.waits_for {
+        line.push_str(&format!("  waits for {ahead}"));
+    }
+    println!("{line}");
+}
+
+fn recipe_name(view: &LockView) -> String {
+    serde_json::to_value(view.recipe)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A short age: `850ms`, `12.3s`, `4m05s`, `2h10m`.
+fn age(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", d.as_secs_f64()),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+fn timestamp(ms: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_are_short() {
+        assert_eq!(age(Duration::from_millis(850)), "850ms");
+        assert_eq!(age(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(age(Duration::from_secs(245)), "4m05s");
+        assert_eq!(age(Duration::from_secs(7800)), "2h10m");
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,287 @@
+//! The `zklock` command against a real ZooKeeper, with zklock and Curator contenders.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use zklock_runtime::{LockClient, LockKind};
+use zklock_testing::curator::CuratorPeer;
+use zklock_testing::ZkServer;
+
+const SOON: Duration = Duration::from_secs(20);
+
+fn zklock(zk: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zklock"))
+        .args(["--zk", zk, "--timeout", "5s"])
+        .args(args)
+        .output()
+        .expect("run zklock")
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "zklock failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+async fn wait_for_children(raw: &zookeeper_client::Client, dir: &str, n: usize) {
+    let deadline = Instant::now() + SOON;
+    loop {
+        let now = raw.list_children(dir).await.map(|c| c.len()).unwrap_or(0);
+        if now == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{dir} never had {n} contenders ({now})");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn raw(connect: &str) -> zookeeper_client::Client {
+    zookeeper_client::Client::connect(connect).await.expect("raw client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_locks_describe_a_queue_of_zklock_and_curator_contenders() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let raw = raw(&zk).await;
+    let holder = LockClient::builder(zk.clone())
+        .identity("orders-api@pod-7")
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder
+        .mutex("inventory:42")
+        .unwrap()
+        .with_template("inventory:{sku}")
+        .acquire()
+        .await
+        .unwrap();
+    let peer = CuratorPeer::start(&zk).await.expect("Curator peer");
+    peer.mutex("c", "/zklock/inventory:42").await.unwrap();
+    peer.acquire("c", None).unwrap();
+    wait_for_children(&raw, "/zklock/inventory:42", 2).await;
+    let waiter = LockClient::builder(zk.clone())
+        .identity("orders-api@pod-8")
+        .connect()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let lock = waiter.mutex("inventory:42").unwrap();
+        async move { lock.acquire().await.map(drop) }
+    });
+    wait_for_children(&raw, "/zklock/inventory:42", 3).await;
+
+    let view = json_of(&zklock(&zk, &["show", "inventory:42", "--json"]));
+    assert_eq!(view["name"], "inventory:42");
+    assert_eq!(view["recipe"], "mutex");
+    let holders = view["holders"].as_array().unwrap();
+    let waiters = view["waiters"].as_array().unwrap();
+    assert_eq!((holders.len(), waiters.len()), (1, 2), "{view}");
+    let h = &holders[0];
+    assert_eq!(h["client"], "zklock");
+    assert_eq!(h["identity"], "orders-api@pod-7");
+    assert_eq!(h["template"], "inventory:{sku}");
+    assert_eq!(h["token"], guard.fencing_token().to_string());
+    assert!(h["age_ms"].as_u64().is_some(), "{h}");
+    // In queue order: Curator waits for the holder, the second zklock client for Curator.
+    assert_eq!(waiters[0]["client"], "curator");
+    assert_eq!(waiters[0]["waits_for"], h["node"]);
+    assert_eq!(waiters[1]["client"], "zklock");
+    assert_eq!(waiters[1]["identity"], "orders-api@pod-8");
+    assert_eq!(waiters[1]["waits_for"], waiters[0]["node"]);
+    for entry in holders.iter().chain(waiters) {
+        for key in ["node", "client", "identity", "age_ms", "token"] {
+            assert!(entry.get(key).is_some(), "{key} missing in {entry}");
+        }
+    }
+
+    let text = zklock(&zk, &["show", "inventory:42"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    eprintln!("{text}");
+    assert!(text.contains("1 holding, 2 waiting"), "{text}");
+    assert!(text.contains("HOLDS") && text.contains("orders-api@pod-7"), "{text}");
+    assert!(text.contains("curator"), "{text}");
+
+    let other = holder.read_lock("catalog").unwrap().acquire().await.unwrap();
+    let listed = json_of(&zklock(&zk, &["locks", "--json"]));
+    let rows = listed.as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["catalog", "inventory:42"]);
+    assert_eq!(rows[1]["holders"], 1);
+    assert_eq!(rows[1]["waiters"], 2);
+    assert!(rows[1]["oldest_wait_ms"].as_u64().is_some());
+    assert_eq!(rows[0]["recipe"], "read_write");
+    let filtered = json_of(&zklock(&zk, &["locks", "--prefix", "inv", "--json"]));
+    assert_eq!(filtered.as_array().unwrap().len(), 1);
+
+    drop(other);
+    guard.release().await.unwrap();
+    peer.wait_acquired("c", SOON).await.unwrap();
+    peer.release("c").await.unwrap();
+    waiting.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_writers_and_leases_are_shown_as_such() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let raw = raw(&zk).await;
+    let a = LockClient::connect(&zk).await.unwrap();
+    let b = LockClient::connect(&zk).await.unwrap();
+    let reader = a.read_lock("report").unwrap().acquire().await.unwrap();
+    let writer = tokio::spawn({
+        let lock = b.write_lock("report").unwrap();
+        async move { lock.acquire().await.map(drop) }
+    });
+    wait_for_children(&raw, "/zklock/report", 2).await;
+    let view = json_of(&zklock(&zk, &["show", "report", "--json"]));
+    assert_eq!(view["recipe"], "read_write");
+    assert_eq!(view["holders"][0]["side"], "read");
+    assert_eq!(view["waiters"][0]["side"], "write");
+    assert_eq!(view["waiters"][0]["waits_for"], view["holders"][0]["node"]);
+    drop(reader);
+    writer.await.unwrap().unwrap();
+
+    let slots = a.lock("exports", LockKind::Semaphore { leases: 2 }).unwrap();
+    let one = slots.acquire().await.unwrap();
+    let two = slots.acquire().await.unwrap();
+    let view = json_of(&zklock(&zk, &["show", "exports", "--json"]));
+    assert_eq!(view["recipe"], "semaphore");
+    let sides: Vec<&str> = view["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["side"].as_str().unwrap())
+        .collect();
+    assert_eq!(sides, ["lease", "lease"], "{view}");
+    drop((one, two));
+}
+
+fn holders(view: &Value) -> usize {
+    view["holders"].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_redraws_as_contenders_come_and_go() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let client = LockClient::connect(&zk).await.unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_zklock"))
+            .args(["--zk", &zk, "watch", "live", "--json", "--count", "50"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start zklock watch"),
+    );
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = child.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Each view is printed when ZooKeeper reports a change; none is printed on a timer.
+    let first = next_until(&mut lines, |_| true).await;
+    assert_eq!(first["exists"], false, "{first}");
+    let guard = client.mutex("live").unwrap().acquire().await.unwrap();
+    let held = next_until(&mut lines, |v| holders(v) == 1).await;
+    assert_eq!(held["holders"][0]["client"], "zklock");
+    guard.release().await.unwrap();
+    next_until(&mut lines, |v| holders(v) == 0).await;
+}
+
+/// A child process killed when the test ends, also when it panics.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The next view `zklock watch` printed that `want`s.
+async fn next_until(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>, want: fn(&Value) -> bool) -> Value {
+    loop {
+        let line = tokio::time::timeout(SOON, lines.recv())
+            .await
+            .expect("a new view in time")
+            .expect("zklock watch is running");
+        let view: Value = serde_json::from_str(&line).unwrap();
+        if want(&view) {
+            return view;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_lists_the_tick_records() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let empty = zklock(&zk, &["jobs", "--json"]);
+    assert_eq!(json_of(&empty), serde_json::json!([]));
+    let raw = raw(&zk).await;
+    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.create("/zklock.jobs", b"", &options).await.unwrap();
+    raw.create(
+        "/zklock.jobs/nightly-report",
+        b"tick=1795300000000 state=done session=0x1000a",
+        &options,
+    )
+    .await
+    .unwrap();
+    let records = json_of(&zklock(&zk, &["jobs", "--json"]));
+    assert_eq!(records[0]["job"], "nightly-report");
+    assert_eq!(records[0]["tick_ms"], 1_795_300_000_000i64);
+    assert_eq!(records[0]["state"], "done");
+    assert_eq!(records[0]["session"], "0x1000a");
+    let text = zklock(&zk, &["jobs"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("nightly-report"));
+}
+
+#[tokio::test]
+async fn errors_have_their_exit_codes() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let missing = zklock(&zk, &["show", "nobody-uses-this"]);
+    assert_eq!(missing.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no lock"));
+
+    let bad_name = zklock(&zk, &["show", "a/b"]);
+    assert_eq!(
+        bad_name.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&bad_name.stderr)
+    );
+    assert!(String::from_utf8_lossy(&bad_name.stderr).contains("invalid lock name"));
+
+    let bad_args = zklock(&zk, &["show"]);
+    assert_eq!(bad_args.status.code(), Some(2));
+    let bad_digest = zklock(&zk, &["--digest", "nocolon", "locks"]);
+    assert_eq!(bad_digest.status.code(), Some(2));
+
+    let closed = zklock_testing::process::closed_address().to_string();
+    let started = Instant::now();
+    let unreachable = Command::new(env!("CARGO_BIN_EXE_zklock"))
+        .args(["--zk", &closed, "--timeout", "1s", "locks"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        unreachable.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&unreachable.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(String::from_utf8_lossy(&unreachable.stderr).contains("ZooKeeper"));
+}

@@ -1,0 +1,295 @@
+//! What an operator asks in an incident: which locks exist, who holds one, since when, and who
+//! waits for whom. Read-only; the `zklock` command is built on it.
+//!
+//! A lock's queue is read the way its contenders read it: ordered by sequence number and
+//! judged by the same rules ([`crate::rules`]), so a waiter is shown waiting for exactly the
+//! node it watches. The recipe is told apart by node names, which zklock shares with Curator:
+//! `__READ__`/`__WRIT__` nodes make a read/write lock, `locks`/`leases` children a semaphore,
+//! anything else a mutex.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::future;
+use serde::Serialize;
+use zookeeper_client as zk;
+
+use crate::holder::ContenderData;
+use crate::rules::{queue_order, Contender, Decision, Leases, Readers, Rule, MUTEX_NODE, READ_NODE, WRITE_NODE};
+use crate::semaphore::{LEASES_DIR, LOCKS_DIR};
+use crate::session::Session;
+use crate::token::FencingToken;
+use crate::{LockClient, LockError};
+
+/// Which recipe a lock directory follows, as its nodes tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RecipeKind {
+    /// Exclusive (`InterProcessMutex`); also a directory with no contender at the moment.
+    Mutex,
+    /// Readers and writers (`InterProcessReadWriteLock`).
+    ReadWrite,
+    /// Leases (`InterProcessSemaphoreV2`): lease nodes hold, acquirers queue for a mutex.
+    Semaphore,
+}
+
+/// The role of one contender node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Side {
+    /// A mutex contender.
+    Exclusive,
+    /// The shared side of a read/write lock.
+    Read,
+    /// The exclusive side of a read/write lock.
+    Write,
+    /// A semaphore lease (always a holder).
+    Lease,
+    /// A semaphore acquirer, queued for the mutex over acquirers.
+    Acquirer,
+}
+
+/// One contender node of a lock, as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct QueuedNode {
+    /// The node name (no directory).
+    pub node: String,
+    /// Its role.
+    pub side: Side,
+    /// Whether it holds the lock (for an acquirer: the mutex over acquirers).
+    pub holds: bool,
+    /// For a waiter: the node whose deletion it waits for.
+    pub waits_for: Option<String>,
+    /// Who made it.
+    #[serde(flatten)]
+    pub data: ContenderData,
+    /// How long ago the server created it.
+    #[serde(rename = "age_ms", serialize_with = "millis")]
+    pub age: Duration,
+    /// The fencing token a zklock holder of this node has (its creation zxid).
+    #[serde(serialize_with = "display")]
+    pub token: FencingToken,
+    /// The ZooKeeper session that owns the node.
+    #[serde(serialize_with = "hex")]
+    pub session: i64,
+}
+
+/// One lock's queue, read at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct LockView {
+    /// The lock name.
+    pub name: String,
+    /// Its directory.
+    pub path: String,
+    /// The recipe its nodes follow.
+    pub recipe: RecipeKind,
+    /// Holders, in queue order.
+    pub holders: Vec<QueuedNode>,
+    /// Waiters, in queue order.
+    pub waiters: Vec<QueuedNode>,
+}
+
+impl LockView {
+    /// The longest time a waiter has been queued, if any waits.
+    pub fn oldest_wait(&self) -> Option<Duration> {
+        self.waiters.iter().map(|w| w.age).max()
+    }
+}
+
+/// Resolves once the lock's queue may have changed (a contender came or went, the directory
+/// appeared or vanished, or the session ended); read it again then.
+pub type QueueChanged = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl LockClient {
+    /// The names of the lock directories under the namespace, sorted.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// for name in client.lock_names().await? {
+    ///     println!("{name}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_names(&self) -> Result<Vec<String>, LockError> {
+        let session = self.session(None).await?;
+        let mut names = match session.zk.list_children(self.namespace()).await {
+            Ok(names) => names,
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(err) => return Err(LockError::zk("list locks", err)),
+        };
+        names.sort();
+        Ok(names)
+    }
+
+    /// Reads the queue of the lock `name`: holders and waiters in order, who made each node,
+    /// how long ago, and whom each waiter waits for. `None` when the lock has no directory
+    /// (nobody has used it lately; empty directories are reaped).
+    ///
+    /// The nodes are read one by one after the listing; a node that goes away meanwhile is
+    /// left out.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// if let Some(view) = client.inspect("inventory:42").await? {
+    ///     for holder in &view.holders {
+    ///         println!("held by {:?} for {:?}", holder.data.identity, holder.age);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, name: &str) -> Result<Option<LockView>, LockError> {
+        Ok(self.inspect_and_watch(name).await?.0)
+    }
+
+    /// Like [`inspect`](Self::inspect), and also returns a future that resolves once the queue
+    /// may have changed; it watches what the view was read from, so no change between the
+    /// read and the watch is missed. A live view reads, shows, awaits the change, and reads
+    /// again.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// loop {
+    ///     let (view, changed) = client.inspect_and_watch("inventory:42").await?;
+    ///     println!("{} holders", view.map_or(0, |v| v.holders.len()));
+    ///     changed.await;
+    /// }
+    /// # }
+    /// ```
+    pub async fn inspect_and_watch(&self, name: &str) -> Result<(Option<LockView>, QueueChanged), LockError> {
+        crate::validate_name(name)?;
+        let session = self.session(None).await?;
+        let path = format!("{}/{name}", self.namespace());
+        let zk = &session.zk;
+        let children = match zk.list_and_watch_children(&path).await {
+            Ok((children, watcher)) => (children, watcher),
+            Err(zk::Error::NoNode) => {
+                let (_, watcher) = zk
+                    .check_and_watch_stat(&path)
+                    .await
+                    .map_err(|err| LockError::zk("exists", err))?;
+                return Ok((None, Box::pin(async move { drop(watcher.changed().await) })));
+            }
+            Err(err) => return Err(LockError::zk("list", err)),
+        };
+        let (children, dir_watch) = children;
+        let mut watches: Vec<QueueChanged> = vec![Box::pin(async move { drop(dir_watch.changed().await) })];
+        let is_semaphore = children.iter().any(|c| c == LOCKS_DIR || c == LEASES_DIR);
+        let (recipe, nodes) = if is_semaphore {
+            let mut nodes = Vec::new();
+            for (sub, side) in [(LEASES_DIR, Side::Lease), (LOCKS_DIR, Side::Acquirer)] {
+                let sub_path = format!("{path}/{sub}");
+                match zk.list_and_watch_children(&sub_path).await {
+                    Ok((names, watcher)) => {
+                        watches.push(Box::pin(async move { drop(watcher.changed().await) }));
+                        nodes.extend(read_queue(&session, &sub_path, names, |_| side).await?);
+                    }
+                    Err(zk::Error::NoNode) => {}
+                    Err(err) => return Err(LockError::zk("list", err)),
+                }
+            }
+            (RecipeKind::Semaphore, nodes)
+        } else {
+            let read_write = children.iter().any(|c| c.contains(READ_NODE) || c.contains(WRITE_NODE));
+            let side = |name: &str| match (read_write, name.contains(WRITE_NODE)) {
+                (false, _) => Side::Exclusive,
+                (true, true) => Side::Write,
+                (true, false) => Side::Read,
+            };
+            let recipe = if read_write {
+                RecipeKind::ReadWrite
+            } else {
+                RecipeKind::Mutex
+            };
+            (recipe, read_queue(&session, &path, children, side).await?)
+        };
+        let (holders, waiters): (Vec<_>, Vec<_>) = nodes.into_iter().partition(|n| n.holds);
+        let changed: QueueChanged = Box::pin(async move {
+            future::select_all(watches).await;
+        });
+        let view = LockView {
+            name: name.to_owned(),
+            path,
+            recipe,
+            holders,
+            waiters,
+        };
+        Ok((Some(view), changed))
+    }
+}
+
+/// Reads the nodes of one queue directory and judges each by its rule.
+async fn read_queue(
+    session: &Session,
+    dir: &str,
+    children: Vec<String>,
+    side: impl Fn(&str) -> Side,
+) -> Result<Vec<QueuedNode>, LockError> {
+    let queue = queue_order(children);
+    let reads = future::join_all(queue.iter().map(|c| session.zk.get_data(&format!("{dir}/{}", c.name)))).await;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    // Nodes that went away between the listing and the read are left out, before judging.
+    let mut present: Vec<(Contender, Vec<u8>, zk::Stat)> = Vec::with_capacity(queue.len());
+    for (contender, read) in queue.into_iter().zip(reads) {
+        match read {
+            Ok((data, stat)) => present.push((contender, data, stat)),
+            Err(zk::Error::NoNode) => {}
+            Err(err) => return Err(LockError::zk("read", err)),
+        }
+    }
+    let order: Vec<Contender> = present.iter().map(|(c, _, _)| c.clone()).collect();
+    Ok(present
+        .into_iter()
+        .enumerate()
+        .map(|(i, (contender, data, stat))| {
+            let side = side(&contender.name);
+            // Lease nodes all hold; every other queue is judged by its contenders' rule.
+            let decision = match side {
+                Side::Lease => Decision::Go,
+                Side::Read => Readers.decide(&order, i),
+                Side::Write => Leases {
+                    leases: 1,
+                    node: WRITE_NODE,
+                }
+                .decide(&order, i),
+                Side::Exclusive | Side::Acquirer => Leases {
+                    leases: 1,
+                    node: MUTEX_NODE,
+                }
+                .decide(&order, i),
+            };
+            let (holds, waits_for) = match decision {
+                Decision::Go => (true, None),
+                Decision::Wait { on, .. } => (false, Some(order[on].name.clone())),
+            };
+            QueuedNode {
+                data: ContenderData::read(&contender.name, &data),
+                node: contender.name,
+                side,
+                holds,
+                waits_for,
+                age: Duration::from_millis(now_ms.saturating_sub(stat.ctime).max(0) as u64),
+                token: FencingToken::new(stat.czxid, 0),
+                session: stat.ephemeral_owner,
+            }
+        })
+        .collect())
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+fn display<S: serde::Serializer>(t: &FencingToken, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(t)
+}
+
+fn hex<S: serde::Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{id:#x}"))
+}
