@@ -279,6 +279,9 @@ impl Store {
     /// Writes a cart in one transaction: one fenced stock write and one order per line, all
     /// under `request_id`. Either every line is written or none is: a refused line (a stale
     /// token, a missing item) rolls the whole cart back.
+    ///
+    /// The lines are written in item-id order, whatever order they come in, and the orders
+    /// are returned in that order (oldest first, as [`Store::orders_for_request`] lists them).
     pub async fn commit_cart(&self, request_id: &str, lines: &[Write]) -> Result<Vec<Order>, StoreError> {
         self.commit(request_id, lines).await
     }
@@ -297,6 +300,14 @@ impl Store {
     }
 
     async fn commit(&self, request_id: &str, lines: &[Write]) -> Result<Vec<Order>, StoreError> {
+        // Rows are written in one order, by item id: PostgreSQL locks each row it updates until
+        // the transaction ends, so two transactions writing the same items in opposite orders
+        // wait for each other until one is aborted with `deadlock detected` (after
+        // `deadlock_timeout`, 1 s by default). With the distributed lock no two carts of an item
+        // write at once, but without it (and for a holder that lost its lock) they do. SQLite
+        // has one writer at a time and cannot deadlock here.
+        let mut lines: Vec<&Write> = lines.iter().collect();
+        lines.sort_by_key(|line| line.item_id);
         let mut tx = self.pool.begin().await?;
         let mut orders = Vec::with_capacity(lines.len());
         for line in lines {
