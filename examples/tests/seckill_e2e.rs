@@ -1,11 +1,13 @@
 //! End-to-end tests of the seckill example (issue #6) against a real ZooKeeper and a real
-//! SQLite database.
+//! database. Every test runs twice: on a SQLite file, and (the test whose name ends in
+//! `_on_postgres`) on a throw-away PostgreSQL server of its own ([`PgServer`]), through one
+//! shared body that takes the [`Backend`].
 //!
 //! The demo scenario runs here at a smaller size (300 requests for 30 units, 3 instances).
 //! The instances are separate processes, as in the demo: this test binary re-runs itself with
 //! only the ignored test `seckill_instance_process` selected, which serves one instance (the
 //! demo binary does the same with its `serve` subcommand). Each instance has its own
-//! ZooKeeper session; all share one SQLite file.
+//! ZooKeeper session; all share one database.
 //!
 //! The bad-input and unavailability tests run the service in-process, on a free port.
 
@@ -13,14 +15,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use zklock::testing::{FaultProxy, ZkServer};
+use zklock::testing::{FaultProxy, PgServer, ZkServer};
 use zklock::LockClient;
 
 use zklock_examples::seckill::driver::{self, DemoArgs, Launcher, Summary};
 use zklock_examples::seckill::service::{self, Inventory, ServeArgs};
-use zklock_examples::seckill::store::{sqlite_url, Store, StoreError};
+use zklock_examples::seckill::store::{sqlite_url, Backend, Store, StoreError};
 
-/// The two demo runs start four processes each; one at a time is enough for a small machine.
+/// The demo runs start four processes each (five with PostgreSQL); one at a time is enough for a
+/// small machine.
 static DEMO_RUNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const SERVE_ARGS_ENV: &str = "SECKILL_E2E_SERVE_ARGS";
@@ -57,7 +60,8 @@ fn seckill_instance_process() {
         .expect("serve");
 }
 
-fn small_demo(unsafe_no_lock: bool) -> DemoArgs {
+/// The demo at test size, on `database` (`None`: a SQLite file the driver creates).
+fn small_demo(unsafe_no_lock: bool, database: Option<String>) -> DemoArgs {
     DemoArgs {
         requests: 300,
         stock: 30,
@@ -67,7 +71,7 @@ fn small_demo(unsafe_no_lock: bool) -> DemoArgs {
         concurrency: 32,
         unsafe_no_lock,
         zk: None,
-        database: None,
+        database,
         repeat_every: 20,
         race_window: Duration::from_millis(2),
         zk_timeout: Duration::from_secs(5),
@@ -98,10 +102,21 @@ fn check_json_line(summary: &Summary) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locked_sale_across_three_processes_neither_oversells_nor_duplicates() {
+    locked_sale(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locked_sale_across_three_processes_neither_oversells_nor_duplicates_on_postgres() {
+    locked_sale(Backend::Postgres).await;
+}
+
+async fn locked_sale(backend: Backend) {
     let _one_at_a_time = DEMO_RUNS.lock().await;
-    let summary = driver::run_demo(&small_demo(false), &*test_launcher())
+    let db = TestDb::start(backend).await;
+    let summary = driver::run_demo(&small_demo(false, db.demo_database()), &*test_launcher())
         .await
         .expect("demo run");
+    assert_ran_on(&summary, backend);
     eprintln!("{}", summary.report());
     let line = check_json_line(&summary);
     assert_eq!(line["mode"], "locked");
@@ -150,10 +165,21 @@ async fn locked_sale_across_three_processes_neither_oversells_nor_duplicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlocked_sale_is_recorded_without_asserting_an_oversell() {
+    unlocked_sale(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlocked_sale_is_recorded_without_asserting_an_oversell_on_postgres() {
+    unlocked_sale(Backend::Postgres).await;
+}
+
+async fn unlocked_sale(backend: Backend) {
     let _one_at_a_time = DEMO_RUNS.lock().await;
-    let summary = driver::run_demo(&small_demo(true), &*test_launcher())
+    let db = TestDb::start(backend).await;
+    let summary = driver::run_demo(&small_demo(true, db.demo_database()), &*test_launcher())
         .await
         .expect("demo run");
+    assert_ran_on(&summary, backend);
     // Oversell without the lock is likely, not certain: print what happened, assert nothing
     // about it.
     eprintln!("{}", summary.report());
@@ -161,6 +187,15 @@ async fn unlocked_sale_is_recorded_without_asserting_an_oversell() {
     let line = check_json_line(&summary);
     assert_eq!(line["mode"], "unsafe-no-lock");
     assert_eq!(summary.requests, 300);
+    // Every request is still answered: concurrent carts write their rows in one order, so
+    // PostgreSQL, which locks rows, finds no deadlock between them.
+    let d = &summary.details;
+    assert_eq!(
+        (d.unavailable, d.errors),
+        (0, 0),
+        "requests went unanswered or failed: {}",
+        summary.report()
+    );
 }
 
 /// An in-process instance on a free port; aborted when dropped.
@@ -188,10 +223,68 @@ async fn local_service(inventory: Inventory) -> LocalService {
     }
 }
 
-async fn temp_store(dir: &tempfile::TempDir) -> Store {
-    Store::open(&sqlite_url(&dir.path().join("seckill.db")))
-        .await
-        .expect("open the SQLite store")
+/// The database of one test: a SQLite file in a temporary directory, or a PostgreSQL server of
+/// its own, so tests on either backend can run in parallel. Removed (the server shut down) on
+/// drop.
+enum TestDb {
+    Sqlite(tempfile::TempDir),
+    Postgres(PgServer),
+}
+
+impl TestDb {
+    async fn start(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Sqlite => TestDb::Sqlite(tempfile::tempdir().expect("temp dir")),
+            Backend::Postgres => TestDb::Postgres(
+                tokio::task::spawn_blocking(PgServer::start)
+                    .await
+                    .expect("PgServer::start panicked")
+                    .expect("PostgreSQL"),
+            ),
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            TestDb::Sqlite(dir) => sqlite_url(&dir.path().join("seckill.db")),
+            TestDb::Postgres(server) => server.url(),
+        }
+    }
+
+    /// The `--database` of a demo run: with SQLite none, so the driver makes its own file as
+    /// the demo does by default.
+    fn demo_database(&self) -> Option<String> {
+        match self {
+            TestDb::Sqlite(_) => None,
+            TestDb::Postgres(_) => Some(self.url()),
+        }
+    }
+
+    async fn store(&self) -> Store {
+        let store = Store::open(&self.url()).await.expect("open the store");
+        assert_eq!(store.backend(), self.backend());
+        store
+    }
+
+    fn backend(&self) -> Backend {
+        match self {
+            TestDb::Sqlite(_) => Backend::Sqlite,
+            TestDb::Postgres(_) => Backend::Postgres,
+        }
+    }
+}
+
+/// Asserts that a demo ran on the database of `backend`.
+fn assert_ran_on(summary: &Summary, backend: Backend) {
+    let scheme = match backend {
+        Backend::Sqlite => "sqlite://",
+        Backend::Postgres => "postgres://",
+    };
+    assert!(
+        summary.details.database.starts_with(scheme),
+        "the demo ran on {}, not on {backend:?}",
+        summary.details.database
+    );
 }
 
 /// A connect string nothing listens on.
@@ -222,8 +315,17 @@ fn assert_error(answer: &(u16, Value), status: u16, code: &str) {
 
 #[tokio::test]
 async fn bad_input_gets_a_4xx_json_error() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = temp_store(&dir).await;
+    bad_input(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_4xx_json_error_on_postgres() {
+    bad_input(Backend::Postgres).await;
+}
+
+async fn bad_input(backend: Backend) {
+    let db = TestDb::start(backend).await;
+    let store = db.store().await;
     // Validation happens before the lock, so no ZooKeeper is needed here.
     let locks = LockClient::builder(closed_port()).build().expect("client");
     let svc = local_service(Inventory::new(store.clone(), locks, true, Duration::ZERO)).await;
@@ -344,8 +446,17 @@ async fn bad_input_gets_a_4xx_json_error() {
 
 #[tokio::test]
 async fn unreachable_zookeeper_gives_503_within_the_timeout_and_writes_nothing() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = temp_store(&dir).await;
+    unreachable_zookeeper(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn unreachable_zookeeper_gives_503_within_the_timeout_and_writes_nothing_on_postgres() {
+    unreachable_zookeeper(Backend::Postgres).await;
+}
+
+async fn unreachable_zookeeper(backend: Backend) {
+    let db = TestDb::start(backend).await;
+    let store = db.store().await;
     store.create_item(1, 10).await.expect("create");
     let zk_timeout = Duration::from_secs(2);
     let locks = LockClient::builder(closed_port())
@@ -379,10 +490,19 @@ async fn unreachable_zookeeper_gives_503_within_the_timeout_and_writes_nothing()
 
 #[tokio::test]
 async fn lock_timeout_and_partition_give_503_and_write_nothing() {
+    lock_timeout_and_partition(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn lock_timeout_and_partition_give_503_and_write_nothing_on_postgres() {
+    lock_timeout_and_partition(Backend::Postgres).await;
+}
+
+async fn lock_timeout_and_partition(backend: Backend) {
     let server = ZkServer::start().expect("ZooKeeper");
     let proxy = FaultProxy::start(server.addr()).expect("proxy");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = temp_store(&dir).await;
+    let db = TestDb::start(backend).await;
+    let store = db.store().await;
     store.create_item(1, 10).await.expect("create");
     let locks = LockClient::builder(proxy.connect_string())
         .session_timeout(Duration::from_secs(4))
@@ -435,6 +555,15 @@ async fn lock_timeout_and_partition_give_503_and_write_nothing() {
 
 #[tokio::test]
 async fn the_database_refuses_a_write_with_a_stale_fencing_token() {
+    stale_token_write(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn the_database_refuses_a_write_with_a_stale_fencing_token_on_postgres() {
+    stale_token_write(Backend::Postgres).await;
+}
+
+async fn stale_token_write(backend: Backend) {
     let server = ZkServer::start().expect("ZooKeeper");
     let client = LockClient::connect(&server.connect_string()).await.expect("client");
     let lock = client.mutex("seckill:1").expect("lock");
@@ -446,8 +575,8 @@ async fn the_database_refuses_a_write_with_a_stale_fencing_token() {
     let fresh = second.fencing_token();
     assert!(stale < fresh);
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = temp_store(&dir).await;
+    let db = TestDb::start(backend).await;
+    let store = db.store().await;
     store.create_item(1, 10).await.expect("create");
 
     // The newer holder writes; writing twice within one hold (equal tokens) is allowed.
@@ -483,11 +612,20 @@ async fn the_database_refuses_a_write_with_a_stale_fencing_token() {
 
 #[tokio::test]
 async fn a_fenced_refusal_is_a_409_json_answer() {
+    fenced_refusal(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_fenced_refusal_is_a_409_json_answer_on_postgres() {
+    fenced_refusal(Backend::Postgres).await;
+}
+
+async fn fenced_refusal(backend: Backend) {
     // The service path of a fenced write: the item has accepted a token far in the future,
     // so the real lock's token is stale and the write is refused.
     let server = ZkServer::start().expect("ZooKeeper");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = temp_store(&dir).await;
+    let db = TestDb::start(backend).await;
+    let store = db.store().await;
     store.create_item(1, 10).await.expect("create");
     let future_token: zklock::FencingToken = "7fffffff00000000-00000000".parse().expect("token");
     store
@@ -510,9 +648,18 @@ async fn a_fenced_refusal_is_a_409_json_answer() {
 
 #[tokio::test]
 async fn a_cart_is_sold_whole_or_refused_whole() {
+    cart_whole_or_nothing(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_cart_is_sold_whole_or_refused_whole_on_postgres() {
+    cart_whole_or_nothing(Backend::Postgres).await;
+}
+
+async fn cart_whole_or_nothing(backend: Backend) {
     let server = ZkServer::start().expect("ZooKeeper");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = temp_store(&dir).await;
+    let db = TestDb::start(backend).await;
+    let store = db.store().await;
     store.create_item(1, 5).await.expect("create");
     store.create_item(2, 1).await.expect("create");
     store.create_item(3, 5).await.expect("create");
