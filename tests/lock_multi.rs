@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{cancellation_storm, client, contenders, raw, server, AppError};
-use zklock::{distributed_lock, LockClient, LockError, LockKind};
+use zklock::{distributed_lock, LockClient, LockError, LockKind, MultiLock};
 use zklock_testing::FaultProxy;
 
 /// Generous bound for anything that should happen promptly on a loaded machine; an acquisition
@@ -55,6 +55,18 @@ async fn locks_are_taken_in_path_order_without_duplicates() {
         Err(LockError::InvalidName { name, .. }) => assert_eq!(name, "not/fine"),
         other => panic!("expected InvalidName, got {other:?}"),
     }
+    let mixed = [locks.mutex("a").unwrap(), locks.read_lock("b").unwrap()];
+    match MultiLock::new(mixed) {
+        Err(LockError::InvalidConfig(why)) => assert!(why.contains("one kind"), "{why}"),
+        other => panic!("expected InvalidConfig for mixed kinds, got {other:?}"),
+    }
+    let labelled = MultiLock::new([
+        locks.mutex("sku-2").unwrap().with_template("sku-{n}"),
+        locks.mutex("sku-1").unwrap().with_template("sku-{n}"),
+    ])
+    .unwrap();
+    assert_eq!(labelled.locks()[0].name(), "sku-1");
+    assert_eq!(labelled.locks()[0].template(), Some("sku-{n}"));
     match locks.multi_lock_of(LockKind::Semaphore { leases: 0 }, ["a"]) {
         Err(LockError::InvalidConfig(_)) => {}
         other => panic!("expected InvalidConfig for a zero-lease semaphore, got {other:?}"),

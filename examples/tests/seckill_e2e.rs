@@ -161,6 +161,14 @@ async fn locked_sale(backend: Backend) {
         summary.fenced_rejections, 0,
         "no holder lost its lock, so nothing is fenced"
     );
+    // Every instance served its lock metrics, and each took item locks.
+    assert_eq!(d.lock_waits.len(), 3);
+    assert!(
+        d.lock_waits.iter().all(|(p50, p99)| p50.is_some() && p99 >= p50),
+        "lock wait quantiles missing from /metrics: {:?}",
+        d.lock_waits
+    );
+    assert!(summary.report().contains("lock wait (from /metrics): instance 0 p50"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use crate::cleanup::{delete_node, Cleanup};
 use crate::local_queue::{Turn, Warm};
-use crate::metrics::Metrics;
+use crate::metrics::{Event, Labels, Metrics, Timing};
 use crate::session::{Health, Session};
 use crate::token::FencingToken;
 use crate::{LockError, LockKind};
@@ -34,11 +34,20 @@ pub(crate) struct Holding {
     pub max_handoffs: u32,
     pub cleanup: Cleanup,
     pub metrics: Arc<Metrics>,
+    /// The lock's name template, which its exported metrics are labelled with.
+    pub template: Option<Arc<str>>,
 }
 
 impl Holding {
     fn is_lost(&self) -> bool {
         self.session.health().invalidates(self.losses_at_grant)
+    }
+
+    pub(crate) fn labels(&self) -> Labels<'_> {
+        Labels {
+            kind: self.kind,
+            template: self.template.as_deref(),
+        }
     }
 
     /// Whether ending the hold should hand the node to the next task of this process: someone
@@ -75,10 +84,12 @@ impl Holding {
             return None;
         }
         if self.is_lost() {
-            Metrics::bump(&self.metrics.lost);
+            self.metrics.record(Event::Lost, self.labels());
             warn!(lock = %self.name, node = %self.node_path, "released a hold that had been lost");
         }
-        Metrics::bump(&self.metrics.released);
+        self.metrics.record(Event::Released, self.labels());
+        self.metrics
+            .time(Timing::Hold, self.labels(), self.granted_at.elapsed());
         info!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
         let node_path = std::mem::take(&mut self.node_path);
         if self.can_hand_off() {
@@ -107,12 +118,11 @@ impl Holding {
 
 /// A `max_hold` bound on work under a hold.
 pub(crate) struct MaxHold<'a> {
-    /// The lock reported in the error.
-    pub name: &'a str,
+    /// The hold reported in the error and counted in the metrics.
+    pub holding: &'a Holding,
     /// When the guard was acquired.
     pub since: Instant,
     pub bound: Duration,
-    pub metrics: &'a Metrics,
 }
 
 /// Runs `body` until it finishes, `lost` (if watched) resolves, or `max_hold` runs out: the one place where
@@ -145,10 +155,10 @@ pub(crate) async fn supervise<T>(
         out = body => Ok(out),
         () = over => {
             let bound = max_hold.expect("the bound ran out, so there is one");
-            Metrics::bump(&bound.metrics.max_hold_exceeded);
-            warn!(lock = %bound.name, max_hold_ms = bound.bound.as_millis() as u64, "work held the lock past max_hold; stopped it");
+            bound.holding.metrics.record(Event::MaxHoldExceeded, bound.holding.labels());
+            warn!(lock = %bound.holding.name, max_hold_ms = bound.bound.as_millis() as u64, "work held the lock past max_hold; stopped it");
             Err(LockError::MaxHoldExceeded {
-                name: bound.name.to_string(),
+                name: bound.holding.name.to_string(),
                 max_hold: bound.bound,
             })
         }
@@ -341,10 +351,9 @@ impl LockGuard {
 
     async fn supervised<F: Future>(&self, fut: F, max_hold: Option<Duration>) -> Result<F::Output, LockError> {
         let bound = max_hold.map(|bound| MaxHold {
-            name: &self.hold.name,
+            holding: &self.hold,
             since: self.acquired_at,
             bound,
-            metrics: &self.hold.metrics,
         });
         supervise(self.scope(fut), Some(self.lost()), bound).await
     }

@@ -18,7 +18,7 @@ use tracing::{debug, info, Instrument};
 use crate::client::LockClient;
 use crate::guard::{Holding, LockGuard};
 use crate::local_queue::Turn;
-use crate::metrics::Metrics;
+use crate::metrics::{Event, Labels, Timing};
 use crate::queue::{self, Failed, Recipe};
 use crate::reentrancy;
 use crate::rules::{Leases, Readers, Rule, MUTEX_NODE, WRITE_NODE};
@@ -200,6 +200,14 @@ impl Lock {
         self.template.as_deref()
     }
 
+    /// What this lock's exported metrics are labelled with.
+    fn labels(&self) -> Labels<'_> {
+        Labels {
+            kind: self.kind,
+            template: self.template.as_deref(),
+        }
+    }
+
     /// The lock name as given.
     pub fn name(&self) -> &str {
         &self.name
@@ -302,7 +310,7 @@ impl Lock {
             if guard.is_lost() {
                 return Err(guard.lost().await);
             }
-            Metrics::bump(&metrics.reentered);
+            metrics.record(Event::Reentered, self.labels());
             debug!(lock = %self.name, depth = guard.hold_count(), "reentrant acquire");
             return Ok(guard);
         }
@@ -335,7 +343,8 @@ impl Lock {
         });
         match &result {
             Ok(guard) => {
-                Metrics::bump(&metrics.acquired);
+                metrics.record(Event::Acquired, self.labels());
+                metrics.time(Timing::Wait, self.labels(), started.elapsed());
                 info!(
                     lock = %self.name,
                     node = %guard.node_path(),
@@ -345,7 +354,7 @@ impl Lock {
                 );
             }
             Err(LockError::Timeout { .. }) => {
-                Metrics::bump(&metrics.timed_out);
+                metrics.record(Event::TimedOut, self.labels());
                 info!(lock = %self.name, waited_ms = started.elapsed().as_millis() as u64, "lock timed out");
             }
             Err(err) => debug!(lock = %self.name, %err, "acquire failed"),
@@ -383,7 +392,7 @@ impl Lock {
         // A node handed over by the previous local holder; one that can no longer be trusted
         // is deleted as it drops, and we contend afresh.
         if let Some(claimed) = turn.take_warm().and_then(|warm| warm.claim()) {
-            Metrics::bump(&self.client.inner.metrics.handed_off);
+            self.client.inner.metrics.record(Event::HandedOff, self.labels());
             return Ok(self.hold(
                 claimed.session,
                 claimed.node_path,
@@ -414,7 +423,7 @@ impl Lock {
             match queue::attempt(&recipe, &*self.rule, &session, deadline).await {
                 Ok(granted) => {
                     if !granted.listed {
-                        Metrics::bump(&inner.metrics.without_listing);
+                        inner.metrics.record(Event::WithoutListing, self.labels());
                     }
                     let losses = session.health().losses;
                     let token = FencingToken::new(granted.czxid, 0);
@@ -499,6 +508,7 @@ impl Lock {
             max_handoffs: inner.config.max_local_handoffs,
             cleanup: inner.cleanup.clone(),
             metrics: inner.metrics.clone(),
+            template: self.template.clone(),
         }))
     }
 }

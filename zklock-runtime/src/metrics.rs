@@ -1,22 +1,119 @@
-//! Counters a user can read from [`LockClient::metrics`](crate::LockClient::metrics).
+//! Counters a user can read from [`LockClient::metrics`](crate::LockClient::metrics), and,
+//! with the `metrics` feature, the same events exported through the
+//! [`metrics`](https://docs.rs/metrics) facade, so any exporter (Prometheus, StatsD, …) sees
+//! them:
+//!
+//! | metric | type | what |
+//! |---|---|---|
+//! | `zklock_acquired_total` | counter | grants through ZooKeeper (handoffs included) |
+//! | `zklock_reentered_total` | counter | reentrant grants |
+//! | `zklock_handed_off_total` | counter | grants of a node handed over inside the process |
+//! | `zklock_granted_without_listing_total` | counter | grants proven alone without a listing |
+//! | `zklock_timed_out_total` | counter | acquisitions that gave up at their timeout |
+//! | `zklock_lost_total` | counter | holds released after being reported lost |
+//! | `zklock_released_total` | counter | holds released |
+//! | `zklock_max_hold_exceeded_total` | counter | work stopped at its `max_hold` |
+//! | `zklock_wait_seconds` | histogram | time from asking for a lock to its grant |
+//! | `zklock_hold_seconds` | histogram | time from grant to release |
+//!
+//! Labels: `kind` (`mutex`, `read`, `write`, `semaphore`) and `lock`, the lock's name
+//! *template* (`inventory:{sku}`: what the attribute was written with, or what
+//! [`Lock::with_template`](crate::Lock::with_template) gave), never the filled-in name, so
+//! per-key locks cannot blow up the number of series. Locks without a template are labelled
+//! `lock="-"`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::LockKind;
 
 #[derive(Default)]
 pub(crate) struct Metrics {
-    pub acquired: AtomicU64,
-    pub reentered: AtomicU64,
-    pub handed_off: AtomicU64,
-    pub without_listing: AtomicU64,
-    pub timed_out: AtomicU64,
-    pub lost: AtomicU64,
-    pub released: AtomicU64,
-    pub max_hold_exceeded: AtomicU64,
+    acquired: AtomicU64,
+    reentered: AtomicU64,
+    handed_off: AtomicU64,
+    without_listing: AtomicU64,
+    timed_out: AtomicU64,
+    lost: AtomicU64,
+    released: AtomicU64,
+    max_hold_exceeded: AtomicU64,
+}
+
+/// Something that happened to a lock, counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Event {
+    Acquired,
+    Reentered,
+    HandedOff,
+    WithoutListing,
+    TimedOut,
+    Lost,
+    Released,
+    MaxHoldExceeded,
+}
+
+impl Event {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn metric(self) -> &'static str {
+        match self {
+            Event::Acquired => "zklock_acquired_total",
+            Event::Reentered => "zklock_reentered_total",
+            Event::HandedOff => "zklock_handed_off_total",
+            Event::WithoutListing => "zklock_granted_without_listing_total",
+            Event::TimedOut => "zklock_timed_out_total",
+            Event::Lost => "zklock_lost_total",
+            Event::Released => "zklock_released_total",
+            Event::MaxHoldExceeded => "zklock_max_hold_exceeded_total",
+        }
+    }
+}
+
+/// A duration measured on a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timing {
+    /// From asking for the lock to its grant.
+    Wait,
+    /// From the grant to the release.
+    Hold,
+}
+
+/// What the exported metrics are labelled with.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct Labels<'a> {
+    pub kind: LockKind,
+    pub template: Option<&'a str>,
 }
 
 impl Metrics {
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Relaxed);
+    fn counter(&self, event: Event) -> &AtomicU64 {
+        match event {
+            Event::Acquired => &self.acquired,
+            Event::Reentered => &self.reentered,
+            Event::HandedOff => &self.handed_off,
+            Event::WithoutListing => &self.without_listing,
+            Event::TimedOut => &self.timed_out,
+            Event::Lost => &self.lost,
+            Event::Released => &self.released,
+            Event::MaxHoldExceeded => &self.max_hold_exceeded,
+        }
+    }
+
+    /// Counts `event`, here and in the exported metrics.
+    pub fn record(&self, event: Event, labels: Labels<'_>) {
+        self.counter(event).fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        export::count(event.metric(), labels);
+        #[cfg(not(feature = "metrics"))]
+        let _ = labels;
+    }
+
+    /// Records a wait or hold time in the exported metrics (nothing without the feature).
+    pub fn time(&self, timing: Timing, labels: Labels<'_>, took: Duration) {
+        #[cfg(feature = "metrics")]
+        export::time(timing, labels, took);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (timing, labels, took);
     }
 
     /// The counters, with the count of abandoned acquisitions the cleanup keeps.
@@ -66,4 +163,35 @@ pub struct MetricsSnapshot {
     pub max_hold_exceeded: u64,
     /// Acquisitions dropped or failed midway whose contender node was cleaned up.
     pub abandoned: u64,
+}
+
+#[cfg(feature = "metrics")]
+mod export {
+    use super::{Labels, Timing};
+    use crate::LockKind;
+
+    fn kind(kind: LockKind) -> &'static str {
+        match kind {
+            LockKind::Mutex => "mutex",
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+            LockKind::Semaphore { .. } => "semaphore",
+        }
+    }
+
+    fn lock(labels: &Labels<'_>) -> String {
+        labels.template.unwrap_or("-").to_owned()
+    }
+
+    pub fn count(metric: &'static str, labels: Labels<'_>) {
+        metrics::counter!(metric, "kind" => kind(labels.kind), "lock" => lock(&labels)).increment(1);
+    }
+
+    pub fn time(timing: Timing, labels: Labels<'_>, took: std::time::Duration) {
+        let metric = match timing {
+            Timing::Wait => "zklock_wait_seconds",
+            Timing::Hold => "zklock_hold_seconds",
+        };
+        metrics::histogram!(metric, "kind" => kind(labels.kind), "lock" => lock(&labels)).record(took.as_secs_f64());
+    }
 }

@@ -97,6 +97,35 @@ impl LockClient {
 }
 
 impl MultiLock {
+    /// A multi-lock over locks made beforehand, for instance labelled with
+    /// [`Lock::with_template`]. They must all be of one kind ([`LockError::InvalidConfig`]
+    /// otherwise, or when there is none).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use zklock_runtime::{LockError, MultiLock};
+    /// let skus = [3, 1];
+    /// let locks = skus
+    ///     .iter()
+    ///     .map(|sku| Ok(client.mutex(&format!("inventory:{sku}"))?.with_template("inventory:{sku}")))
+    ///     .collect::<Result<Vec<_>, LockError>>()?;
+    /// let guard = MultiLock::new(locks)?.acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock, LockError> {
+        let locks: Vec<Lock> = locks.into_iter().collect();
+        if let Some(other) = locks.iter().find(|l| l.kind() != locks[0].kind()) {
+            return Err(LockError::InvalidConfig(format!(
+                "a multi-lock takes locks of one kind: {:?} is a {:?}, {:?} a {:?}",
+                locks[0].name(),
+                locks[0].kind(),
+                other.name(),
+                other.kind()
+            )));
+        }
+        MultiLock::of(locks)
+    }
+
     /// The multi-lock over `locks` (all of one kind): sorted by path, duplicates dropped.
     pub(crate) fn of(mut locks: Vec<Lock>) -> Result<MultiLock, LockError> {
         if locks.is_empty() {
@@ -364,10 +393,9 @@ impl MultiGuard {
     ) -> Result<F::Output, LockError> {
         let first = &self.guards[0];
         let bound = max_hold.map(|bound| MaxHold {
-            name: first.name(),
+            holding: &first.hold,
             since: self.acquired_at,
             bound,
-            metrics: &first.hold.metrics,
         });
         supervise(self.scope(fut), abort_on_loss.then(|| self.lost()), bound).await
     }

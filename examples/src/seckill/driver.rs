@@ -126,6 +126,9 @@ pub struct Details {
     pub errors: usize,
     /// The first few unexpected answers, for diagnosis.
     pub error_samples: Vec<String>,
+    /// Each instance's lock wait times (p50, p99, in ms) for the item locks, as its
+    /// `GET /metrics` reported them after the load; `None` where it reported none.
+    pub lock_waits: Vec<(Option<f64>, Option<f64>)>,
     /// Wall time of the request phase.
     pub elapsed: Duration,
     /// Instances started.
@@ -193,6 +196,16 @@ impl Summary {
             }
         ));
         line(format!("latency: p50 {:.1} ms, p99 {:.1} ms", self.p50_ms, self.p99_ms));
+        if !d.lock_waits.is_empty() {
+            let ms = |q: Option<f64>| q.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"));
+            let per_instance: Vec<String> = d
+                .lock_waits
+                .iter()
+                .enumerate()
+                .map(|(i, (p50, p99))| format!("instance {i} p50 {} p99 {}", ms(*p50), ms(*p99)))
+                .collect();
+            line(format!("lock wait (from /metrics): {}", per_instance.join("; ")));
+        }
         line(format!(
             "throughput: {:.0} requests/s over {:.2} s",
             self.throughput_rps,
@@ -538,6 +551,20 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     details.elapsed = started.elapsed();
     let _ = ticker.await;
 
+    // What each instance's lock metrics say about waiting for the item locks.
+    for instance in &instances {
+        let text = http
+            .get(format!("{}/metrics", instance.base_url))
+            .send()
+            .await
+            .and_then(|r| r.error_for_status());
+        let text = match text {
+            Ok(resp) => resp.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        details.lock_waits.push(lock_wait_quantiles(&text));
+    }
+
     // The verdict, from the database itself.
     let mut remaining = 0;
     let mut oversold = 0;
@@ -600,6 +627,21 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         .to_string(),
         details,
     })
+}
+
+/// The p50 and p99 of `zklock_wait_seconds` for the item locks, in milliseconds, from a
+/// Prometheus text page (the exporter renders the histogram as a summary with quantiles).
+pub fn lock_wait_quantiles(metrics: &str) -> (Option<f64>, Option<f64>) {
+    let quantile = |q: &str| {
+        metrics.lines().find_map(|line| {
+            let rest = line.strip_prefix("zklock_wait_seconds{")?;
+            let (labels, value) = rest.split_once("} ")?;
+            let wanted =
+                labels.contains(r#"lock="seckill:{item_id}""#) && labels.contains(&format!("quantile=\"{q}\""));
+            wanted.then(|| value.trim().parse::<f64>().ok().map(|s| round1(s * 1000.0)))?
+        })
+    };
+    (quantile("0.5"), quantile("0.99"))
 }
 
 /// Request ids of cart checkouts start with this; those of single buys with `req-`.

@@ -7,6 +7,7 @@
 //! | `GET /items/{id}`          |                                  | 200 item · 404 `no_such_item` |
 //! | `POST /items/{id}/buy`     | `{"request_id": "r-1", "qty": 1}` | 201 order · 200 the order an earlier request with this id placed · 409 `sold_out` / `fenced` · 503 `lock_timeout` / `lock_unavailable` |
 //! | `GET /items/{id}/orders`   |                                  | 200 orders · 404 |
+//! | `GET /metrics`             |                                  | 200 Prometheus text (zklock's lock metrics among them) |
 //! | `POST /orders`             | `{"request_id": "c-1", "lines": [{"item_id": 1, "qty": 2}, …]}` | 201 cart · 200 the cart an earlier request with this id placed · 404 · 409 `sold_out` / `fenced` · 503 |
 //!
 //! Every error is a JSON object `{"error": "<code>", "message": "<text>"}`; bad input
@@ -28,10 +29,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
-use zklock::{distributed_lock, FencingToken, LockClient, LockError, MultiGuard};
+use zklock::{distributed_lock, FencingToken, LockClient, LockError, MultiGuard, MultiLock};
 
 use super::store::{Item, Order, Store, StoreError, Write};
 
@@ -213,6 +215,8 @@ pub struct Inventory {
     locks: LockClient,
     use_lock: bool,
     race_window: Duration,
+    /// Renders the process's metrics (the zklock ones among them) for `GET /metrics`.
+    metrics: Option<PrometheusHandle>,
 }
 
 impl Inventory {
@@ -223,7 +227,14 @@ impl Inventory {
             locks,
             use_lock,
             race_window,
+            metrics: None,
         }
+    }
+
+    /// Serves `GET /metrics` from `handle` (Prometheus text).
+    pub fn with_metrics(mut self, handle: PrometheusHandle) -> Self {
+        self.metrics = Some(handle);
+        self
     }
 
     /// Buys `req.qty` units of `item_id`.
@@ -281,8 +292,18 @@ impl Inventory {
         }
         // The same lock names as single buys, so carts and single buys of an item exclude
         // each other. The multi-lock sorts them: the order of the lines does not matter.
-        let names: Vec<String> = req.lines.iter().map(|l| item_lock(l.item_id)).collect();
-        let guard = self.locks.multi_lock(&names)?.acquire_timeout(LOCK_TIMEOUT).await?;
+        // Labelled with the single buy's template, so both count in the same metrics.
+        let locks = req
+            .lines
+            .iter()
+            .map(|l| {
+                Ok(self
+                    .locks
+                    .mutex(&item_lock(l.item_id))?
+                    .with_template(ITEM_LOCK_TEMPLATE))
+            })
+            .collect::<Result<Vec<_>, LockError>>()?;
+        let guard = MultiLock::new(locks)?.acquire_timeout(LOCK_TIMEOUT).await?;
         guard.run(self.cart_read_check_write(req, Some(&guard))).await?
     }
 
@@ -394,6 +415,9 @@ fn item_lock(item_id: i64) -> String {
     format!("seckill:{item_id}")
 }
 
+/// The template of [`item_lock`] names, as the attribute on the single buy writes it.
+const ITEM_LOCK_TEMPLATE: &str = "seckill:{item_id}";
+
 fn check_qty(qty: i64) -> Result<(), ApiError> {
     if (1..=MAX_QTY).contains(&qty) {
         Ok(())
@@ -478,6 +502,13 @@ async fn checkout(State(inv): State<Arc<Inventory>>, body: Bytes) -> Result<Resp
     Ok((status, Json(json!({ "request_id": req.request_id, "orders": orders }))).into_response())
 }
 
+async fn metrics(State(inv): State<Arc<Inventory>>) -> Result<String, ApiError> {
+    inv.metrics
+        .as_ref()
+        .map(PrometheusHandle::render)
+        .ok_or_else(|| ApiError::BadRequest("this instance serves no metrics".into()))
+}
+
 async fn not_found() -> ApiError {
     ApiError::BadRequest("no such route".into())
 }
@@ -491,6 +522,7 @@ pub fn router(inventory: Arc<Inventory>) -> Router {
         .route("/items/{id}/orders", get(get_orders))
         .route("/items/{id}/buy", post(buy))
         .route("/orders", post(checkout))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .with_state(inventory)
 }
@@ -511,7 +543,9 @@ pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error
 /// lock client is closed, so the instance's ZooKeeper session ends at once rather than at its
 /// timeout.
 pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let inventory = Arc::new(inventory(&args).await?);
+    // Process-wide: one service instance per process.
+    let handle = PrometheusBuilder::new().install_recorder()?;
+    let inventory = Arc::new(inventory(&args).await?.with_metrics(handle));
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
     println!("{}{addr}", super::driver::LISTENING);

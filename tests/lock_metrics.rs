@@ -1,0 +1,112 @@
+//! Lock events through the `metrics` facade (feature `metrics`): counted per lock kind and name
+//! *template*, never per filled-in name, with wait and hold times; read back through a real
+//! Prometheus exporter.
+#![cfg(feature = "metrics")]
+
+mod support;
+
+use std::collections::HashMap;
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+use support::{client, server, AppError};
+use zklock::{distributed_lock, LockClient, LockError};
+
+struct Shop {
+    locks: LockClient,
+}
+
+impl Shop {
+    #[distributed_lock("inventory:{sku}", timeout = "5s", client = self.locks)]
+    async fn deduct(&self, sku: u32) -> Result<(), AppError> {
+        if sku == 1 {
+            // Re-enters the hold of the outer call.
+            self.deduct_again(sku).await?;
+        }
+        Ok(())
+    }
+
+    #[distributed_lock("inventory:{sku}", client = self.locks)]
+    async fn deduct_again(&self, sku: u32) -> Result<(), AppError> {
+        let _ = sku;
+        Ok(())
+    }
+
+    #[distributed_lock("inventory:{sku}", timeout = "200ms", client = self.locks)]
+    async fn try_deduct(&self, sku: u32) -> Result<(), AppError> {
+        let _ = sku;
+        Ok(())
+    }
+
+    #[distributed_lock("report", max_hold = "100ms", client = self.locks)]
+    async fn hang(&self) -> Result<(), AppError> {
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+/// The exported samples: `metric{labels}` → value.
+fn samples(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            Some((key.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_events_are_counted_per_template_with_wait_and_hold_times() {
+    // The only test of this binary: the recorder is process-wide.
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .expect("install the recorder");
+    let zk = server();
+    let shop = Shop {
+        locks: client(&zk.connect_string()).await,
+    };
+    for sku in 1..=3 {
+        shop.deduct(sku).await.unwrap();
+    }
+    shop.deduct(2).await.unwrap();
+    // Someone else holds inventory:3: the attribute times out.
+    let other = client(&zk.connect_string()).await;
+    let held = other.mutex("inventory:3").unwrap().acquire().await.unwrap();
+    assert!(matches!(
+        shop.try_deduct(3).await,
+        Err(AppError::Lock(LockError::Timeout { .. }))
+    ));
+    drop(held);
+    assert!(matches!(
+        shop.hang().await,
+        Err(AppError::Lock(LockError::MaxHoldExceeded { .. }))
+    ));
+    shop.locks.flush().await;
+    other.flush().await;
+
+    let text = handle.render();
+    eprintln!("{text}");
+    let s = samples(&text);
+    let get = |key: &str| {
+        s.get(key)
+            .copied()
+            .unwrap_or_else(|| panic!("no sample {key} in:\n{text}"))
+    };
+    let tpl = r#"kind="mutex",lock="inventory:{sku}""#;
+    assert_eq!(get(&format!("zklock_acquired_total{{{tpl}}}")), 4.0);
+    assert_eq!(get(&format!("zklock_reentered_total{{{tpl}}}")), 1.0);
+    assert_eq!(get(&format!("zklock_timed_out_total{{{tpl}}}")), 1.0);
+    assert_eq!(get(&format!("zklock_released_total{{{tpl}}}")), 4.0);
+    assert_eq!(
+        get(r#"zklock_max_hold_exceeded_total{kind="mutex",lock="report"}"#),
+        1.0
+    );
+    // The other client's lock has no template.
+    assert_eq!(get(r#"zklock_acquired_total{kind="mutex",lock="-"}"#), 1.0);
+    // Wait and hold times, as summaries with counts.
+    assert_eq!(get(&format!("zklock_wait_seconds_count{{{tpl}}}")), 4.0);
+    assert_eq!(get(&format!("zklock_hold_seconds_count{{{tpl}}}")), 4.0);
+    assert!(get(r#"zklock_hold_seconds_sum{kind="mutex",lock="report"}"#) >= 0.1);
+    // Never a filled-in name: the number of series does not grow with the keys.
+    assert!(!text.contains("inventory:1") && !text.contains("inventory:3"), "{text}");
+}
