@@ -115,7 +115,7 @@ pub enum ClientKind {
     Zklock,
     /// Apache Curator (a protected `_c_<uuid>-` node without zklock's data).
     Curator,
-    /// Kazoo (a `<uuid>__lock__` or `__rlock__` node).
+    /// Kazoo (a `<uuid>__lock__` or `__rlock__` node; `_lock_` in older Kazoo).
     Kazoo,
     /// Something else.
     Unknown,
@@ -187,7 +187,7 @@ impl ContenderData {
         read.identity = text.map(str::to_owned);
         read.client = if node.starts_with("_c_") {
             ClientKind::Curator
-        } else if node.contains("__lock__") || node.contains("__rlock__") {
+        } else if node.contains("__lock__") || node.contains("__rlock__") || node.contains("_lock_") {
             ClientKind::Kazoo
         } else {
             ClientKind::Unknown
@@ -238,6 +238,8 @@ mod tests {
         assert_eq!(curator.identity.as_deref(), Some("172.17.0.2"));
         let kazoo = ContenderData::read("0123abcd__rlock__0000000004", b"");
         assert_eq!((kazoo.client, kazoo.identity), (ClientKind::Kazoo, None));
+        let old_kazoo = ContenderData::read("0123abcd_lock_0000000005", b"worker");
+        assert_eq!(old_kazoo.client, ClientKind::Kazoo);
         let binary = ContenderData::read("member-0000000001", &[0xff, 0xfe]);
         assert_eq!((binary.client, binary.identity), (ClientKind::Unknown, None));
         let json_of_another = ContenderData::read("_c_y-lock-0000000001", br#"{"v":1,"client":"other"}"#);
