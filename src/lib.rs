@@ -22,6 +22,18 @@
 //! deduct("sku-1", 2).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Several names lock them all for the body, in one order that rules out deadlock between
+//! callers naming them differently (see [`MultiLock`]):
+//! `#[distributed_lock("account:{from}", "account:{to}", timeout = "5s", max_hold = "30s")]`.
+//!
+//! # Features
+//!
+//! - `scheduler` (default): [`scheduler`], singleton jobs for tokio-cron-scheduler.
+//! - `metrics`: lock events and wait/hold times through the `metrics` facade, labelled by name
+//!   template.
+//! - `testing`: [`testing`], real ZooKeeper and PostgreSQL servers, a fault
+//!   proxy and a Curator peer for tests.
 
 pub use zklock_macros::distributed_lock;
 pub use zklock_runtime::*;
