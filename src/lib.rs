@@ -32,7 +32,7 @@
 //! - `scheduler` (default): [`scheduler`], singleton jobs for tokio-cron-scheduler.
 //! - `metrics`: lock events and wait/hold times through the `metrics` facade, labelled by name
 //!   template.
-//! - `testing`: [`testing`], real ZooKeeper and PostgreSQL servers, a fault
+//! - `testing`: `zklock::testing`, real ZooKeeper and PostgreSQL servers, a fault
 //!   proxy and a Curator peer for tests.
 
 pub use zklock_macros::distributed_lock;
