@@ -386,6 +386,21 @@ async fn run_for_stops_the_work_and_leaves_the_guard_to_the_caller() {
         .await
         .unwrap();
     assert_eq!(inside, Some(token), "run_for runs the work inside the hold's scope");
+    // A bound too large to add to a clock is no bound, not a panic; the same for timeouts.
+    assert_eq!(guard.run_for(Duration::MAX, async { 7 }).await.unwrap(), 7);
+    let other = c
+        .multi_lock(["bounded-3"])
+        .unwrap()
+        .acquire_timeout(Duration::MAX)
+        .await
+        .unwrap();
+    let single = c
+        .mutex("bounded-4")
+        .unwrap()
+        .acquire_timeout(Duration::MAX)
+        .await
+        .unwrap();
+    drop((other, single));
 
     match guard
         .run_for(Duration::from_millis(300), std::future::pending::<()>())

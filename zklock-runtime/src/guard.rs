@@ -125,9 +125,9 @@ pub(crate) struct MaxHold<'a> {
     pub bound: Duration,
 }
 
-/// Runs `body` until it finishes, `lost` (if watched) resolves, or `max_hold` runs out: the one place where
-/// work under a hold is stopped early ([`LockGuard::run`], [`LockGuard::run_for`], their
-/// multi-lock twins and `#[distributed_lock]` bodies).
+/// Runs `body` until it finishes, `lost` (if watched) resolves, or `max_hold` runs out: the
+/// one place where work under a hold is stopped early ([`LockGuard::run`],
+/// [`LockGuard::run_for`], their multi-lock twins and `#[distributed_lock]` bodies).
 ///
 /// Loss is checked first, so a body that finishes in the same poll as a loss counts as lost; a
 /// body that finishes in the same poll as its bound runs out counts as finished (the bound is
@@ -144,8 +144,9 @@ pub(crate) async fn supervise<T>(
         }
     };
     let over = async {
-        match &max_hold {
-            Some(bound) => tokio::time::sleep_until((bound.since + bound.bound).into()).await,
+        // A bound too far out to be represented (`Duration::MAX`) never runs out.
+        match max_hold.as_ref().and_then(|b| b.since.checked_add(b.bound)) {
+            Some(end) => tokio::time::sleep_until(end.into()).await,
             None => std::future::pending().await,
         }
     };

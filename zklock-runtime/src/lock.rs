@@ -317,7 +317,9 @@ impl Lock {
 
         let started = Instant::now();
         let span = tracing::info_span!("acquire", lock = %self.name, kind = ?self.kind);
-        let contend = self.queue_up(timeout.map(|t| started + t)).instrument(span);
+        // A timeout too long to add to a clock is no deadline, not a panic.
+        let deadline = timeout.and_then(|t| started.checked_add(t));
+        let contend = self.queue_up(deadline).instrument(span);
         let timed_out = || LockError::Timeout {
             name: self.name.to_string(),
             waited: started.elapsed(),
