@@ -46,7 +46,7 @@ impl Holding {
     pub(crate) fn labels(&self) -> Labels<'_> {
         Labels {
             kind: self.kind,
-            template: self.template.as_deref(),
+            template: self.template.as_ref(),
         }
     }
 

@@ -204,7 +204,7 @@ impl Lock {
     fn labels(&self) -> Labels<'_> {
         Labels {
             kind: self.kind,
-            template: self.template.as_deref(),
+            template: self.template.as_ref(),
         }
     }
 

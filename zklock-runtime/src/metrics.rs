@@ -82,7 +82,8 @@ pub(crate) enum Timing {
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct Labels<'a> {
     pub kind: LockKind,
-    pub template: Option<&'a str>,
+    /// Shared, so exporting it clones a pointer, not the text.
+    pub template: Option<&'a std::sync::Arc<str>>,
 }
 
 impl Metrics {
@@ -179,8 +180,11 @@ mod export {
         }
     }
 
-    fn lock(labels: &Labels<'_>) -> String {
-        labels.template.unwrap_or("-").to_owned()
+    fn lock(labels: &Labels<'_>) -> metrics::SharedString {
+        match labels.template {
+            Some(template) => metrics::SharedString::from(template.clone()),
+            None => metrics::SharedString::const_str("-"),
+        }
     }
 
     pub fn count(metric: &'static str, labels: Labels<'_>) {
