@@ -84,6 +84,21 @@ async fn bad_configuration_is_rejected_before_connecting() {
         .build()
         .unwrap_err();
     assert!(matches!(err, LockError::InvalidConfig(_)));
+    // Sent as an i32 of milliseconds: 3 000 000 s would wrap to a negative value (and was
+    // silently granted as the server's minimum); Duration::MAX panicked in the client library.
+    for huge in [Duration::from_secs(3_000_000), Duration::MAX] {
+        let err = LockClient::builder("127.0.0.1:2181")
+            .session_timeout(huge)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("longer than ZooKeeper can express"), "{err}");
+    }
+    let ok = LockClient::builder("127.0.0.1:2181")
+        .session_timeout(Duration::from_millis(i32::MAX as u64))
+        .build();
+    assert!(ok.is_ok(), "{ok:?}");
+    let err = LockClient::builder("127.0.0.1:2181").identity("").build().unwrap_err();
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
 }
 
 #[tokio::test]

@@ -263,6 +263,15 @@ impl LockClientBuilder {
         if self.session_timeout.is_zero() {
             return Err(LockError::InvalidConfig("the session timeout is zero".into()));
         }
+        // The protocol carries it as an i32 of milliseconds; a larger one would wrap around.
+        if self.session_timeout.as_millis() > i32::MAX as u128 {
+            return Err(LockError::InvalidConfig(format!(
+                "the session timeout {:?} is longer than ZooKeeper can express ({} ms); servers \
+                 grant at most 20 ticks anyway",
+                self.session_timeout,
+                i32::MAX
+            )));
+        }
         if self.connect_timeout.is_some_and(|t| t.is_zero()) {
             return Err(LockError::InvalidConfig("the connect timeout is zero".into()));
         }
