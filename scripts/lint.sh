@@ -40,6 +40,16 @@ allow_dirty=()
 if [[ -n "$(git status --porcelain 2>/dev/null)" ]]; then
     allow_dirty=(--allow-dirty)
 fi
+# Cargo unpacks the overlay's crates into its registry cache once per name and version and
+# reuses that copy afterwards, so a later run would build against the sources of the first one.
+# Drop those copies (the overlay's directories are the ones not named after a real index).
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+for copy in "$cargo_home"/registry/src/*/zklock*-[0-9]*; do
+    case "$copy" in
+        "$cargo_home"/registry/src/index.*) ;;
+        *) [[ -d "$copy" ]] && rm -rf -- "$copy" ;;
+    esac
+done
 cargo package --workspace --exclude zklock-examples --exclude zklock-renamed-dependency "${locked[@]}" "${allow_dirty[@]}"
 
 step "all checks passed"
