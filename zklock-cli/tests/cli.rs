@@ -220,26 +220,43 @@ async fn next_until(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>, wa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_lists_the_tick_records() {
+async fn jobs_lists_the_tick_records_a_singleton_job_wrote() {
+    use zklock_runtime::scheduler::tokio_cron_scheduler::JobScheduler;
+    use zklock_runtime::scheduler::{JobSchedulerExt, SingletonJob};
+
     let server = ZkServer::start().expect("ZooKeeper");
     let zk = server.connect_string();
     let empty = zklock(&zk, &["jobs", "--json"]);
     assert_eq!(json_of(&empty), serde_json::json!([]));
-    let raw = raw(&zk).await;
-    let options = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    raw.create("/zklock.jobs", b"", &options).await.unwrap();
-    raw.create(
-        "/zklock.jobs/nightly-report",
-        b"tick=1795300000000 state=done session=0x1000a",
-        &options,
-    )
-    .await
-    .unwrap();
+
+    let client = LockClient::connect(&zk).await.unwrap();
+    let job = SingletonJob::new_async("* * * * * *", &client, "nightly-report", |_run| async {}).unwrap();
+    let mut scheduler = JobScheduler::new().await.unwrap();
+    let (_, stats) = scheduler.add_singleton(job).await.unwrap();
+    scheduler.start().await.unwrap();
+    let deadline = Instant::now() + SOON;
+    while stats.runs() == 0 || stats.fires_in_flight() > 0 {
+        assert!(Instant::now() < deadline, "the job never ran: {:?}", stats.snapshot());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    scheduler.shutdown().await.unwrap();
+    while stats.fires_in_flight() > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     let records = json_of(&zklock(&zk, &["jobs", "--json"]));
-    assert_eq!(records[0]["job"], "nightly-report");
-    assert_eq!(records[0]["tick_ms"], 1_795_300_000_000i64);
-    assert_eq!(records[0]["state"], "done");
-    assert_eq!(records[0]["session"], "0x1000a");
+    let record = &records[0];
+    assert_eq!(record["job"], "nightly-report");
+    let recorded = stats.last_recorded_tick().expect("a recorded tick");
+    let recorded_ms = recorded.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    // Later ticks may have been taken after the one seen above, never earlier ones.
+    assert!(record["tick_ms"].as_i64().unwrap() >= recorded_ms, "{record}");
+    assert!(
+        ["done", "running"].contains(&record["state"].as_str().unwrap()),
+        "{record}"
+    );
+    assert_eq!(record["session"], format!("{:#x}", client.session_id().unwrap()));
+    assert!(record["written_ms"].as_i64().unwrap() > 0);
     let text = zklock(&zk, &["jobs"]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("nightly-report"));
 }
