@@ -13,6 +13,7 @@ use crate::holder::Holder;
 use crate::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::name::validate_namespace;
+use crate::secure::{self, Security};
 use crate::session::{Health, Session, SessionStatus};
 use crate::LockError;
 
@@ -68,6 +69,8 @@ pub(crate) struct Config {
     pub max_local_handoffs: u32,
     /// Who this client's contender nodes say they belong to.
     pub holder: Holder,
+    /// TLS and SASL settings.
+    pub security: Security,
 }
 
 impl Config {
@@ -126,6 +129,7 @@ pub struct LockClientBuilder {
     loss_after: Option<Duration>,
     max_local_handoffs: u32,
     identity: Option<String>,
+    security: Security,
 }
 
 impl LockClientBuilder {
@@ -165,8 +169,82 @@ impl LockClientBuilder {
         self
     }
 
+    /// Connects over TLS (feature `tls`): every server of the connect string is reached over
+    /// TLS, on its `secureClientPort`, and must present a certificate that `tls`'s CA vouches
+    /// for and that is valid for the name the connect string uses.
+    ///
+    /// A connection that cannot work as configured fails with [`LockError::Tls`] naming the
+    /// problem (a certificate the CA does not vouch for, a name mismatch, a server that
+    /// requires a client certificate, a port that does not speak TLS), within the connect
+    /// timeout rather than at its end. PEM that does not parse fails
+    /// [`build`](Self::build) with [`LockError::InvalidConfig`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// use zklock_runtime::{LockClient, TlsConfig};
+    ///
+    /// let client = LockClient::builder("zk1:2281,zk2:2281")
+    ///     .tls(TlsConfig::ca_file("/etc/zookeeper/ca.pem")?)
+    ///     .connect()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: secure::TlsConfig) -> Self {
+        self.security.tls = Some(tls);
+        self
+    }
+
+    /// Authenticates with SASL DIGEST-MD5 as `user` (feature `sasl`), one of the users of
+    /// the servers' JAAS `Server` section, and creates lock nodes readable and writable only
+    /// by that identity (`creator_all`, which ZooKeeper records as `sasl:<user>`), unless
+    /// [`acls`](Self::acls) says otherwise. A refused password fails the connect with
+    /// [`LockError::AuthFailed`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::builder("zk1:2181")
+    ///     .sasl_digest("orders", "s3cret")
+    ///     .connect()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "sasl")]
+    pub fn sasl_digest(mut self, user: &str, password: &str) -> Self {
+        self.security.sasl = Some(secure::Sasl {
+            options: zk::SaslOptions::digest_md5(user.to_owned(), password.to_owned()).into(),
+            who: format!("user {user:?} (DIGEST-MD5)"),
+        });
+        self
+    }
+
+    /// Authenticates with SASL options built with the client library (feature `sasl`), for a
+    /// mechanism other than DIGEST-MD5: GSSAPI (Kerberos) is there when the application
+    /// enables `zookeeper-client`'s `sasl-gssapi` feature and passes
+    /// `zk::SaslOptions::gssapi()`. GSSAPI is not tested with this crate. Node ACLs default to
+    /// `creator_all` as with [`sasl_digest`](Self::sasl_digest).
+    #[cfg(feature = "sasl")]
+    pub fn sasl(mut self, options: impl Into<zk::SaslOptions>) -> Self {
+        self.security.sasl = Some(secure::Sasl {
+            options: options.into(),
+            who: "the configured SASL mechanism".into(),
+        });
+        self
+    }
+
     /// The ACL for lock directories and contender nodes (default: open, or `creator_all`
-    /// after [`digest`](Self::digest)).
+    /// after [`digest`](Self::digest) or SASL authentication). For SASL identities, name
+    /// them `sasl:<user>`:
+    ///
+    /// ```no_run
+    /// use zklock_runtime::{zk, LockClient};
+    ///
+    /// let builder = LockClient::builder("zk1:2181").acls(vec![
+    ///     zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("sasl", "orders")),
+    ///     zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
+    /// ]);
+    /// # drop(builder);
+    /// ```
     pub fn acls(mut self, acls: Vec<zk::Acl>) -> Self {
         self.acls = acls;
         self
@@ -275,8 +353,9 @@ impl LockClientBuilder {
         if self.connect_timeout.is_some_and(|t| t.is_zero()) {
             return Err(LockError::InvalidConfig("the connect timeout is zero".into()));
         }
+        self.security.validate()?;
         let mut acls = self.acls;
-        if acls.is_empty() && !self.auth.is_empty() {
+        if acls.is_empty() && (!self.auth.is_empty() || self.security.authenticates()) {
             acls = zk::Acls::creator_all().to_vec();
         }
         let holder = Holder::new(self.identity)?;
@@ -291,6 +370,7 @@ impl LockClientBuilder {
             loss_after: self.loss_after,
             max_local_handoffs: self.max_local_handoffs,
             holder,
+            security: self.security,
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -342,6 +422,7 @@ impl LockClient {
             loss_after: None,
             max_local_handoffs: DEFAULT_MAX_LOCAL_HANDOFFS,
             identity: None,
+            security: Security::default(),
         }
     }
 
@@ -564,9 +645,12 @@ impl LockClient {
             self.inner.status.send_replace(session.health().status);
             Ok(session)
         };
-        match tokio::time::timeout(limit, open).await {
-            Ok(result) => result,
-            Err(_) => Err(LockError::Connection(format!(
+        // A misconfigured TLS connection fails every attempt the same way until the limit;
+        // the diagnosis tells it early and says why.
+        tokio::select! {
+            result = open => result,
+            why = secure::misconfiguration(&config.security, &self.inner.servers) => Err(why),
+            () = tokio::time::sleep(limit) => Err(LockError::Connection(format!(
                 "no ZooKeeper session could be opened to {} within {limit:?}",
                 config.connect
             ))),
@@ -605,14 +689,19 @@ impl LockClient {
         for (scheme, auth) in &config.auth {
             connector = connector.with_auth(scheme, auth);
         }
+        let connector = config.security.apply(connector)?;
         debug!(connect = %config.connect, "opening zookeeper session");
-        let zk = connector.connect(&config.connect).await.map_err(|e| match e {
-            zk::Error::AuthFailed => LockError::Connection("authentication failed".into()),
-            zk::Error::BadArguments(why) => {
-                LockError::InvalidConfig(format!("connect string {:?}: {why}", config.connect))
-            }
-            e => LockError::Connection(format!("cannot open a session to {}: {e}", config.connect)),
-        })?;
+        let zk = config
+            .security
+            .connect(connector, &config.connect)
+            .await
+            .map_err(|e| match e {
+                zk::Error::AuthFailed => config.security.auth_failed(),
+                zk::Error::BadArguments(why) => {
+                    LockError::InvalidConfig(format!("connect string {:?}: {why}", config.connect))
+                }
+                e => LockError::Connection(format!("cannot open a session to {}: {e}", config.connect)),
+            })?;
         let negotiated = zk.session_timeout();
         let loss_after = match config.loss_after {
             None => negotiated / 4,

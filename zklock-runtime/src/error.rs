@@ -53,6 +53,15 @@ pub enum LockError {
     /// No usable connection to the ZooKeeper ensemble.
     #[error("cannot reach ZooKeeper: {0}")]
     Connection(String),
+    /// The ensemble refused this client's credentials (a wrong SASL password, or a user the
+    /// servers do not know). Retrying does not help; fix the credentials.
+    #[error("ZooKeeper authentication failed: {0}")]
+    AuthFailed(String),
+    /// A TLS connection to the ensemble cannot work as configured: the message names the
+    /// certificate problem, or the port that does not speak (or does speak) TLS. Found by a
+    /// handshake of the client's own while a session does not open. Retrying does not help.
+    #[error("TLS connection to ZooKeeper failed: {0}")]
+    Tls(String),
     /// The client cannot be used any more: it was closed with
     /// [`LockClient::close`](crate::LockClient::close), or the tokio runtime its session ran on
     /// has shut down. The message says which; open a new client.
@@ -93,6 +102,7 @@ impl LockError {
     pub(crate) fn zk(op: &'static str, source: zookeeper_client::Error) -> Self {
         use zookeeper_client::Error as E;
         match source {
+            E::AuthFailed => LockError::AuthFailed(format!("{op}: the session's credentials were refused")),
             source if is_session_over(&source) => LockError::SessionExpired,
             E::ConnectionLoss | E::NoHosts | E::Timeout => LockError::Connection(format!("{op}: {source}")),
             source => LockError::ZooKeeper { op, source },

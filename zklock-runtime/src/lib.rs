@@ -49,6 +49,7 @@ mod reentrancy;
 mod rules;
 #[cfg(feature = "scheduler")]
 pub mod scheduler;
+mod secure;
 mod semaphore;
 mod session;
 mod token;
@@ -63,6 +64,8 @@ pub use metrics::MetricsSnapshot;
 pub use multi::{MultiGuard, MultiLock};
 pub use name::{validate_name, MAX_NAME_LEN};
 pub use reentrancy::{current_fencing_token, current_loss_signal, fencing_token};
+#[cfg(feature = "tls")]
+pub use secure::TlsConfig;
 pub use session::SessionStatus;
 pub use token::{FencingToken, ParseTokenError};
 
