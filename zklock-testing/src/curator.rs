@@ -33,6 +33,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::certs::TestCa;
+use crate::java::DEBIAN_NETTY_EXTRA_JARS;
+
 /// The peer's Java source, embedded so the cache key follows every edit.
 const SOURCE: &str = include_str!("../java/CuratorPeer.java");
 
@@ -202,6 +205,29 @@ impl CuratorPeer {
 
     /// Starts a peer and connects it with the given session timeout.
     pub async fn start_with(connect_string: &str, session_timeout: Duration) -> Result<CuratorPeer, PeerError> {
+        Self::start_with_properties(connect_string, session_timeout, Vec::new()).await
+    }
+
+    /// Starts a peer whose JVM has these system properties, which is how a ZooKeeper Java
+    /// client is configured for TLS ([`tls_properties`]) or SASL, and connects it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use zklock_testing::curator::{tls_properties, CuratorPeer};
+    /// use zklock_testing::{TestCa, ZkServer};
+    ///
+    /// let ca = TestCa::new("test CA")?;
+    /// let server = ZkServer::builder().tls(&ca).start()?;
+    /// let connect = server.secure_connect_string().unwrap();
+    /// let peer = CuratorPeer::start_with_properties(&connect, Duration::from_secs(4), tls_properties(&ca)).await?;
+    /// # drop(peer); Ok(()) }
+    /// ```
+    pub async fn start_with_properties(
+        connect_string: &str,
+        session_timeout: Duration,
+        properties: Vec<(String, String)>,
+    ) -> Result<CuratorPeer, PeerError> {
         if connect_string.is_empty() || connect_string.contains(char::is_whitespace) {
             return Err(PeerError::Peer {
                 id: "-".into(),
@@ -211,7 +237,7 @@ impl CuratorPeer {
         let classes = tokio::task::spawn_blocking(compiled_classes)
             .await
             .map_err(|e| PeerError::Compile(e.to_string()))??;
-        let peer = tokio::task::spawn_blocking(move || Self::spawn(&classes))
+        let peer = tokio::task::spawn_blocking(move || Self::spawn(&classes, &properties))
             .await
             .map_err(|e| PeerError::Compile(e.to_string()))??;
         peer.send(&format!("connect {connect_string} {}", session_timeout.as_millis()))?;
@@ -222,11 +248,13 @@ impl CuratorPeer {
         Ok(peer)
     }
 
-    fn spawn(classes: &Path) -> Result<CuratorPeer, PeerError> {
+    fn spawn(classes: &Path, properties: &[(String, String)]) -> Result<CuratorPeer, PeerError> {
         let mut cmd = Command::new("java");
-        cmd.arg("-Xss512k")
-            .arg("-XX:+UseSerialGC")
-            .arg("-cp")
+        cmd.arg("-Xss512k").arg("-XX:+UseSerialGC");
+        for (key, value) in properties {
+            cmd.arg(format!("-D{key}={value}"));
+        }
+        cmd.arg("-cp")
             .arg(class_path(classes))
             .arg("CuratorPeer")
             .stdin(Stdio::piped())
@@ -518,11 +546,39 @@ fn millis(timeout: Option<Duration>) -> i64 {
     timeout.map_or(-1, |d| d.as_millis().min(i64::MAX as u128) as i64)
 }
 
-/// The class path for running the peer: its compiled classes plus the Debian jars.
+/// The class path for running the peer: its compiled classes plus the Debian jars (with the
+/// Netty jars a TLS client needs, where installed).
 pub fn class_path(classes: &Path) -> String {
     let mut parts = vec![classes.display().to_string()];
     parts.extend(JARS.iter().map(|j| format!("{JAR_DIR}/{j}")));
+    parts.extend(
+        DEBIAN_NETTY_EXTRA_JARS
+            .iter()
+            .filter(|jar| Path::new(jar).is_file())
+            .map(|jar| jar.to_string()),
+    );
     parts.join(":")
+}
+
+/// The JVM properties that make a ZooKeeper Java client (and so Curator) connect over TLS,
+/// trusting `ca`: the Netty client socket (the only one that speaks TLS), `client.secure`, and
+/// a PEM trust store. For [`CuratorPeer::start_with_properties`].
+pub fn tls_properties(ca: &TestCa) -> Vec<(String, String)> {
+    [
+        ("zookeeper.client.secure", "true".to_string()),
+        (
+            "zookeeper.clientCnxnSocket",
+            "org.apache.zookeeper.ClientCnxnSocketNetty".to_string(),
+        ),
+        (
+            "zookeeper.ssl.trustStore.location",
+            ca.cert_file().display().to_string(),
+        ),
+        ("zookeeper.ssl.trustStore.type", "PEM".to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_string(), value))
+    .collect()
 }
 
 /// Compiles the peer once per source version and returns the directory of its classes.

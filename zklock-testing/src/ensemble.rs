@@ -370,7 +370,7 @@ impl ZkEnsembleBuilder {
                         myid: peers[i].myid,
                         peers: Arc::new(view_of(i, &peers, &links)),
                     };
-                    ZkServer::prepare(settings.clone(), role, peers[i].client_port)
+                    ZkServer::prepare(settings.clone(), role, peers[i].client_port, None)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let ensemble = ZkEnsemble {

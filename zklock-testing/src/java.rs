@@ -19,6 +19,15 @@ use super::error::TestingError;
 const DEBIAN_ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// SLF4J backend that writes to stderr, which we send to the server's own log file.
 const DEBIAN_SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// Netty jars the server jar's manifest leaves out but its Netty connection factory (the one
+/// that serves TLS) and Netty client socket need: the TLS handler's codec base classes, the
+/// resolver the transport loads, and the native transport's common classes. Debian's
+/// `libnetty-java`, a dependency of `libzookeeper-java`.
+pub(crate) const DEBIAN_NETTY_EXTRA_JARS: [&str; 3] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
 
 /// The class path of a ZooKeeper server: the installed jars and a log backend.
 pub(crate) fn server_classpath() -> Result<String, TestingError> {
@@ -47,9 +56,13 @@ pub(crate) fn server_classpath() -> Result<String, TestingError> {
     }
     if Path::new(DEBIAN_ZOOKEEPER_JAR).is_file() {
         let mut jars = vec![PathBuf::from(DEBIAN_ZOOKEEPER_JAR)];
-        if Path::new(DEBIAN_SLF4J_SIMPLE_JAR).is_file() {
-            jars.push(PathBuf::from(DEBIAN_SLF4J_SIMPLE_JAR));
-        }
+        jars.extend(
+            [DEBIAN_SLF4J_SIMPLE_JAR]
+                .iter()
+                .chain(&DEBIAN_NETTY_EXTRA_JARS)
+                .map(PathBuf::from)
+                .filter(|jar| jar.is_file()),
+        );
         return Ok(join_classpath(&jars));
     }
     searched.push(DEBIAN_ZOOKEEPER_JAR.to_string());

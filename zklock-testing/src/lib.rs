@@ -42,6 +42,7 @@
 //! When the server jars, `java` or the PostgreSQL binaries are missing, starting a server fails
 //! with an error that says to run `scripts/install-deps.sh`.
 
+mod certs;
 pub mod curator;
 mod ensemble;
 mod error;
@@ -53,8 +54,9 @@ pub mod process;
 mod proxy;
 mod server;
 
+pub use certs::{TestCa, TestIdentity};
 pub use ensemble::{ZkEnsemble, ZkEnsembleBuilder};
 pub use error::TestingError;
 pub use postgres::{PgServer, PgServerBuilder};
 pub use proxy::{FaultProxy, ProxyMode};
-pub use server::{ZkServer, ZkServerBuilder};
+pub use server::{ClientAuth, ZkServer, ZkServerBuilder};

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use super::certs::{TestCa, TestIdentity};
 use super::error::TestingError;
 use super::four_letter::{four_letter_word, mode_of};
 use super::java::{server_classpath, tail_of_file, JvmProcess};
@@ -40,6 +41,44 @@ pub(crate) struct Settings {
     pub(crate) fast_startup: bool,
     pub(crate) init_limit: u32,
     pub(crate) sync_limit: u32,
+    /// TLS on a second, TLS-only client port (standalone servers).
+    pub(crate) tls: Option<ServerTls>,
+    /// SASL DIGEST-MD5 users (name, password); empty: SASL is off.
+    pub(crate) sasl_users: Vec<(String, String)>,
+    /// A configuration error found by a builder method, reported by `start`.
+    pub(crate) invalid: Option<String>,
+}
+
+/// What a TLS-serving server is given.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerTls {
+    /// The server's certificate and key in one PEM file.
+    key_store_pem: String,
+    /// The certificates it trusts for client certificates.
+    trust_pem: String,
+    client_auth: ClientAuth,
+}
+
+/// Whether a TLS server asks clients for a certificate (ZooKeeper's `ssl.clientAuth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientAuth {
+    /// Never asks.
+    None,
+    /// Asks, and accepts clients without one (a client certificate given is verified).
+    #[default]
+    Want,
+    /// Refuses clients without a certificate its trust store vouches for.
+    Need,
+}
+
+impl ClientAuth {
+    fn as_config(self) -> &'static str {
+        match self {
+            ClientAuth::None => "none",
+            ClientAuth::Want => "want",
+            ClientAuth::Need => "need",
+        }
+    }
 }
 
 impl Default for Settings {
@@ -54,6 +93,9 @@ impl Default for Settings {
             fast_startup: true,
             init_limit: 100,
             sync_limit: 5,
+            tls: None,
+            sasl_users: Vec::new(),
+            invalid: None,
         }
     }
 }
@@ -102,6 +144,7 @@ pub struct ZkServer {
     settings: Arc<Settings>,
     role: Role,
     port: u16,
+    secure_port: Option<u16>,
     dir: TempDir,
     process: Mutex<Option<JvmProcess>>,
 }
@@ -136,7 +179,12 @@ impl ZkServer {
     }
 
     /// Creates the data directory and configuration of a server; does not start it.
-    pub(crate) fn prepare(settings: Arc<Settings>, role: Role, port: u16) -> Result<ZkServer, TestingError> {
+    pub(crate) fn prepare(
+        settings: Arc<Settings>,
+        role: Role,
+        port: u16,
+        secure_port: Option<u16>,
+    ) -> Result<ZkServer, TestingError> {
         let dir = tempfile::Builder::new()
             .prefix("zklock-zk-")
             .disable_cleanup(std::env::var_os(KEEP_DIRS_ENV).is_some())
@@ -151,6 +199,7 @@ impl ZkServer {
             settings,
             role,
             port,
+            secure_port,
             dir,
             process: Mutex::new(None),
         };
@@ -170,6 +219,70 @@ impl ZkServer {
         self.dir.path().join("server.log")
     }
 
+    fn key_store_path(&self) -> PathBuf {
+        self.dir.path().join("keystore.pem")
+    }
+
+    fn trust_store_path(&self) -> PathBuf {
+        self.dir.path().join("truststore.pem")
+    }
+
+    fn jaas_path(&self) -> PathBuf {
+        self.dir.path().join("jaas.conf")
+    }
+
+    /// Writes the TLS stores and the JAAS file the settings ask for.
+    fn write_security_files(&self) -> Result<(), TestingError> {
+        let s = &self.settings;
+        let mut files = Vec::new();
+        if let Some(tls) = &s.tls {
+            files.push((self.key_store_path(), tls.key_store_pem.clone()));
+            files.push((self.trust_store_path(), tls.trust_pem.clone()));
+        }
+        if !s.sasl_users.is_empty() {
+            let mut jaas = String::from("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required");
+            for (user, password) in &s.sasl_users {
+                let _ = write!(jaas, "\n    user_{user}=\"{password}\"");
+            }
+            jaas.push_str(";\n};\n");
+            files.push((self.jaas_path(), jaas));
+        }
+        for (path, contents) in files {
+            fs::write(&path, contents).map_err(|e| TestingError::io(format!("write {}", path.display()), e))?;
+        }
+        Ok(())
+    }
+
+    /// The JVM properties that turn on TLS and SASL, per the settings.
+    fn security_properties(&self) -> Vec<(String, String)> {
+        let s = &self.settings;
+        let path = |p: PathBuf| p.display().to_string();
+        let mut props = Vec::new();
+        if let Some(tls) = &s.tls {
+            // Only the Netty connection factory serves TLS.
+            props.push((
+                "zookeeper.serverCnxnFactory".to_string(),
+                "org.apache.zookeeper.server.NettyServerCnxnFactory".to_string(),
+            ));
+            props.push(("zookeeper.ssl.keyStore.location".into(), path(self.key_store_path())));
+            props.push(("zookeeper.ssl.keyStore.type".into(), "PEM".into()));
+            props.push((
+                "zookeeper.ssl.trustStore.location".into(),
+                path(self.trust_store_path()),
+            ));
+            props.push(("zookeeper.ssl.trustStore.type".into(), "PEM".into()));
+            props.push(("zookeeper.ssl.clientAuth".into(), tls.client_auth.as_config().into()));
+        }
+        if !s.sasl_users.is_empty() {
+            props.push(("java.security.auth.login.config".into(), path(self.jaas_path())));
+            props.push((
+                "zookeeper.authProvider.sasl".into(),
+                "org.apache.zookeeper.server.auth.SASLAuthenticationProvider".into(),
+            ));
+        }
+        props
+    }
+
     fn write_config(&self) -> Result<(), TestingError> {
         let s = &self.settings;
         let data = self.data_dir();
@@ -182,6 +295,10 @@ impl ZkServer {
         let _ = writeln!(cfg, "dataDir={}", data.display());
         let _ = writeln!(cfg, "clientPort={}", self.port);
         let _ = writeln!(cfg, "clientPortAddress=127.0.0.1");
+        if let Some(secure_port) = self.secure_port {
+            let _ = writeln!(cfg, "secureClientPort={secure_port}");
+            let _ = writeln!(cfg, "secureClientPortAddress=127.0.0.1");
+        }
         let _ = writeln!(cfg, "maxClientCnxns=0");
         let _ = writeln!(cfg, "4lw.commands.whitelist=*");
         let _ = writeln!(cfg, "admin.enableServer=false");
@@ -199,6 +316,7 @@ impl ZkServer {
         for (key, value) in &s.config {
             let _ = writeln!(cfg, "{key}={value}");
         }
+        self.write_security_files()?;
         let path = self.config_path();
         fs::write(&path, cfg).map_err(|e| TestingError::io(format!("write {}", path.display()), e))
     }
@@ -220,13 +338,14 @@ impl ZkServer {
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS".to_string(),
             // Readiness probes would otherwise fill the log with one line per four-letter word.
             "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=warn".to_string(),
+            "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NettyServerCnxn=warn".to_string(),
             // Marks the JVM as ours, with the pid of the process that owns it.
             format!("-Dzklock.testing.owner={}", std::process::id()),
         ];
         if s.fast_startup {
             args.push("-XX:TieredStopAtLevel=1".to_string());
         }
-        for (key, value) in &s.system_properties {
+        for (key, value) in self.security_properties().iter().chain(&s.system_properties) {
             args.push(format!("-D{key}={value}"));
         }
         args.push("-cp".to_string());
@@ -297,10 +416,17 @@ impl ZkServer {
         }
     }
 
-    /// Whether the server answers `ruok` and reports a serving mode.
+    /// Whether the server answers `ruok`, reports a serving mode and, with TLS, accepts
+    /// connections on its TLS port (bound after the plain one).
     pub(crate) fn is_serving(&self, timeout: Duration) -> bool {
         if !matches!(four_letter_word(self.addr(), "ruok", timeout).as_deref(), Ok("imok")) {
             return false;
+        }
+        if let Some(port) = self.secure_port {
+            let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+            if std::net::TcpStream::connect_timeout(&addr, timeout).is_err() {
+                return false;
+            }
         }
         self.mode_with_timeout(timeout).is_some_and(|mode| match self.role {
             Role::Standalone => mode == "standalone",
@@ -334,6 +460,17 @@ impl ZkServer {
     /// The client port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS-only client port of a server started with [`ZkServerBuilder::tls`]; it stays
+    /// the same across [`restart`](Self::restart). The plain [`port`](Self::port) serves too.
+    pub fn secure_port(&self) -> Option<u16> {
+        self.secure_port
+    }
+
+    /// `127.0.0.1:SECURE_PORT`, for a server started with [`ZkServerBuilder::tls`].
+    pub fn secure_connect_string(&self) -> Option<String> {
+        self.secure_port.map(|port| format!("127.0.0.1:{port}"))
     }
 
     /// The client address, e.g. for [`FaultProxy::start`](super::FaultProxy::start).
@@ -513,13 +650,80 @@ pub(crate) use settings_methods;
 impl ZkServerBuilder {
     settings_methods!();
 
+    /// Serves TLS on a second client port ([`ZkServer::secure_port`]), with a certificate
+    /// `ca` issues for loopback, and trusts `ca` for client certificates. The server asks
+    /// clients for a certificate but does not require one; see
+    /// [`tls_client_auth`](Self::tls_client_auth). The connection factory becomes Netty's, the
+    /// one ZooKeeper serves TLS with.
+    pub fn tls(mut self, ca: &TestCa) -> Self {
+        match ca.issue("zookeeper-server") {
+            Ok(identity) => self.set_tls(&identity, ca.cert_pem()),
+            Err(e) => self.settings.invalid = Some(e.to_string()),
+        }
+        self
+    }
+
+    /// Like [`tls`](Self::tls), with a certificate of the caller's (e.g. one for another host
+    /// name, or from another authority) and the PEM certificates to trust for clients.
+    pub fn tls_with(mut self, identity: &TestIdentity, trusted_pem: &str) -> Self {
+        self.set_tls(identity, trusted_pem);
+        self
+    }
+
+    fn set_tls(&mut self, identity: &TestIdentity, trusted_pem: &str) {
+        let client_auth = self
+            .settings
+            .tls
+            .as_ref()
+            .map_or_else(ClientAuth::default, |t| t.client_auth);
+        self.settings.tls = Some(ServerTls {
+            key_store_pem: identity.key_store_pem(),
+            trust_pem: trusted_pem.to_owned(),
+            client_auth,
+        });
+    }
+
+    /// Whether the TLS port asks for client certificates (default [`ClientAuth::Want`]).
+    /// Call after [`tls`](Self::tls).
+    pub fn tls_client_auth(mut self, client_auth: ClientAuth) -> Self {
+        match self.settings.tls.as_mut() {
+            Some(tls) => tls.client_auth = client_auth,
+            None => self.settings.invalid = Some("tls_client_auth needs tls(...) first".into()),
+        }
+        self
+    }
+
+    /// Adds a SASL DIGEST-MD5 user: the server gets a JAAS `Server` section with a
+    /// `DigestLoginModule` listing its users, and ZooKeeper's SASL authentication provider, so
+    /// clients may authenticate as these users and lock nodes may carry `sasl:<user>` ACLs.
+    /// Clients without SASL are still served (ZooKeeper's default).
+    pub fn sasl_user(mut self, user: &str, password: &str) -> Self {
+        let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !plain(user) || password.contains(['"', '\\', '\n']) {
+            self.settings.invalid = Some(format!(
+                "SASL user {user:?}: names are letters, digits, `-` and `_`; passwords have no quote, \
+                 backslash or newline"
+            ));
+        } else {
+            self.settings.sasl_users.push((user.to_owned(), password.to_owned()));
+        }
+        self
+    }
+
     /// Starts the server and waits until it serves.
-    pub fn start(self) -> Result<ZkServer, TestingError> {
+    pub fn start(mut self) -> Result<ZkServer, TestingError> {
+        if let Some(why) = self.settings.invalid.take() {
+            return Err(TestingError::InvalidArgument(why));
+        }
         let settings = Arc::new(self.settings);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let server = ZkServer::prepare(settings.clone(), Role::Standalone, free_port()?)?;
+            let secure_port = match settings.tls {
+                Some(_) => Some(free_port()?),
+                None => None,
+            };
+            let server = ZkServer::prepare(settings.clone(), Role::Standalone, free_port()?, secure_port)?;
             server.spawn()?;
             match server.wait_ready(Instant::now() + settings.start_timeout) {
                 Ok(()) => return Ok(server),
