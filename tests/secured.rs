@@ -1,0 +1,359 @@
+//! Secured ensembles (features `tls` and `sasl`), against real ZooKeeper servers serving TLS on a
+//! `secureClientPort` (Netty, PEM stores, certificates made per test) and SASL DIGEST-MD5 users
+//! from a JAAS file: locks, read/write locks and the attribute work over them; every
+//! misconfiguration gets its own error before the connect timeout; `sasl:` ACLs keep other
+//! users off lock nodes; a Curator peer on the same TLS port still excludes zklock.
+#![cfg(all(feature = "tls", feature = "sasl"))]
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::AppError;
+use zklock::{distributed_lock, zk, LockClient, LockClientBuilder, LockError, TlsConfig};
+use zklock_testing::curator::{tls_properties, CuratorPeer};
+use zklock_testing::{ClientAuth, TestCa, ZkServer};
+
+/// Generous bound for anything that should happen promptly on a loaded machine.
+const SOON: Duration = Duration::from_secs(20);
+/// The connect timeout of clients that must fail: long, so that an error naming the problem
+/// (rather than [`LockError::Connection`]'s "within 30s") shows the diagnosis came first.
+const PATIENT: Duration = Duration::from_secs(30);
+/// How long a contender that must keep waiting is watched.
+const STAYS_WAITING: Duration = Duration::from_millis(800);
+
+fn start(builder: zklock_testing::ZkServerBuilder) -> ZkServer {
+    builder.start().expect("start ZooKeeper (run scripts/install-deps.sh)")
+}
+
+fn tls_server(ca: &TestCa) -> ZkServer {
+    start(ZkServer::builder().tls(ca))
+}
+
+fn secure_connect(server: &ZkServer) -> String {
+    server.secure_connect_string().expect("a TLS server has a TLS port")
+}
+
+fn builder(connect: &str) -> LockClientBuilder {
+    LockClient::builder(connect).session_timeout(Duration::from_secs(4))
+}
+
+fn trusting(ca: &TestCa) -> TlsConfig {
+    TlsConfig::ca_pem(ca.cert_pem())
+}
+
+async fn connect(builder: LockClientBuilder) -> LockClient {
+    builder.connect().await.expect("connect lock client")
+}
+
+/// Connects a client that must fail, and returns its error.
+async fn refused(builder: LockClientBuilder) -> LockError {
+    match builder.connect_timeout(PATIENT).connect().await {
+        Ok(client) => panic!("connected although misconfigured: {client:?}"),
+        Err(err) => {
+            eprintln!("refused as expected: {err}");
+            err
+        }
+    }
+}
+
+/// A service whose method runs under the attribute's lock and notices any overlap.
+struct Counter {
+    locks: LockClient,
+    busy: Arc<AtomicBool>,
+    runs: Arc<AtomicU32>,
+}
+
+impl Counter {
+    #[distributed_lock("secured:{id}", timeout = "20s", client = self.locks)]
+    async fn bump(&self, id: u32) -> Result<(), AppError> {
+        assert!(!self.busy.swap(true, Ordering::SeqCst), "two holders of secured:{id}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.busy.store(false, Ordering::SeqCst);
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Exclusion between two clients for a mutex, sharing and exclusion for a read/write lock, and
+/// the attribute on both clients at once.
+async fn locks_work(a: &LockClient, b: &LockClient) {
+    let held = a.mutex("orders").unwrap().acquire_timeout(SOON).await.unwrap();
+    let theirs = b.mutex("orders").unwrap();
+    assert!(theirs.try_acquire().await.unwrap().is_none(), "b got the mutex a holds");
+    let waiter = tokio::spawn(async move { theirs.acquire_timeout(SOON).await });
+    tokio::time::sleep(STAYS_WAITING).await;
+    assert!(!waiter.is_finished(), "b's waiter went ahead while a holds");
+    let first = held.fencing_token();
+    held.release().await.unwrap();
+    let next = waiter.await.unwrap().expect("b granted after a released");
+    assert!(next.fencing_token() > first);
+    next.release().await.unwrap();
+
+    let r1 = a.read_lock("doc").unwrap().acquire_timeout(SOON).await.unwrap();
+    let r2 = b.read_lock("doc").unwrap().acquire_timeout(SOON).await.unwrap();
+    let writer = a.write_lock("doc").unwrap();
+    assert!(
+        writer.try_acquire().await.unwrap().is_none(),
+        "a writer got in beside readers"
+    );
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    writer.acquire_timeout(SOON).await.unwrap().release().await.unwrap();
+
+    let busy = Arc::new(AtomicBool::new(false));
+    let runs = Arc::new(AtomicU32::new(0));
+    let counter = |locks: &LockClient| Counter {
+        locks: locks.clone(),
+        busy: busy.clone(),
+        runs: runs.clone(),
+    };
+    let (on_a, on_b) = (counter(a), counter(b));
+    let rounds = |c: Counter| async move {
+        for _ in 0..10 {
+            c.bump(7).await.expect("bump");
+        }
+    };
+    tokio::join!(rounds(on_a), rounds(on_b));
+    assert_eq!(runs.load(Ordering::SeqCst), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutex_rw_and_the_attribute_work_over_tls() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let zk = tls_server(&ca);
+    let a = connect(builder(&secure_connect(&zk)).tls(trusting(&ca))).await;
+    // From files, and with the connect string's scheme prefix: the same thing.
+    let from_files = TlsConfig::ca_file(ca.cert_file()).unwrap();
+    let b = connect(builder(&format!("tcp+tls://{}", secure_connect(&zk))).tls(from_files)).await;
+    locks_work(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_requires_a_client_certificate_gets_one() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let zk = start(ZkServer::builder().tls(&ca).tls_client_auth(ClientAuth::Need));
+    let me = ca.issue("orders-api").unwrap();
+
+    let with_pem = trusting(&ca).identity_pem(me.cert_pem(), me.key_pem());
+    let a = connect(builder(&secure_connect(&zk)).tls(with_pem)).await;
+    let with_files = trusting(&ca).identity_files(me.cert_file(), me.key_file()).unwrap();
+    let b = connect(builder(&secure_connect(&zk)).tls(with_files)).await;
+    a.mutex("mtls")
+        .unwrap()
+        .acquire_timeout(SOON)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    b.mutex("mtls")
+        .unwrap()
+        .acquire_timeout(SOON)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // Without a certificate, or with one from an authority the server does not trust.
+    let err = refused(builder(&secure_connect(&zk)).tls(trusting(&ca))).await;
+    assert!(
+        matches!(&err, LockError::Tls(why) if why.contains("client certificate")),
+        "{err:?}"
+    );
+    let stranger = TestCa::new("another CA").unwrap().issue("intruder").unwrap();
+    let untrusted = trusting(&ca).identity_pem(stranger.cert_pem(), stranger.key_pem());
+    let err = refused(builder(&secure_connect(&zk)).tls(untrusted)).await;
+    assert!(matches!(&err, LockError::Tls(why) if why.contains("alert")), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_that_does_not_vouch_for_the_server_is_named() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let zk = tls_server(&ca);
+    let other = TestCa::new("another CA").unwrap();
+    let err = refused(builder(&secure_connect(&zk)).tls(trusting(&other))).await;
+    match &err {
+        LockError::Tls(why) => {
+            assert!(why.contains("not signed by the configured CA"), "{why}");
+            assert!(why.contains(&secure_connect(&zk)), "names the server: {why}");
+        }
+        other => panic!("expected a TLS error naming the certificate problem, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_client_on_the_tls_port_is_told_the_port_speaks_tls() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let zk = tls_server(&ca);
+    let err = refused(builder(&secure_connect(&zk))).await;
+    assert!(
+        matches!(&err, LockError::Tls(why) if why.contains("speaks TLS") && why.contains("without `tls(...)`")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_on_a_plain_port_is_told_the_port_does_not_serve_tls() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let zk = tls_server(&ca);
+    let err = refused(builder(&zk.connect_string()).tls(trusting(&ca))).await;
+    assert!(
+        matches!(&err, LockError::Tls(why) if why.contains("does not seem to serve TLS")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn unreadable_or_malformed_pem_is_a_configuration_error() {
+    let missing = std::env::temp_dir().join("zklock-no-such-dir/ca.pem");
+    let err = TlsConfig::ca_file(&missing).unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidConfig(why) if why.contains("zklock-no-such-dir/ca.pem")),
+        "{err:?}"
+    );
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let err = TlsConfig::ca_pem(ca.cert_pem())
+        .identity_files(ca.cert_file(), &missing)
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidConfig(why) if why.contains("key file")),
+        "{err:?}"
+    );
+
+    let me = ca.issue("me").unwrap();
+    let bad: [(&str, TlsConfig, &str); 5] = [
+        ("not PEM at all", TlsConfig::ca_pem("hello"), "TLS CA"),
+        ("a key where the CA goes", TlsConfig::ca_pem(me.key_pem()), "TLS CA"),
+        ("an empty CA", TlsConfig::ca_pem(""), "TLS CA"),
+        (
+            "no key",
+            TlsConfig::ca_pem(ca.cert_pem()).identity_pem(me.cert_pem(), ""),
+            "client",
+        ),
+        (
+            "no certificate",
+            TlsConfig::ca_pem(ca.cert_pem()).identity_pem("", me.key_pem()),
+            "client certificate",
+        ),
+    ];
+    for (what, tls, names) in bad {
+        match LockClient::builder("127.0.0.1:2181").tls(tls).build() {
+            Err(LockError::InvalidConfig(why)) => assert!(why.contains(names), "{what}: {why}"),
+            other => panic!("{what}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+}
+
+fn sasl_server() -> ZkServer {
+    start(
+        ZkServer::builder()
+            .sasl_user("alice", "alice-secret")
+            .sasl_user("bob", "bob-secret"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutex_rw_and_the_attribute_work_with_sasl() {
+    let zk = sasl_server();
+    let a = connect(builder(&zk.connect_string()).sasl_digest("alice", "alice-secret")).await;
+    let b = connect(builder(&zk.connect_string()).sasl_digest("alice", "alice-secret")).await;
+    locks_work(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_over_tls_works() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let zk = start(ZkServer::builder().tls(&ca).sasl_user("alice", "alice-secret"));
+    let secured = || {
+        builder(&secure_connect(&zk))
+            .tls(trusting(&ca))
+            .sasl_digest("alice", "alice-secret")
+    };
+    let (a, b) = (connect(secured()).await, connect(secured()).await);
+    locks_work(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_sasl_password_is_an_authentication_error() {
+    let zk = sasl_server();
+    for (user, password) in [("alice", "not-her-password"), ("mallory", "anything")] {
+        let err = refused(builder(&zk.connect_string()).sasl_digest(user, password)).await;
+        assert!(
+            matches!(&err, LockError::AuthFailed(why) if why.contains(user)),
+            "{user}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_sasl_user_cannot_delete_or_join_a_lock() {
+    let zk = sasl_server();
+    let alice = connect(builder(&zk.connect_string()).sasl_digest("alice", "alice-secret")).await;
+    let guard = alice.mutex("payroll").unwrap().acquire_timeout(SOON).await.unwrap();
+    let node = guard.node_path().to_owned();
+
+    let bob = zk::Client::connector()
+        .with_sasl(zk::SaslOptions::digest_md5("bob", "bob-secret"))
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(&zk.connect_string())
+        .await
+        .expect("bob connects");
+    let (acls, _) = alice.zookeeper().await.unwrap().get_acl(&node).await.unwrap();
+    assert_eq!(acls.len(), 1, "{acls:?}");
+    assert_eq!((acls[0].scheme(), acls[0].id()), ("sasl", "alice"), "{acls:?}");
+    assert_eq!(bob.delete(&node, None).await, Err(zk::Error::NoAuth));
+    assert_eq!(
+        bob.get_acl(&node).await.map(drop),
+        Err(zk::Error::NoAuth),
+        "bob may not even read it"
+    );
+
+    // Bob's own lock client is refused at once, and alice still holds.
+    let bobs = connect(builder(&zk.connect_string()).sasl_digest("bob", "bob-secret")).await;
+    let err = bobs.mutex("payroll").unwrap().acquire_timeout(SOON).await.unwrap_err();
+    assert_eq!(err.zookeeper_error(), Some(&zk::Error::NoAuth), "{err:?}");
+    guard.ensure_held().await.expect("alice still holds");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curator_peer_over_tls_excludes_zklock() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let zk = tls_server(&ca);
+    let ours = connect(builder(&secure_connect(&zk)).tls(trusting(&ca))).await;
+    let peer = CuratorPeer::start_with_properties(&secure_connect(&zk), Duration::from_secs(4), tls_properties(&ca))
+        .await
+        .expect("start the Curator peer over TLS (run scripts/install-deps.sh)");
+    let lock = ours.mutex("interop-tls").unwrap();
+
+    let guard = lock.acquire_timeout(SOON).await.unwrap();
+    peer.mutex("c", lock.path()).await.unwrap();
+    peer.acquire("c", None).unwrap();
+    let event = peer.poll_event("c", STAYS_WAITING).await.expect("peer alive");
+    assert_eq!(event, None, "Curator went ahead while zklock holds");
+    guard.release().await.unwrap();
+    peer.wait_acquired("c", SOON).await.unwrap();
+
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "zklock got the lock while Curator holds it"
+    );
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire_timeout(SOON).await }
+    });
+    tokio::time::sleep(STAYS_WAITING).await;
+    assert!(!waiter.is_finished(), "zklock's waiter went ahead while Curator holds");
+    peer.release("c").await.unwrap();
+    waiter
+        .await
+        .unwrap()
+        .expect("granted after Curator released")
+        .release()
+        .await
+        .unwrap();
+}
