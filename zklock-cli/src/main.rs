@@ -7,7 +7,9 @@
 //! zklock --zk zk1:2181 jobs
 //! ```
 //!
-//! Every command takes `--zk`, `--namespace`, `--digest user:password` and `--json`. Exit
+//! Every command takes `--zk`, `--namespace`, `--digest user:password`, `--json`, and for
+//! secured ensembles `--tls-ca FILE` (with `--tls-cert FILE --tls-key FILE` for a client
+//! certificate) and `--sasl user:password` (DIGEST-MD5). Exit
 //! codes: 0 done; 1 ZooKeeper refused a request; 2 bad arguments; 3 ZooKeeper cannot be
 //! reached; 4 no such lock (`show`).
 
@@ -17,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use zklock_runtime::{LockClient, LockError, LockView, QueuedNode};
+use zklock_runtime::{LockClient, LockError, LockView, QueuedNode, TlsConfig};
 
 /// Exit code: ZooKeeper refused a request (or another failure).
 const EXIT_FAILED: u8 = 1;
@@ -44,6 +46,30 @@ struct Cli {
     /// Digest credentials `user:password`, for locks with digest ACLs.
     #[arg(long, global = true, env = "ZKLOCK_DIGEST", value_name = "USER:PASSWORD")]
     digest: Option<String>,
+    /// Connect over TLS, trusting the CA certificates of this PEM file.
+    #[arg(long, global = true, env = "ZKLOCK_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) for servers that require one; needs `--tls-key`.
+    #[arg(
+        long,
+        global = true,
+        env = "ZKLOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM); needs `--tls-cert`.
+    #[arg(
+        long,
+        global = true,
+        env = "ZKLOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<std::path::PathBuf>,
+    /// SASL DIGEST-MD5 credentials `user:password`.
+    #[arg(long, global = true, env = "ZKLOCK_SASL", value_name = "USER:PASSWORD")]
+    sasl: Option<String>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -90,6 +116,7 @@ impl From<LockError> for Failure {
     fn from(err: LockError) -> Self {
         let code = match err {
             LockError::Connection(_) | LockError::SessionExpired | LockError::Timeout { .. } => EXIT_UNREACHABLE,
+            LockError::Tls(_) => EXIT_UNREACHABLE,
             LockError::InvalidName { .. } | LockError::InvalidConfig(_) => 2,
             _ => EXIT_FAILED,
         };
@@ -136,13 +163,24 @@ async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
         .connect_timeout(cli.timeout)
         .identity("zklock-cli");
     if let Some(digest) = &cli.digest {
-        let Some((user, password)) = digest.split_once(':') else {
-            return Err(Failure {
-                code: 2,
-                message: "--digest takes USER:PASSWORD".into(),
-            });
-        };
+        let (user, password) = credentials("--digest", digest)?;
         builder = builder.digest(user, password);
+    }
+    if let Some(sasl) = &cli.sasl {
+        let (user, password) = credentials("--sasl", sasl)?;
+        builder = builder.sasl_digest(user, password);
+    }
+    if let Some(ca) = &cli.tls_ca {
+        let mut tls = TlsConfig::ca_file(ca)?;
+        if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+            tls = tls.identity_files(cert, key)?;
+        }
+        builder = builder.tls(tls);
+    } else if cli.tls_cert.is_some() {
+        return Err(Failure {
+            code: 2,
+            message: "--tls-cert and --tls-key need --tls-ca".into(),
+        });
     }
     match tokio::time::timeout(cli.timeout, builder.connect()).await {
         Ok(connected) => Ok(connected?),
@@ -151,6 +189,14 @@ async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
             message: format!("no answer from ZooKeeper at {} within {:?}", cli.zk, cli.timeout),
         }),
     }
+}
+
+/// Splits `user:password`.
+fn credentials<'a>(flag: &str, value: &'a str) -> Result<(&'a str, &'a str), Failure> {
+    value.split_once(':').ok_or_else(|| Failure {
+        code: 2,
+        message: format!("{flag} takes USER:PASSWORD"),
+    })
 }
 
 async fn locks(client: &LockClient, prefix: &str, as_json: bool) -> Result<(), Failure> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use zklock_runtime::{LockClient, LockKind};
 use zklock_testing::curator::CuratorPeer;
-use zklock_testing::ZkServer;
+use zklock_testing::{TestCa, ZkServer};
 
 const SOON: Duration = Duration::from_secs(20);
 
@@ -301,4 +301,41 @@ async fn errors_have_their_exit_codes() {
         started.elapsed()
     );
     assert!(String::from_utf8_lossy(&unreachable.stderr).contains("ZooKeeper"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secured_ensemble_is_read_over_tls_with_sasl() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let server = ZkServer::builder()
+        .tls(&ca)
+        .sasl_user("ops", "ops-secret")
+        .start()
+        .expect("ZooKeeper");
+    let secure = server.secure_connect_string().unwrap();
+    let holder = LockClient::builder(secure.clone())
+        .tls(zklock_runtime::TlsConfig::ca_file(ca.cert_file()).unwrap())
+        .sasl_digest("ops", "ops-secret")
+        .identity("payroll@pod-1")
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder.mutex("payroll").unwrap().acquire_timeout(SOON).await.unwrap();
+
+    let ca_file = ca.cert_file().display().to_string();
+    let secured = ["--tls-ca", ca_file.as_str(), "--sasl", "ops:ops-secret"];
+    let shown = zklock(&secure, &[&secured[..], &["--json", "show", "payroll"]].concat());
+    let view = json_of(&shown);
+    assert_eq!(view["holders"][0]["identity"], "payroll@pod-1", "{view}");
+
+    // Without TLS on the TLS port, and with a wrong password: each says what is wrong.
+    let plain = zklock(&secure, &["locks"]);
+    assert_eq!(plain.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("speaks TLS"));
+    let wrong = zklock(&secure, &["--tls-ca", &ca_file, "--sasl", "ops:guess", "locks"]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("authentication failed"));
+    let missing = zklock(&secure, &["--tls-ca", "/nonexistent/ca.pem", "locks"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/ca.pem"));
+    guard.release().await.unwrap();
 }
