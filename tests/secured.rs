@@ -129,6 +129,17 @@ async fn mutex_rw_and_the_attribute_work_over_tls() {
     let from_files = TlsConfig::ca_file(ca.cert_file()).unwrap();
     let b = connect(builder(&format!("tcp+tls://{}", secure_connect(&zk))).tls(from_files)).await;
     locks_work(&a, &b).await;
+    // `tcp://` keeps one server plain although the client has TLS settings.
+    let plain = connect(builder(&format!("tcp://{}", zk.connect_string())).tls(trusting(&ca))).await;
+    plain
+        .mutex("orders")
+        .unwrap()
+        .acquire_timeout(SOON)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,6 +251,21 @@ fn unreadable_or_malformed_pem_is_a_configuration_error() {
             "client certificate",
         ),
     ];
+    // Settings print without their secrets.
+    let shown = format!(
+        "{:?}",
+        LockClient::builder("127.0.0.1:2181")
+            .digest("ops", "digest-secret")
+            .sasl_digest("ops", "sasl-secret")
+            .tls(TlsConfig::ca_pem(ca.cert_pem()).identity_pem(me.cert_pem(), me.key_pem()))
+    );
+    assert!(!shown.contains("secret") && !shown.contains("PRIVATE KEY"), "{shown}");
+    assert!(shown.contains(r#"auth: ["digest"]"#), "digest credentials shown as their scheme: {shown}");
+    // A server the connect string marks `tcp+tls://` needs TLS settings.
+    match LockClient::builder("tcp+tls://127.0.0.1:2281").build() {
+        Err(LockError::InvalidConfig(why)) => assert!(why.contains("tcp+tls://"), "{why}"),
+        other => panic!("expected InvalidConfig for tcp+tls:// without tls(...), got {other:?}"),
+    }
     for (what, tls, names) in bad {
         match LockClient::builder("127.0.0.1:2181").tls(tls).build() {
             Err(LockError::InvalidConfig(why)) => assert!(why.contains(names), "{what}: {why}"),

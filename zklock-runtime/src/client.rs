@@ -118,7 +118,7 @@ pub(crate) struct ClientInner {
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LockClientBuilder {
     connect: String,
     session_timeout: Duration,
@@ -130,6 +130,25 @@ pub struct LockClientBuilder {
     max_local_handoffs: u32,
     identity: Option<String>,
     security: Security,
+}
+
+/// Shows the settings, never a credential: digest auth appears as its scheme only.
+impl std::fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let auth: Vec<&str> = self.auth.iter().map(|(scheme, _)| scheme.as_str()).collect();
+        f.debug_struct("LockClientBuilder")
+            .field("connect", &self.connect)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("namespace", &self.namespace)
+            .field("auth", &auth)
+            .field("acls", &self.acls)
+            .field("loss_after", &self.loss_after)
+            .field("max_local_handoffs", &self.max_local_handoffs)
+            .field("identity", &self.identity)
+            .field("security", &self.security)
+            .finish()
+    }
 }
 
 impl LockClientBuilder {
@@ -353,7 +372,7 @@ impl LockClientBuilder {
         if self.connect_timeout.is_some_and(|t| t.is_zero()) {
             return Err(LockError::InvalidConfig("the connect timeout is zero".into()));
         }
-        self.security.validate()?;
+        self.security.validate(&servers)?;
         let mut acls = self.acls;
         if acls.is_empty() && (!self.auth.is_empty() || self.security.authenticates()) {
             acls = zk::Acls::creator_all().to_vec();

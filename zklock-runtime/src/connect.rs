@@ -16,6 +16,9 @@ const DEFAULT_PORT: u16 = 2181;
 pub(crate) struct Server {
     pub host: String,
     pub port: u16,
+    /// `Some(true)` for `tcp+tls://`, `Some(false)` for `tcp://`, `None` without a scheme (the
+    /// client's TLS setting decides).
+    pub tls: Option<bool>,
 }
 
 impl Server {
@@ -42,12 +45,15 @@ pub(crate) fn parse(connect: &str) -> Result<Vec<Server>, LockError> {
     }
     let mut servers = Vec::new();
     for address in hosts.split(',') {
-        let plain = address
-            .strip_prefix("tcp+tls://")
-            .or_else(|| address.strip_prefix("tcp://"))
-            .unwrap_or(address);
+        let (plain, tls) = if let Some(rest) = address.strip_prefix("tcp+tls://") {
+            (rest, Some(true))
+        } else if let Some(rest) = address.strip_prefix("tcp://") {
+            (rest, Some(false))
+        } else {
+            (address, None)
+        };
         match parse_address(plain) {
-            Ok(server) => servers.push(server),
+            Ok(server) => servers.push(Server { tls, ..server }),
             Err(why) => return bad(format!("{address:?} is not `host[:port]`: {why}")),
         }
     }
@@ -96,6 +102,7 @@ fn parse_address(address: &str) -> Result<Server, &'static str> {
     Ok(Server {
         host: host.to_owned(),
         port,
+        tls: None,
     })
 }
 

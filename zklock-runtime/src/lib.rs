@@ -24,7 +24,8 @@
 //! `multi.rs` (several locks
 //! taken together in one order), `guard.rs` (owned guards, the loss signal, `max_hold`), `token.rs` (fencing tokens), `cleanup.rs` (the
 //! one delete path, abandoned contenders), `session.rs`, `connect.rs` and `client.rs`
-//! (sessions, connect strings, configuration, closing). Real servers for tests are in the
+//! (sessions, connect strings, configuration, closing), `secure.rs` (TLS and SASL settings, and
+//! telling a misconfigured connection from an unreachable one). Real servers for tests are in the
 //! `zklock-testing` crate.
 
 #![warn(missing_docs)]

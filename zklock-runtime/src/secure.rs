@@ -58,13 +58,36 @@ impl Security {
         false
     }
 
-    /// Checks the settings before any network traffic: PEM that does not parse is a
-    /// configuration error now, not a handshake failure later.
-    pub fn validate(&self) -> Result<(), LockError> {
+    /// Whether TLS settings were given.
+    fn has_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return true;
+        }
+        false
+    }
+
+    /// Checks the settings before any network traffic: PEM that does not parse, or a
+    /// `tcp+tls://` server without TLS settings, is a configuration error now, not a handshake
+    /// failure later.
+    pub fn validate(&self, servers: &[Server]) -> Result<(), LockError> {
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
             tls.options()?;
             tls.probe_config()?;
+        }
+        if let Some(server) = servers.iter().find(|s| s.tls == Some(true)) {
+            if !self.has_tls() {
+                let missing = if cfg!(feature = "tls") {
+                    "the client has no `tls(...)` settings"
+                } else {
+                    "this build lacks the `tls` feature"
+                };
+                return Err(LockError::InvalidConfig(format!(
+                    "the connect string asks for TLS to {}:{} (tcp+tls://), but {missing}",
+                    server.host, server.port
+                )));
+            }
         }
         Ok(())
     }
@@ -286,13 +309,18 @@ mod tls {
     /// Handshakes with every server; `Some(reason)` when every server that answered proved a
     /// misconfiguration (and at least one answered).
     pub(super) async fn diagnose(tls: Option<&TlsConfig>, servers: &[Server]) -> Option<String> {
-        let config = match tls {
-            Some(tls) => tls.probe_config().ok()?,
-            None => detector_config()?,
+        let verifying = match tls {
+            Some(tls) => Some(TlsConnector::from(Arc::new(tls.probe_config().ok()?))),
+            None => None,
         };
-        let connector = TlsConnector::from(Arc::new(config));
+        let detecting = TlsConnector::from(Arc::new(detector_config()?));
         let mut reasons = Vec::new();
         for server in servers {
+            // The session speaks TLS to a server when its scheme says so, else when configured.
+            let (secure, connector) = match (server.tls.unwrap_or(true), &verifying) {
+                (true, Some(verifying)) => (true, verifying),
+                _ => (false, &detecting),
+            };
             let address = format!("{}:{}", server.host, server.port);
             let Ok(Ok(tcp)) =
                 tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect((server.host.as_str(), server.port))).await
@@ -305,7 +333,7 @@ mod tls {
             let handshake = tokio::time::timeout(PROBE_TIMEOUT, connector.connect(name, tcp)).await;
             let finding = match handshake {
                 Err(_) => Finding::Inconclusive,
-                Ok(result) => judge(tls.is_some(), &address, &server.host, result.map(drop)),
+                Ok(result) => judge(secure, &address, &server.host, result.map(drop)),
             };
             match finding {
                 Finding::Misconfigured(reason) => reasons.push(reason),
