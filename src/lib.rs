@@ -32,8 +32,11 @@
 //! - `scheduler` (default): [`scheduler`], singleton jobs for tokio-cron-scheduler.
 //! - `metrics`: lock events and wait/hold times through the `metrics` facade, labelled by name
 //!   template.
-//! - `testing`: `zklock::testing`, real ZooKeeper and PostgreSQL servers, a fault
-//!   proxy and a Curator peer for tests.
+//! - `tls`: connections over TLS (`TlsConfig`, `LockClientBuilder::tls`).
+//! - `sasl`: SASL DIGEST-MD5 authentication (`LockClientBuilder::sasl_digest`), lock nodes
+//!   with `sasl:<user>` ACLs.
+//! - `testing`: `zklock::testing`, real ZooKeeper and PostgreSQL servers (also with TLS and
+//!   SASL), a fault proxy and a Curator peer for tests.
 
 pub use zklock_macros::distributed_lock;
 pub use zklock_runtime::*;
