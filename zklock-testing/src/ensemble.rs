@@ -104,6 +104,16 @@ impl ZkEnsemble {
             .join(",")
     }
 
+    /// The members' TLS ports, `127.0.0.1:P1,127.0.0.1:P2,…`, for an ensemble started with
+    /// [`ZkEnsembleBuilder::tls`].
+    pub fn secure_connect_string(&self) -> Option<String> {
+        self.members
+            .iter()
+            .map(ZkServer::secure_connect_string)
+            .collect::<Option<Vec<_>>>()
+            .map(|all| all.join(","))
+    }
+
     /// A connect string naming the given proxies (e.g. one per member, from
     /// [`proxies`](Self::proxies)), comma separated.
     pub fn connect_string_via(&self, proxies: &[FaultProxy]) -> String {
@@ -340,7 +350,10 @@ impl ZkEnsembleBuilder {
     }
 
     /// Starts every member and waits until each serves as leader or follower.
-    pub fn start(self) -> Result<ZkEnsemble, TestingError> {
+    pub fn start(mut self) -> Result<ZkEnsemble, TestingError> {
+        if let Some(why) = self.settings.invalid.take() {
+            return Err(TestingError::InvalidArgument(why));
+        }
         if self.size == 0 {
             return Err(TestingError::InvalidArgument(
                 "an ensemble needs at least one member".into(),
@@ -359,6 +372,9 @@ impl ZkEnsembleBuilder {
                     election_port: free_port()?,
                 });
             }
+            let secure_ports = (0..self.size)
+                .map(|_| settings.tls.as_ref().map(|_| free_port()).transpose())
+                .collect::<Result<Vec<_>, _>>()?;
             let links = if self.partitionable {
                 peer_links(&peers)?
             } else {
@@ -370,7 +386,7 @@ impl ZkEnsembleBuilder {
                         myid: peers[i].myid,
                         peers: Arc::new(view_of(i, &peers, &links)),
                     };
-                    ZkServer::prepare(settings.clone(), role, peers[i].client_port, None)
+                    ZkServer::prepare(settings.clone(), role, peers[i].client_port, secure_ports[i])
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let ensemble = ZkEnsemble {

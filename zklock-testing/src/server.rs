@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::certs::{TestCa, TestIdentity};
+use super::certs::TestIdentity;
 use super::error::TestingError;
 use super::four_letter::{four_letter_word, mode_of};
 use super::java::{server_classpath, tail_of_file, JvmProcess};
@@ -56,7 +56,33 @@ pub(crate) struct ServerTls {
     key_store_pem: String,
     /// The certificates it trusts for client certificates.
     trust_pem: String,
-    client_auth: ClientAuth,
+    pub(crate) client_auth: ClientAuth,
+}
+
+/// Gives servers a TLS port with `identity`, trusting `trusted_pem` for client certificates.
+pub(crate) fn set_tls(settings: &mut Settings, identity: &TestIdentity, trusted_pem: &str) {
+    let client_auth = settings
+        .tls
+        .as_ref()
+        .map_or_else(ClientAuth::default, |t| t.client_auth);
+    settings.tls = Some(ServerTls {
+        key_store_pem: identity.key_store_pem(),
+        trust_pem: trusted_pem.to_owned(),
+        client_auth,
+    });
+}
+
+/// Whether a SASL user can be written into a JAAS file as given.
+pub(crate) fn check_sasl_user(user: &str, password: &str) -> Result<(), String> {
+    let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if plain(user) && !password.contains(['"', '\\', '\n']) {
+        Ok(())
+    } else {
+        Err(format!(
+            "SASL user {user:?}: names are letters, digits, `-` and `_`; passwords have no quote, \
+             backslash or newline"
+        ))
+    }
 }
 
 /// Whether a TLS server asks clients for a certificate (ZooKeeper's `ssl.clientAuth`).
@@ -643,72 +669,58 @@ macro_rules! settings_methods {
             self.settings.fast_startup = fast;
             self
         }
+
+        /// Serves TLS on a second client port of every server
+        /// ([`ZkServer::secure_port`](crate::ZkServer::secure_port)), with a certificate `ca`
+        /// issues for loopback, and trusts `ca` for client certificates. Servers ask clients
+        /// for a certificate but do not require one; see
+        /// [`tls_client_auth`](Self::tls_client_auth). The connection factory becomes Netty's,
+        /// the one ZooKeeper serves TLS with. Only client connections use TLS, not the quorum's.
+        pub fn tls(mut self, ca: &$crate::TestCa) -> Self {
+            match ca.issue("zookeeper-server") {
+                Ok(identity) => $crate::server::set_tls(&mut self.settings, &identity, ca.cert_pem()),
+                Err(e) => self.settings.invalid = Some(e.to_string()),
+            }
+            self
+        }
+
+        /// Like [`tls`](Self::tls), with a certificate of the caller's (e.g. one for another
+        /// host name, or from another authority) and the PEM certificates to trust for clients.
+        pub fn tls_with(mut self, identity: &$crate::TestIdentity, trusted_pem: &str) -> Self {
+            $crate::server::set_tls(&mut self.settings, identity, trusted_pem);
+            self
+        }
+
+        /// Whether the TLS port asks for client certificates (default
+        /// [`ClientAuth::Want`](crate::ClientAuth::Want)). Call after [`tls`](Self::tls).
+        pub fn tls_client_auth(mut self, client_auth: $crate::ClientAuth) -> Self {
+            match self.settings.tls.as_mut() {
+                Some(tls) => tls.client_auth = client_auth,
+                None => self.settings.invalid = Some("tls_client_auth needs tls(...) first".into()),
+            }
+            self
+        }
+
+        /// Adds a SASL DIGEST-MD5 user: servers get a JAAS `Server` section with a
+        /// `DigestLoginModule` listing its users, and ZooKeeper's SASL authentication provider,
+        /// so clients may authenticate as these users and lock nodes may carry `sasl:<user>`
+        /// ACLs. Clients without SASL are still served (ZooKeeper's default).
+        pub fn sasl_user(mut self, user: &str, password: &str) -> Self {
+            match $crate::server::check_sasl_user(user, password) {
+                Ok(()) => self
+                    .settings
+                    .sasl_users
+                    .push((user.to_owned(), password.to_owned())),
+                Err(why) => self.settings.invalid = Some(why),
+            }
+            self
+        }
     };
 }
 pub(crate) use settings_methods;
 
 impl ZkServerBuilder {
     settings_methods!();
-
-    /// Serves TLS on a second client port ([`ZkServer::secure_port`]), with a certificate
-    /// `ca` issues for loopback, and trusts `ca` for client certificates. The server asks
-    /// clients for a certificate but does not require one; see
-    /// [`tls_client_auth`](Self::tls_client_auth). The connection factory becomes Netty's, the
-    /// one ZooKeeper serves TLS with.
-    pub fn tls(mut self, ca: &TestCa) -> Self {
-        match ca.issue("zookeeper-server") {
-            Ok(identity) => self.set_tls(&identity, ca.cert_pem()),
-            Err(e) => self.settings.invalid = Some(e.to_string()),
-        }
-        self
-    }
-
-    /// Like [`tls`](Self::tls), with a certificate of the caller's (e.g. one for another host
-    /// name, or from another authority) and the PEM certificates to trust for clients.
-    pub fn tls_with(mut self, identity: &TestIdentity, trusted_pem: &str) -> Self {
-        self.set_tls(identity, trusted_pem);
-        self
-    }
-
-    fn set_tls(&mut self, identity: &TestIdentity, trusted_pem: &str) {
-        let client_auth = self
-            .settings
-            .tls
-            .as_ref()
-            .map_or_else(ClientAuth::default, |t| t.client_auth);
-        self.settings.tls = Some(ServerTls {
-            key_store_pem: identity.key_store_pem(),
-            trust_pem: trusted_pem.to_owned(),
-            client_auth,
-        });
-    }
-
-    /// Whether the TLS port asks for client certificates (default [`ClientAuth::Want`]).
-    /// Call after [`tls`](Self::tls).
-    pub fn tls_client_auth(mut self, client_auth: ClientAuth) -> Self {
-        match self.settings.tls.as_mut() {
-            Some(tls) => tls.client_auth = client_auth,
-            None => self.settings.invalid = Some("tls_client_auth needs tls(...) first".into()),
-        }
-        self
-    }
-
-    /// Adds a SASL DIGEST-MD5 user: the server gets a JAAS `Server` section with a
-    /// `DigestLoginModule` listing its users, and ZooKeeper's SASL authentication provider, so
-    /// clients may authenticate as these users and lock nodes may carry `sasl:<user>` ACLs.
-    /// Clients without SASL are still served (ZooKeeper's default).
-    pub fn sasl_user(mut self, user: &str, password: &str) -> Self {
-        let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if !plain(user) || password.contains(['"', '\\', '\n']) {
-            self.settings.invalid = Some(format!(
-                "SASL user {user:?}: names are letters, digits, `-` and `_`; passwords have no quote, \
-                 backslash or newline"
-            ));
-        } else {
-            self.settings.sasl_users.push((user.to_owned(), password.to_owned()));
-        }
-        self
-    }
 
     /// Starts the server and waits until it serves.
     pub fn start(mut self) -> Result<ZkServer, TestingError> {
