@@ -218,6 +218,19 @@ async fn a_tls_client_on_a_plain_port_is_told_the_port_does_not_serve_tls() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_tls_server_is_a_connection_error() {
+    let ca = TestCa::new("zklock test CA").unwrap();
+    let closed = zklock_testing::process::closed_address().to_string();
+    let err = builder(&closed)
+        .tls(trusting(&ca))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+}
+
 #[test]
 fn unreadable_or_malformed_pem_is_a_configuration_error() {
     let missing = std::env::temp_dir().join("zklock-no-such-dir/ca.pem");

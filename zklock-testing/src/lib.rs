@@ -10,6 +10,9 @@
 //! - [`ZkEnsemble`]: an N-member quorum; find the leader, kill or pause members, cut one member
 //!   off from the others while its clients stay connected ([`ZkEnsemble::isolate`]), wait for a
 //!   quorum again.
+//! - Secured servers: [`ZkServerBuilder::tls`] serves TLS on a second, TLS-only port with
+//!   certificates from a per-test [`TestCa`] (mutual TLS with [`ClientAuth::Need`]), and
+//!   [`ZkServerBuilder::sasl_user`] adds SASL DIGEST-MD5 users; ensembles take the same calls.
 //! - [`PgServer`]: a throw-away PostgreSQL server (its own `initdb` cluster, no fsync) on a
 //!   free loopback port, for code that keeps its data in a database; one empty database per
 //!   test with [`PgServer::create_database`], SQL through [`PgServer::psql`].
