@@ -384,12 +384,15 @@ impl Lock {
         // may keep its guard, lost, for a long time).
         let mut status = self.client.watch_status();
         let closed = status.wait_for(|s| *s == SessionStatus::Closed);
+        // Polled in this order: a free turn wins over a deadline that has already passed, so
+        // `try_acquire` of a lock nobody here holds always gets to ask ZooKeeper.
         let mut turn = tokio::select! {
+            biased;
             turn = gate.enter() => turn,
-            _ = queue::deadline_passed(deadline) => return Err(Failed::TimedOut),
             _ = closed => {
                 return Err(Failed::Error(self.client.check_open().err().unwrap_or(LockError::SessionExpired)));
             }
+            _ = queue::deadline_passed(deadline) => return Err(Failed::TimedOut),
         };
         // A node handed over by the previous local holder; one that can no longer be trusted
         // is deleted as it drops, and we contend afresh.
@@ -512,5 +515,31 @@ impl Lock {
             metrics: inner.metrics.clone(),
             template: self.template.clone(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use zklock_testing::ZkServer;
+
+    use crate::LockClient;
+
+    /// A deadline that has passed before the local queue is even looked at must not beat a
+    /// free turn: a try of a lock nobody holds goes on to ZooKeeper and is granted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_passed_deadline_does_not_beat_a_free_turn() {
+        let zk = ZkServer::start().expect("start ZooKeeper (run scripts/install-deps.sh)");
+        let client = LockClient::connect(&zk.connect_string()).await.unwrap();
+        let lock = client.mutex("passed-deadline").unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await; // the timer is past the deadlines below
+        for round in 0..100 {
+            let passed = Instant::now().checked_sub(Duration::from_millis(50));
+            match lock.queue_up(passed).await {
+                Ok(guard) => guard.release().await.unwrap(),
+                Err(_) => panic!("round {round}: a free lock was refused for a deadline that had passed"),
+            }
+        }
     }
 }

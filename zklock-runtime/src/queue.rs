@@ -179,7 +179,9 @@ pub(crate) async fn attempt(
         let gone = match session.zk.check_and_watch_stat(&blocker).await {
             Ok((None, _)) => true,
             Ok((Some(_), watcher)) => {
+                // The event first: a deletion that arrived by the deadline still counts.
                 tokio::select! {
+                    biased;
                     event = watcher.changed() => match event.event_type {
                         zk::EventType::NodeDeleted => true,
                         zk::EventType::Session => {
@@ -190,9 +192,9 @@ pub(crate) async fn attempt(
                         }
                         _ => false,
                     },
-                    _ = deadline_passed(deadline) => return Err(Failed::TimedOut),
                     // Closed by the client, or its runtime went away: no event will come.
                     _ = session.ended() => return Err(Failed::SessionEnded),
+                    _ = deadline_passed(deadline) => return Err(Failed::TimedOut),
                 }
             }
             Err(err) => {

@@ -52,14 +52,16 @@ pub(crate) async fn take_lease(
             return Ok(granted);
         }
         if let Some(watcher) = watcher.take() {
+            // The event first: a lease freed by the deadline still counts.
             tokio::select! {
+                biased;
                 event = zk::OneshotWatcher::changed(watcher) => {
                     if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
                         return Err(Failed::SessionEnded);
                     }
                 }
-                _ = deadline_passed(deadline) => return Err(Failed::TimedOut),
                 _ = session.ended() => return Err(Failed::SessionEnded),
+                _ = deadline_passed(deadline) => return Err(Failed::TimedOut),
             }
         } else if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(Failed::TimedOut);
