@@ -665,8 +665,9 @@ impl LockClient {
             Ok(session)
         };
         // A misconfigured TLS connection fails every attempt the same way until the limit;
-        // the diagnosis tells it early and says why.
+        // the diagnosis tells it early and says why. A session that opened wins every tie.
         tokio::select! {
+            biased;
             result = open => result,
             why = secure::misconfiguration(&config.security, &self.inner.servers) => Err(why),
             () = tokio::time::sleep(limit) => Err(LockError::Connection(format!(
