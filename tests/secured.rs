@@ -332,6 +332,18 @@ async fn a_wrong_sasl_password_is_an_authentication_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sasl_client_of_a_server_without_sasl_is_told_so() {
+    // Such a server lets the client in as nobody in particular: its locks would fail with
+    // InvalidACL (creator_all without an identity) or be open to all.
+    let zk = start(ZkServer::builder());
+    let err = refused(builder(&zk.connect_string()).sasl_digest("alice", "alice-secret")).await;
+    assert!(
+        matches!(&err, LockError::AuthFailed(why) if why.contains("without SASL authentication")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_sasl_user_cannot_delete_or_join_a_lock() {
     let zk = sasl_server();
     let alice = connect(builder(&zk.connect_string()).sasl_digest("alice", "alice-secret")).await;

@@ -722,6 +722,7 @@ impl LockClient {
                 }
                 e => LockError::Connection(format!("cannot open a session to {}: {e}", config.connect)),
             })?;
+        config.security.check_authenticated(&zk).await?;
         let negotiated = zk.session_timeout();
         let loss_after = match config.loss_after {
             None => negotiated / 4,

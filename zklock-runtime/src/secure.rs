@@ -116,6 +116,31 @@ impl Security {
         connector.connect(connect).await
     }
 
+    /// Checks that a session opened with SASL options was authenticated by SASL. A server
+    /// without SASL (no JAAS `Server` section, no SASL provider) lets the client in anyway, as
+    /// nobody in particular; its lock nodes would then fail with `InvalidACL`, or be open to
+    /// all. Servers before 3.7 cannot say who a session is (`whoami`); the check is skipped then.
+    pub async fn check_authenticated(&self, zk: &zk::Client) -> Result<(), LockError> {
+        #[cfg(feature = "sasl")]
+        if let Some(sasl) = &self.sasl {
+            match zk.list_auth_users().await {
+                Ok(users) if users.iter().any(|u| u.scheme() == "sasl") => {}
+                Ok(_) => {
+                    return Err(LockError::AuthFailed(format!(
+                        "the server let {} in without SASL authentication: is SASL enabled on it \
+                         (authProvider SASLAuthenticationProvider and a JAAS `Server` section)?",
+                        sasl.who
+                    )))
+                }
+                Err(zk::Error::Unimplemented) => {}
+                Err(e) => return Err(LockError::zk("whoami", e)),
+            }
+        }
+        #[cfg(not(feature = "sasl"))]
+        let _ = zk;
+        Ok(())
+    }
+
     /// The error for a server refusing this client's credentials.
     pub fn auth_failed(&self) -> LockError {
         #[cfg(feature = "sasl")]
