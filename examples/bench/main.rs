@@ -235,6 +235,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
     curator_side::uncontended(&cur_peer, plan.warmup).await?;
     listing_bench.run(plan.warmup).await?;
     let mut samples: [(Vec<u64>, Duration); 4] = Default::default();
+    // This process's CPU time (all threads) spent in each in-process client's cycles: what the
+    // engine itself costs beside the floor's bare create and delete. (Curator's is in its JVM.)
+    let mut cpu = [Duration::ZERO; 4];
     let per_round = plan.cycles / plan.rounds;
     for round in 0..plan.rounds {
         progress.note(&format!(
@@ -242,15 +245,18 @@ async fn run(args: Args) -> Result<(), BoxError> {
             round + 1,
             plan.rounds
         ));
-        for (i, (ns, took)) in [
-            floor_bench.run(per_round).await?,
-            zk_bench.run(per_round).await?,
-            curator_side::uncontended(&cur_peer, per_round).await?,
-            listing_bench.run(per_round).await?,
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        let before = process_cpu();
+        let floor_run = floor_bench.run(per_round).await?;
+        let after_floor = process_cpu();
+        let zk_run = zk_bench.run(per_round).await?;
+        let after_zk = process_cpu();
+        let cur_run = curator_side::uncontended(&cur_peer, per_round).await?;
+        let before_list = process_cpu();
+        let list_run = listing_bench.run(per_round).await?;
+        cpu[0] += after_floor.saturating_sub(before);
+        cpu[1] += after_zk.saturating_sub(after_floor);
+        cpu[3] += process_cpu().saturating_sub(before_list);
+        for (i, (ns, took)) in [floor_run, zk_run, cur_run, list_run].into_iter().enumerate() {
             samples[i].0.extend(ns);
             samples[i].1 += took;
         }
@@ -400,6 +406,14 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "curator": cur_unc.to_json(),
             "floor": floor.to_json(),
             "diagnostic_create_pipelined_list_delete": floor_list.to_json(),
+            // Client CPU per cycle (µs, this process, all threads): the engine's own cost is
+            // zklock's minus the floor's; the rest of a cycle's wall time is the server and the
+            // network.
+            "client_cpu_us_per_cycle": {
+                "floor": cpu_per_cycle(cpu[0], plan.rounds * per_round),
+                "zklock": cpu_per_cycle(cpu[1], plan.rounds * per_round),
+                "create_pipelined_list_delete": cpu_per_cycle(cpu[3], plan.rounds * per_round),
+            },
         },
         "cross_process": cross_process,
         "in_process": in_process,
@@ -648,6 +662,24 @@ fn chart_svg(
     chart::render(&latency, &throughput, &subtitle)
 }
 
+/// CPU time this process has used so far, user and system, all threads.
+fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a rusage into the pointer it is given, which is valid for it.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return Duration::ZERO;
+        }
+        usage.assume_init()
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+fn cpu_per_cycle(cpu: Duration, cycles: usize) -> f64 {
+    round(cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64)
+}
+
 fn print_table(r: &Value) {
     let u = &r["uncontended"];
     println!();
@@ -667,6 +699,11 @@ fn print_table(r: &Value) {
             s["cycles_per_sec"].to_string()
         );
     }
+    let cpu = &u["client_cpu_us_per_cycle"];
+    println!(
+        "  client CPU per cycle (this process): zklock {} µs, floor {} µs",
+        cpu["zklock"], cpu["floor"]
+    );
     for (title, key) in [
         ("In-process contention (one process, T tasks / threads)", "in_process"),
         (
