@@ -13,7 +13,7 @@ use crate::holder::Holder;
 use crate::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::name::validate_namespace;
-use crate::secure::{self, Security};
+use crate::secure::{self, Secured, Security};
 use crate::session::{Health, Session, SessionStatus};
 use crate::LockError;
 
@@ -69,8 +69,8 @@ pub(crate) struct Config {
     pub max_local_handoffs: u32,
     /// Who this client's contender nodes say they belong to.
     pub holder: Holder,
-    /// TLS and SASL settings.
-    pub security: Security,
+    /// TLS and SASL settings, checked.
+    pub security: Secured,
 }
 
 impl Config {
@@ -372,11 +372,11 @@ impl LockClientBuilder {
         if self.connect_timeout.is_some_and(|t| t.is_zero()) {
             return Err(LockError::InvalidConfig("the connect timeout is zero".into()));
         }
-        self.security.validate(&servers)?;
         let mut acls = self.acls;
         if acls.is_empty() && (!self.auth.is_empty() || self.security.authenticates()) {
             acls = zk::Acls::creator_all().to_vec();
         }
+        let security = self.security.prepare(&servers)?;
         let holder = Holder::new(self.identity)?;
         let (status, _) = watch::channel(SessionStatus::Connecting);
         let config = Config {
@@ -389,7 +389,7 @@ impl LockClientBuilder {
             loss_after: self.loss_after,
             max_local_handoffs: self.max_local_handoffs,
             holder,
-            security: self.security,
+            security,
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -709,7 +709,7 @@ impl LockClient {
         for (scheme, auth) in &config.auth {
             connector = connector.with_auth(scheme, auth);
         }
-        let connector = config.security.apply(connector)?;
+        let connector = config.security.apply(connector);
         debug!(connect = %config.connect, "opening zookeeper session");
         let zk = config
             .security

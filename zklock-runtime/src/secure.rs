@@ -20,7 +20,8 @@ const FIRST_DIAGNOSIS_AFTER: Duration = Duration::from_millis(500);
 /// How often it is repeated while the session still does not open (servers may be starting).
 const DIAGNOSIS_EVERY: Duration = Duration::from_secs(1);
 
-/// The security settings of one client, as the builder collected them.
+/// The security settings of one client, as the builder collected them; [`Security::prepare`]
+/// checks them into a [`Secured`].
 #[derive(Clone, Default)]
 pub(crate) struct Security {
     #[cfg(feature = "tls")]
@@ -67,15 +68,10 @@ impl Security {
         false
     }
 
-    /// Checks the settings before any network traffic: PEM that does not parse, or a
-    /// `tcp+tls://` server without TLS settings, is a configuration error now, not a handshake
-    /// failure later.
-    pub fn validate(&self, servers: &[Server]) -> Result<(), LockError> {
-        #[cfg(feature = "tls")]
-        if let Some(tls) = &self.tls {
-            tls.options()?;
-            tls.probe_config()?;
-        }
+    /// Checks the settings before any network traffic, parsing the PEM once for every session
+    /// to come: PEM that does not parse, or a `tcp+tls://` server without TLS settings, is a
+    /// configuration error now, not a handshake failure later.
+    pub fn prepare(self, servers: &[Server]) -> Result<Secured, LockError> {
         if let Some(server) = servers.iter().find(|s| s.tls == Some(true)) {
             if !self.has_tls() {
                 let missing = if cfg!(feature = "tls") {
@@ -89,14 +85,29 @@ impl Security {
                 )));
             }
         }
-        Ok(())
+        Ok(Secured {
+            #[cfg(feature = "tls")]
+            tls: self.tls.as_ref().map(TlsConfig::prepare).transpose()?,
+            #[cfg(feature = "sasl")]
+            sasl: self.sasl,
+        })
     }
+}
 
+/// Checked security settings, as every session of a client uses them.
+pub(crate) struct Secured {
+    #[cfg(feature = "tls")]
+    tls: Option<tls::PreparedTls>,
+    #[cfg(feature = "sasl")]
+    sasl: Option<Sasl>,
+}
+
+impl Secured {
     /// Hands the settings to the client library.
-    pub fn apply(&self, connector: zk::Connector) -> Result<zk::Connector, LockError> {
+    pub fn apply(&self, connector: zk::Connector) -> zk::Connector {
         #[cfg(feature = "tls")]
         let connector = match &self.tls {
-            Some(tls) => connector.with_tls(tls.options()?),
+            Some(tls) => connector.with_tls(tls.options.clone()),
             None => connector,
         };
         #[cfg(feature = "sasl")]
@@ -104,7 +115,7 @@ impl Security {
             Some(sasl) => connector.with_sasl(sasl.options.clone()),
             None => connector,
         };
-        Ok(connector)
+        connector
     }
 
     /// Opens the session: over TLS for every server without a scheme when TLS is configured.
@@ -158,11 +169,13 @@ impl Security {
 /// Resolves once a diagnostic handshake proves that the connection cannot work as configured,
 /// with the reason; stays pending otherwise (and always without the `tls` feature). Meant to be
 /// raced against the session's connect.
-pub(crate) async fn misconfiguration(security: &Security, servers: &[Server]) -> LockError {
+pub(crate) async fn misconfiguration(security: &Secured, servers: &[Server]) -> LockError {
     tokio::time::sleep(FIRST_DIAGNOSIS_AFTER).await;
+    #[cfg(feature = "tls")]
+    let detecting = tls::detector();
     loop {
         #[cfg(feature = "tls")]
-        if let Some(why) = tls::diagnose(security.tls.as_ref(), servers).await {
+        if let Some(why) = tls::diagnose(security.tls.as_ref(), detecting.as_ref(), servers).await {
             return LockError::Tls(why);
         }
         #[cfg(not(feature = "tls"))]
@@ -264,8 +277,16 @@ mod tls {
             Ok(self.identity_pem(cert, key))
         }
 
+        /// Parses the settings once, for every session and diagnosis to come.
+        pub(crate) fn prepare(&self) -> Result<PreparedTls, LockError> {
+            Ok(PreparedTls {
+                options: self.options()?,
+                verifying: TlsConnector::from(Arc::new(self.probe_config()?)),
+            })
+        }
+
         /// The client library's options.
-        pub(crate) fn options(&self) -> Result<zk::TlsOptions, LockError> {
+        fn options(&self) -> Result<zk::TlsOptions, LockError> {
             let invalid = |what: &str, e: zk::Error| LockError::InvalidConfig(format!("TLS {what}: {e}"));
             let mut options = zk::TlsOptions::new()
                 .with_pem_ca(&self.ca_pem)
@@ -280,7 +301,7 @@ mod tls {
 
         /// The same trust and identity as a rustls configuration, for diagnostic handshakes;
         /// also the check that certificate and key are usable together.
-        pub(crate) fn probe_config(&self) -> Result<ClientConfig, LockError> {
+        fn probe_config(&self) -> Result<ClientConfig, LockError> {
             let invalid = |what: &str, e: &dyn std::fmt::Display| LockError::InvalidConfig(format!("TLS {what}: {e}"));
             let mut roots = RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
@@ -316,6 +337,13 @@ mod tls {
         }
     }
 
+    /// A [`TlsConfig`], parsed: the client library's options, and a connector with the same
+    /// trust and identity for diagnostic handshakes.
+    pub(crate) struct PreparedTls {
+        pub options: zk::TlsOptions,
+        verifying: TlsConnector,
+    }
+
     /// The process's rustls provider if one was installed, else the one this build links.
     fn provider() -> Arc<CryptoProvider> {
         CryptoProvider::get_default()
@@ -333,18 +361,19 @@ mod tls {
 
     /// Handshakes with every server; `Some(reason)` when every server that answered proved a
     /// misconfiguration (and at least one answered).
-    pub(super) async fn diagnose(tls: Option<&TlsConfig>, servers: &[Server]) -> Option<String> {
-        let verifying = match tls {
-            Some(tls) => Some(TlsConnector::from(Arc::new(tls.probe_config().ok()?))),
-            None => None,
-        };
-        let detecting = TlsConnector::from(Arc::new(detector_config()?));
+    ///
+    /// `detecting` is [`detector`]'s connector, for servers the session reaches without TLS.
+    pub(super) async fn diagnose(
+        tls: Option<&PreparedTls>,
+        detecting: Option<&TlsConnector>,
+        servers: &[Server],
+    ) -> Option<String> {
         let mut reasons = Vec::new();
         for server in servers {
             // The session speaks TLS to a server when its scheme says so, else when configured.
-            let (secure, connector) = match (server.tls.unwrap_or(true), &verifying) {
-                (true, Some(verifying)) => (true, verifying),
-                _ => (false, &detecting),
+            let (secure, connector) = match (server.tls.unwrap_or(true), tls) {
+                (true, Some(tls)) => (true, &tls.verifying),
+                _ => (false, detecting?),
             };
             let address = format!("{}:{}", server.host, server.port);
             let Ok(Ok(tcp)) =
@@ -430,7 +459,7 @@ mod tls {
     /// A configuration for telling whether a port speaks TLS: the handshake reaches the
     /// verifier only when the server presented a certificate, and the verifier then fails it
     /// with a marker, so nothing is ever trusted.
-    fn detector_config() -> Option<ClientConfig> {
+    pub(super) fn detector() -> Option<TlsConnector> {
         let provider = provider();
         let verifier = Arc::new(TlsDetector(provider.clone()));
         let config = ClientConfig::builder_with_provider(provider)
@@ -439,7 +468,7 @@ mod tls {
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
-        Some(config)
+        Some(TlsConnector::from(Arc::new(config)))
     }
 
     #[derive(Debug)]
