@@ -12,7 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::AppError;
-use zklock::{distributed_lock, zk, LockClient, LockClientBuilder, LockError, SessionStatus, TlsConfig};
+use tokio::task::JoinHandle;
+use zklock::{
+    distributed_lock, zk, Lock, LockClient, LockClientBuilder, LockError, LockGuard, SessionStatus, TlsConfig,
+};
 use zklock_testing::curator::{tls_properties, CuratorPeer};
 use zklock_testing::{ClientAuth, FaultProxy, TestCa, ZkEnsemble, ZkServer};
 
@@ -77,15 +80,28 @@ impl Counter {
     }
 }
 
+/// Takes the mutex `name` and releases it.
+async fn take_and_release(client: &LockClient, name: &str) {
+    let guard = client.mutex(name).unwrap().acquire_timeout(SOON).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// Starts acquiring `lock` on a task of its own and checks that it is still waiting a while
+/// later, while `because`.
+async fn waiting(lock: Lock, because: &str) -> JoinHandle<Result<LockGuard, LockError>> {
+    let waiter = tokio::spawn(async move { lock.acquire_timeout(SOON).await });
+    tokio::time::sleep(STAYS_WAITING).await;
+    assert!(!waiter.is_finished(), "a waiter went ahead while {because}");
+    waiter
+}
+
 /// Exclusion between two clients for a mutex, sharing and exclusion for a read/write lock, and
 /// the attribute on both clients at once.
 async fn locks_work(a: &LockClient, b: &LockClient) {
     let held = a.mutex("orders").unwrap().acquire_timeout(SOON).await.unwrap();
     let theirs = b.mutex("orders").unwrap();
     assert!(theirs.try_acquire().await.unwrap().is_none(), "b got the mutex a holds");
-    let waiter = tokio::spawn(async move { theirs.acquire_timeout(SOON).await });
-    tokio::time::sleep(STAYS_WAITING).await;
-    assert!(!waiter.is_finished(), "b's waiter went ahead while a holds");
+    let waiter = waiting(theirs, "a holds").await;
     let first = held.fencing_token();
     held.release().await.unwrap();
     let next = waiter.await.unwrap().expect("b granted after a released");
@@ -131,15 +147,7 @@ async fn mutex_rw_and_the_attribute_work_over_tls() {
     locks_work(&a, &b).await;
     // `tcp://` keeps one server plain although the client has TLS settings.
     let plain = connect(builder(&format!("tcp://{}", zk.connect_string())).tls(trusting(&ca))).await;
-    plain
-        .mutex("orders")
-        .unwrap()
-        .acquire_timeout(SOON)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&plain, "orders").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,22 +160,8 @@ async fn a_server_that_requires_a_client_certificate_gets_one() {
     let a = connect(builder(&secure_connect(&zk)).tls(with_pem)).await;
     let with_files = trusting(&ca).identity_files(me.cert_file(), me.key_file()).unwrap();
     let b = connect(builder(&secure_connect(&zk)).tls(with_files)).await;
-    a.mutex("mtls")
-        .unwrap()
-        .acquire_timeout(SOON)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    b.mutex("mtls")
-        .unwrap()
-        .acquire_timeout(SOON)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&a, "mtls").await;
+    take_and_release(&b, "mtls").await;
 
     // Without a certificate, or with one from an authority the server does not trust.
     let err = refused(builder(&secure_connect(&zk)).tls(trusting(&ca))).await;
@@ -396,12 +390,7 @@ async fn a_curator_peer_over_tls_excludes_zklock() {
         lock.try_acquire().await.unwrap().is_none(),
         "zklock got the lock while Curator holds it"
     );
-    let waiter = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire_timeout(SOON).await }
-    });
-    tokio::time::sleep(STAYS_WAITING).await;
-    assert!(!waiter.is_finished(), "zklock's waiter went ahead while Curator holds");
+    let waiter = waiting(lock.clone(), "Curator holds").await;
     peer.release("c").await.unwrap();
     waiter
         .await
