@@ -242,6 +242,17 @@ impl LockClientBuilder {
     /// enables `zookeeper-client`'s `sasl-gssapi` feature and passes
     /// `zk::SaslOptions::gssapi()`. GSSAPI is not tested with this crate. Node ACLs default to
     /// `creator_all` as with [`sasl_digest`](Self::sasl_digest).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// use zklock_runtime::{zk, LockClient};
+    ///
+    /// let client = LockClient::builder("zk1:2181")
+    ///     .sasl(zk::SaslOptions::digest_md5("orders", "s3cret"))
+    ///     .connect()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
     #[cfg(feature = "sasl")]
     pub fn sasl(mut self, options: impl Into<zk::SaslOptions>) -> Self {
         self.security.sasl = Some(secure::Sasl {

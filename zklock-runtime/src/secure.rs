@@ -247,6 +247,14 @@ mod tls {
     impl TlsConfig {
         /// Trusts the certificates of a PEM bundle (one or more `CERTIFICATE` blocks). Checked
         /// when the client is built.
+        ///
+        /// ```
+        /// use zklock_runtime::{LockClient, LockError, TlsConfig};
+        ///
+        /// let not_pem = TlsConfig::ca_pem("hello");
+        /// let err = LockClient::builder("zk1:2281").tls(not_pem).build().unwrap_err();
+        /// assert!(matches!(err, LockError::InvalidConfig(_)));
+        /// ```
         pub fn ca_pem(pem: impl Into<String>) -> TlsConfig {
             TlsConfig {
                 ca_pem: pem.into(),
@@ -263,6 +271,15 @@ mod tls {
 
         /// Presents this certificate (PEM chain, leaf first) and private key (PEM: PKCS#8,
         /// PKCS#1 or SEC1) to servers that ask for one (ZooKeeper's `ssl.clientAuth`).
+        ///
+        /// ```no_run
+        /// # fn demo(ca: String, cert: String, key: String) -> Result<(), zklock_runtime::LockError> {
+        /// use zklock_runtime::{LockClient, TlsConfig};
+        ///
+        /// let tls = TlsConfig::ca_pem(ca).identity_pem(cert, key);
+        /// let client = LockClient::builder("zk1:2281").tls(tls).build()?;
+        /// # drop(client); Ok(()) }
+        /// ```
         pub fn identity_pem(mut self, cert: impl Into<String>, key: impl Into<String>) -> TlsConfig {
             self.identity = Some((cert.into(), key.into()));
             self
