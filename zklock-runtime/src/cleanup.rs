@@ -10,8 +10,10 @@
 //!   session's requests in order, so the listing sees the create if it happened at all.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::sync::Notify;
 use tracing::{debug, warn};
@@ -44,23 +46,36 @@ impl Cleanup {
     /// drops it unfinished (a runtime that shut down): either way [`flush`](Self::flush) stops
     /// waiting for it.
     pub fn spawn(&self, session: &Session, job: impl Future<Output = ()> + Send + 'static) {
-        struct Pending(Arc<State>);
-        impl Drop for Pending {
-            fn drop(&mut self) {
-                if self.0.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    self.0.idle.notify_waiters();
-                }
-            }
-        }
-        self.state.pending.fetch_add(1, Ordering::SeqCst);
-        let pending = Pending(self.state.clone());
+        let counted = self.count();
         if session.runtime_gone() {
-            return; // dropping `pending` uncounts the job; the session's nodes went with it
+            return; // dropping `counted` uncounts the job; the session's nodes went with it
         }
         session.runtime.spawn(async move {
-            let _pending = pending;
+            let _counted = counted;
             job.await;
         });
+    }
+
+    /// Runs `job` inside the returned future, for a caller that awaits it (a release): no task
+    /// of its own and no hop between tasks. If the returned future is dropped before `job`
+    /// finishes, the rest of `job` goes on in the background as with [`spawn`](Self::spawn).
+    /// Counted for [`flush`](Self::flush) either way.
+    pub fn finish<T: Send + 'static>(
+        &self,
+        session: &Arc<Session>,
+        job: impl Future<Output = T> + Send + 'static,
+    ) -> Finishing<T> {
+        Finishing {
+            job: Some(Box::pin(job)),
+            counted: Some(self.count()),
+            session: session.clone(),
+        }
+    }
+
+    /// Counts one job until the returned value drops.
+    fn count(&self) -> Counted {
+        self.state.pending.fetch_add(1, Ordering::SeqCst);
+        Counted(self.state.clone())
     }
 
     /// Removes, in the background, the contender an abandoned acquisition may have left in
@@ -85,6 +100,54 @@ impl Cleanup {
             }
             idle.await;
         }
+    }
+}
+
+/// One job counted for [`Cleanup::flush`] while this lives.
+struct Counted(Arc<State>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.0.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// A job run by its awaiting caller ([`Cleanup::finish`]); dropped unfinished, it hands the
+/// rest of the job to the session's runtime.
+pub(crate) struct Finishing<T: Send + 'static> {
+    job: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    counted: Option<Counted>,
+    session: Arc<Session>,
+}
+
+impl<T: Send + 'static> Future for Finishing<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(job) = self.job.as_mut() else {
+            panic!("`Finishing` polled after it completed");
+        };
+        let output = std::task::ready!(job.as_mut().poll(cx));
+        self.job = None;
+        self.counted = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<T: Send + 'static> Drop for Finishing<T> {
+    fn drop(&mut self) {
+        let (Some(job), counted) = (self.job.take(), self.counted.take()) else {
+            return;
+        };
+        if self.session.runtime_gone() {
+            return; // the session's nodes went with its runtime
+        }
+        self.session.runtime.spawn(async move {
+            let _counted = counted;
+            job.await;
+        });
     }
 }
 

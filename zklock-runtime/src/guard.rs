@@ -436,15 +436,8 @@ impl LockGuard {
                 // Leave this process's queue for the lock before waiting: the next local holder
                 // can only take a handed-over node once this hold is gone.
                 drop(hold);
-                // Dropped midway, the deletion must still finish: it runs as a background job,
-                // and this waits for that.
-                let outcome = pending.map(|pending| {
-                    let (done, outcome) = tokio::sync::oneshot::channel();
-                    cleanup.spawn(&session, async move {
-                        let _ = done.send(pending.await);
-                    });
-                    outcome
-                });
+                // Awaited here; dropped midway, the deletion still finishes in the background.
+                let outcome = pending.map(|pending| cleanup.finish(&session, pending));
                 (lost, outcome)
             }
             // Other guards share the hold (a reentrant acquisition): only this share ends.
@@ -452,7 +445,7 @@ impl LockGuard {
         };
         async move {
             let deleted = match outcome {
-                Some(outcome) => outcome.await.unwrap_or(Ok(())),
+                Some(outcome) => outcome.await,
                 None => Ok(()),
             };
             match lost {
