@@ -1,8 +1,8 @@
-//! The uncontended fast path: a contender proven alone in its lock directory is granted
-//! without listing it (`zklock-runtime/src/alone.rs`, `docs/safety.md` "Skipping the
-//! listing"). Each test forces one of the cases that must fall back to a listing, and checks
-//! both that the fallback happened (`granted_without_listing` did not move) and that the grant
-//! was right.
+//! The uncontended fast paths: a contender proven alone in its lock directory
+//! (`zklock-runtime/src/alone.rs`), or proven first by its number 0 in a directory made in the
+//! same round trip, is granted without listing it (`docs/safety.md` "Skipping the listing").
+//! Each test forces one of the cases that must fall back to a listing, and checks both that
+//! the fallback happened (`granted_without_listing` did not move) and that the grant was right.
 
 mod support;
 
@@ -25,12 +25,21 @@ fn fast(c: &LockClient) -> u64 {
     c.metrics().granted_without_listing
 }
 
-/// Two grants with listings: the first notes the directory, the second sets its watch.
-/// From the third on, a lone contender goes without listing.
-async fn warm_up(lock: &zklock_runtime::Lock) {
-    for _ in 0..2 {
+/// Three grants: the first makes the directory (its node is number 0, proven first without a
+/// listing), the next two list: one notes the directory, one sets its watch. From then on a
+/// lone contender goes without listing. Returns the client's count of grants without listing
+/// after the warm-up, for the tests to count from.
+async fn warm_up(lock: &zklock_runtime::Lock, c: &LockClient) -> u64 {
+    let before = fast(c);
+    for _ in 0..3 {
         lock.acquire().await.unwrap().release().await.unwrap();
     }
+    assert_eq!(
+        fast(c),
+        before + 1,
+        "only the grant that made the directory goes without listing"
+    );
+    fast(c)
 }
 
 fn sequential() -> zk::CreateOptions<'static> {
@@ -43,24 +52,86 @@ async fn a_lone_holder_is_granted_again_without_listing() {
     let c = client(&zk.connect_string()).await;
     let lock = c.mutex("solo").unwrap();
     let mut last = None;
+    let mut counts = Vec::new();
     for _ in 0..5 {
         let guard = lock.acquire().await.unwrap();
         assert!(last < Some(guard.fencing_token()), "tokens must increase");
         last = Some(guard.fencing_token());
         guard.release().await.unwrap();
+        counts.push(fast(&c));
     }
-    assert_eq!(fast(&c), 3, "only the first two grants should have listed");
+    // The first grant makes the directory (number 0), the next two list (noting the
+    // directory, then setting its watch), the rest go without listing.
+    assert_eq!(counts, [1, 1, 1, 2, 3]);
     // The write side of a read/write lock is exclusive too; the read side always lists.
     let write = c.write_lock("solo-rw").unwrap();
-    for _ in 0..3 {
+    for _ in 0..4 {
         write.acquire().await.unwrap().release().await.unwrap();
     }
-    assert_eq!(fast(&c), 4);
+    assert_eq!(fast(&c), 5);
     let read = c.read_lock("solo-rw").unwrap();
     for _ in 0..3 {
         read.acquire().await.unwrap().release().await.unwrap();
     }
-    assert_eq!(fast(&c), 4, "read locks list every time");
+    assert_eq!(fast(&c), 5, "read locks in a directory that exists list every time");
+}
+
+/// Contenders of several clients racing for names nobody used before: every first create
+/// finds no directory, and each makes it in the same round trip as its node. Only the node
+/// that got number 0 goes without a listing; the others, whose directory another client made,
+/// list and queue. Every round stays exclusive, grants come in token order, and no node is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_racing_to_make_a_new_directory_stay_exclusive() {
+    let zk = server();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&zk.connect_string()).await);
+    }
+    let held = Arc::new(AtomicBool::new(false));
+    let rounds: u64 = 40;
+    for round in 0..rounds {
+        let name = format!("race-{round}");
+        let tokens = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for c in &clients {
+            let (lock, held, tokens) = (c.mutex(&name).unwrap(), held.clone(), tokens.clone());
+            tasks.push(tokio::spawn(async move {
+                let guard = lock.acquire_timeout(Duration::from_secs(20)).await.unwrap();
+                assert!(!held.swap(true, Ordering::SeqCst), "two holders at once");
+                tokens.lock().unwrap().push(guard.fencing_token());
+                tokio::task::yield_now().await;
+                held.store(false, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let tokens = tokens.lock().unwrap().clone();
+        assert_eq!(tokens.len(), clients.len());
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "round {round}: tokens did not increase in grant order: {tokens:?}"
+        );
+    }
+    let granted: u64 = clients.iter().map(|c| c.metrics().acquired).sum();
+    let first: u64 = clients.iter().map(fast).sum();
+    eprintln!("{granted} grants, {first} without listing");
+    assert_eq!(granted, rounds * clients.len() as u64);
+    assert!(
+        first > 0,
+        "no node was proven first by its number 0; the test did not test"
+    );
+    // One directory per round, reaped only after a minute: one number 0 per round at most.
+    assert!(first <= rounds, "{first} grants proven first in {rounds} directories");
+    let raw = raw(&zk.connect_string()).await;
+    for round in 0..rounds {
+        match raw.list_children(&format!("/zklock/race-{round}")).await {
+            Ok(left) => assert!(left.is_empty(), "race-{round}: {left:?} left"),
+            Err(zk::Error::NoNode) => {}
+            Err(err) => panic!("list race-{round}: {err}"),
+        }
+    }
 }
 
 /// Another client's create and delete during our hold change the count: the next acquire
@@ -71,9 +142,9 @@ async fn a_foreign_create_and_delete_during_the_hold_forces_a_listing() {
     let c = client(&zk.connect_string()).await;
     let other = raw(&zk.connect_string()).await;
     let lock = c.mutex("visited").unwrap();
-    warm_up(&lock).await;
+    let base = warm_up(&lock, &c).await;
     let guard = lock.acquire().await.unwrap();
-    assert_eq!(fast(&c), 1);
+    assert_eq!(fast(&c) - base, 1);
     let (_, seq) = other
         .create("/zklock/visited/_c_x-lock-", b"", &sequential())
         .await
@@ -84,9 +155,9 @@ async fn a_foreign_create_and_delete_during_the_hold_forces_a_listing() {
         .unwrap();
     guard.release().await.unwrap();
     lock.acquire().await.unwrap().release().await.unwrap();
-    assert_eq!(fast(&c), 1, "the count changed behind our back: must list");
+    assert_eq!(fast(&c) - base, 1, "the count changed behind our back: must list");
     lock.acquire().await.unwrap().release().await.unwrap();
-    assert_eq!(fast(&c), 2, "alone again: back to the fast path");
+    assert_eq!(fast(&c) - base, 2, "alone again: back to the fast path");
 }
 
 /// A contender another client left in the directory is ahead of our next node: we wait for
@@ -97,7 +168,7 @@ async fn a_foreign_contender_left_in_the_dir_is_waited_for() {
     let c = client(&zk.connect_string()).await;
     let other = raw(&zk.connect_string()).await;
     let lock = c.mutex("queued").unwrap();
-    warm_up(&lock).await;
+    let base = warm_up(&lock, &c).await;
     let guard = lock.acquire().await.unwrap();
     let (_, seq) = other
         .create("/zklock/queued/_c_x-lock-", b"", &sequential())
@@ -117,7 +188,7 @@ async fn a_foreign_contender_left_in_the_dir_is_waited_for() {
         .await
         .unwrap();
     assert_eq!(
-        fast(&c),
+        fast(&c) - base,
         1,
         "only the grant before the foreign contender was a fast one"
     );
@@ -133,9 +204,9 @@ async fn a_dir_recreated_to_the_expected_count_is_not_trusted() {
     let c = client(&zk.connect_string()).await;
     let admin = raw(&zk.connect_string()).await;
     let lock = c.mutex("reborn").unwrap();
-    warm_up(&lock).await;
+    let base = warm_up(&lock, &c).await;
     let guard = lock.acquire().await.unwrap();
-    assert_eq!(fast(&c), 1);
+    assert_eq!(fast(&c) - base, 1);
     // The number the next create gets if nobody else creates a node in the directory.
     let last: i64 = guard.node_path().rsplit('-').next().unwrap().parse().unwrap();
     let expected = last + 1;
@@ -164,7 +235,7 @@ async fn a_dir_recreated_to_the_expected_count_is_not_trusted() {
         matches!(err, LockError::Timeout { .. }),
         "granted past the contenders of a recreated dir: {err:?}"
     );
-    assert_eq!(fast(&c), 1);
+    assert_eq!(fast(&c) - base, 1);
 }
 
 /// After a connection loss nothing known before it is trusted: the next acquire lists.
@@ -178,9 +249,9 @@ async fn a_reconnect_forgets_what_was_known() {
         .await
         .unwrap();
     let lock = c.mutex("reconnected").unwrap();
-    warm_up(&lock).await;
+    let base = warm_up(&lock, &c).await;
     lock.acquire().await.unwrap().release().await.unwrap();
-    assert_eq!(fast(&c), 1);
+    assert_eq!(fast(&c) - base, 1);
     let mut status = c.watch_status();
     proxy.blackhole();
     proxy.reset_all();
@@ -198,9 +269,9 @@ async fn a_reconnect_forgets_what_was_known() {
     .await;
     assert!(back, "the client did not reconnect: {:?}", c.status());
     lock.acquire().await.unwrap().release().await.unwrap();
-    assert_eq!(fast(&c), 1, "a grant right after a reconnect must list");
+    assert_eq!(fast(&c) - base, 1, "a grant right after a reconnect must list");
     lock.acquire().await.unwrap().release().await.unwrap();
-    assert_eq!(fast(&c), 2);
+    assert_eq!(fast(&c) - base, 2);
 }
 
 /// Lone grants interleaved with bursts of contention: siblings under `join!` in one task, a
@@ -228,7 +299,7 @@ async fn lone_grants_between_bursts_of_contention_stay_exclusive() {
             guard.release().await.unwrap();
         }
     };
-    warm_up(&lock).await;
+    let base = warm_up(&lock, &c).await;
     let mut rng = Rng::from_clock();
     let (mut lone, mut foreign_rounds) = (0, 0);
     for _ in 0..40 {
@@ -257,13 +328,14 @@ async fn lone_grants_between_bursts_of_contention_stay_exclusive() {
         "tokens did not strictly increase in grant order: {tokens:?}"
     );
     let m = c.metrics();
-    let listed = m.acquired - m.handed_off - m.granted_without_listing - 2; // 2: the warm-up
+    // The warm-up's three grants, one of them without listing, are not counted.
+    let listed = m.acquired - 3 - m.handed_off - (m.granted_without_listing - base);
     eprintln!(
         "{} grants, {lone} lone and {foreign_rounds} foreign rounds; this client: {m:?}",
         tokens.len()
     );
     assert!(
-        m.granted_without_listing > 0 || lone < 2,
+        m.granted_without_listing > base || lone < 2,
         "the fast path never came back"
     );
     // The other client's create and delete change the directory: our next grant must list.
@@ -282,7 +354,7 @@ async fn cancelled_fast_path_acquisitions_leave_no_node() {
     let zk = server();
     let c = client(&zk.connect_string()).await;
     let lock = c.mutex("cancel-alone").unwrap();
-    warm_up(&lock).await;
+    warm_up(&lock, &c).await;
     let acquire = {
         let lock = lock.clone();
         move || {

@@ -8,7 +8,7 @@
 //! | `zklock_acquired_total` | counter | grants through ZooKeeper (handoffs included) |
 //! | `zklock_reentered_total` | counter | reentrant grants |
 //! | `zklock_handed_off_total` | counter | grants of a node handed over inside the process |
-//! | `zklock_granted_without_listing_total` | counter | grants proven alone without a listing |
+//! | `zklock_granted_without_listing_total` | counter | grants proven first without a listing |
 //! | `zklock_timed_out_total` | counter | acquisitions that gave up at their timeout |
 //! | `zklock_lost_total` | counter | holds released after being reported lost |
 //! | `zklock_released_total` | counter | holds released |
@@ -151,7 +151,7 @@ pub struct MetricsSnapshot {
     /// Grants served by handing a held node to the next waiting task of this process
     /// (included in `acquired`).
     pub handed_off: u64,
-    /// Grants proven uncontended without listing the lock directory (included in
+    /// Grants proven first in the queue without listing the lock directory (included in
     /// `acquired`; see `docs/safety.md`, "Skipping the listing").
     pub granted_without_listing: u64,
     /// Acquisitions that gave up at their timeout.

@@ -245,16 +245,19 @@ async fn list(session: &Session, dir: &str) -> Result<Vec<String>, Failed> {
 struct Created {
     ours: String,
     stat: zk::Stat,
+    /// The directory's children; just our node when `listed` is false.
     children: Vec<String>,
-    /// False when the children were not listed but proven to be just our node.
+    /// False when the directory was not listed: our node was proven alone ([`crate::alone`])
+    /// or first (number 0), and no contender is ahead of it.
     listed: bool,
 }
 
 /// Creates our contender node with the listing pipelined behind it. Creates the lock
 /// directory (and namespace) as containers when missing, and finds our node again by its
-/// protected prefix when the create's answer was lost. When the session knows it was alone in
-/// the directory ([`crate::alone`]), sends the create without the listing, and lists only if
-/// the create's number does not prove the node alone.
+/// protected prefix when the create's answer was lost. Leaves the listing out when the
+/// create's number will likely prove the node ahead of everyone (the session was alone in the
+/// directory, see [`crate::alone`], or the directory is being made in the same round trip),
+/// and lists only if the number does not prove it.
 async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) -> Result<Created, Failed> {
     let dir = recipe.dir;
     let prefix = format!("{dir}/{protect}{}", recipe.node_name);
@@ -271,7 +274,9 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
         let make_dir = dir_missing.then(|| session.zk.create(dir, b"", &container));
         let data = recipe.holder.node_data(recipe.template);
         let create = session.zk.create(&prefix, &data, &options);
-        let listing = expected.is_none().then(|| session.zk.list_children(dir));
+        // In a directory made just now our node is almost surely number 0, which proves it
+        // first without a listing (see below); only a lost race costs a round trip more.
+        let listing = (expected.is_none() && !dir_missing).then(|| session.zk.list_children(dir));
         let (made, created, listed) = tokio::join!(optional(make_dir), create, optional(listing));
         let parent_missing = matches!(made, Some(Err(zk::Error::NoNode)));
         if let (Some(Err(err)), Err(_)) = (made, &created) {
@@ -293,6 +298,17 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
                             listed: false,
                         });
                     }
+                }
+                if sequence == 0 {
+                    // The first create in this incarnation of the directory: every other
+                    // child came later, with a higher number, so none is ahead of ours
+                    // (docs/safety.md, "Number 0 is first").
+                    return Ok(Created {
+                        children: vec![ours.clone()],
+                        ours,
+                        stat,
+                        listed: false,
+                    });
                 }
                 let children = match listed {
                     Some(Ok(children)) => children,
