@@ -25,13 +25,13 @@ fn fast(c: &LockClient) -> u64 {
     c.metrics().granted_without_listing
 }
 
-/// Three grants: the first makes the directory (its node is number 0, proven first without a
-/// listing), the next two list: one notes the directory, one sets its watch. From then on a
-/// lone contender goes without listing. Returns the client's count of grants without listing
-/// after the warm-up, for the tests to count from.
+/// Two grants: the first makes the directory (its node is number 0, proven first without a
+/// listing, and the session notes the directory), the second lists and sets the directory
+/// watch. From then on a lone contender goes without listing. Returns the client's count of
+/// grants without listing after the warm-up, for the tests to count from.
 async fn warm_up(lock: &zklock_runtime::Lock, c: &LockClient) -> u64 {
     let before = fast(c);
-    for _ in 0..3 {
+    for _ in 0..2 {
         lock.acquire().await.unwrap().release().await.unwrap();
     }
     assert_eq!(
@@ -60,20 +60,20 @@ async fn a_lone_holder_is_granted_again_without_listing() {
         guard.release().await.unwrap();
         counts.push(fast(&c));
     }
-    // The first grant makes the directory (number 0), the next two list (noting the
-    // directory, then setting its watch), the rest go without listing.
-    assert_eq!(counts, [1, 1, 1, 2, 3]);
+    // The first grant makes the directory (number 0) and notes it, the second lists and
+    // sets the directory watch, the rest go without listing.
+    assert_eq!(counts, [1, 1, 2, 3, 4]);
     // The write side of a read/write lock is exclusive too; the read side always lists.
     let write = c.write_lock("solo-rw").unwrap();
     for _ in 0..4 {
         write.acquire().await.unwrap().release().await.unwrap();
     }
-    assert_eq!(fast(&c), 5);
+    assert_eq!(fast(&c), 7);
     let read = c.read_lock("solo-rw").unwrap();
     for _ in 0..3 {
         read.acquire().await.unwrap().release().await.unwrap();
     }
-    assert_eq!(fast(&c), 5, "read locks in a directory that exists list every time");
+    assert_eq!(fast(&c), 7, "read locks in a directory that exists list every time");
 }
 
 /// Contenders of several clients racing for names nobody used before: every first create
@@ -328,8 +328,8 @@ async fn lone_grants_between_bursts_of_contention_stay_exclusive() {
         "tokens did not strictly increase in grant order: {tokens:?}"
     );
     let m = c.metrics();
-    // The warm-up's three grants, one of them without listing, are not counted.
-    let listed = m.acquired - 3 - m.handed_off - (m.granted_without_listing - base);
+    // The warm-up's two grants, one of them without listing, are not counted.
+    let listed = m.acquired - 2 - m.handed_off - (m.granted_without_listing - base);
     eprintln!(
         "{} grants, {lone} lone and {foreign_rounds} foreign rounds; this client: {m:?}",
         tokens.len()
@@ -373,4 +373,68 @@ async fn cancelled_fast_path_acquisitions_leave_no_node() {
     assert!(c.metrics().abandoned > 0, "no acquisition was cancelled midway");
     let guard = lock.try_acquire().await.unwrap().expect("the lock is free");
     guard.release().await.unwrap();
+}
+
+/// A directory remade by us is first proven by our node's number 0; the count then carries
+/// over to the next grant only if nobody created a node meanwhile. A foreign contender that
+/// joined behind our number-0 node is still there when we come back: we must queue behind it.
+#[tokio::test]
+async fn a_contender_behind_our_first_node_of_a_remade_dir_is_waited_for() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let admin = raw(&zk.connect_string()).await;
+    let lock = c.mutex("remade").unwrap();
+    let base = warm_up(&lock, &c).await;
+    lock.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(fast(&c) - base, 1, "watched and alone: no listing");
+    // The directory goes (as a reaped container would); our watch on it fires.
+    admin.delete("/zklock/remade", None).await.unwrap();
+    let guard = lock.acquire().await.unwrap();
+    assert!(guard.node_path().ends_with("-lock-0000000000"), "{}", guard.node_path());
+    assert_eq!(fast(&c) - base, 2, "number 0 in the directory we made: no listing");
+    // A contender joins behind our node and stays.
+    let (_, seq) = admin
+        .create("/zklock/remade/_c_x-lock-", b"", &sequential())
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let err = lock.acquire_timeout(Duration::from_millis(500)).await.unwrap_err();
+    assert!(
+        matches!(err, LockError::Timeout { .. }),
+        "granted past a contender: {err:?}"
+    );
+    assert_eq!(fast(&c) - base, 2);
+    admin
+        .delete(&format!("/zklock/remade/_c_x-lock-{seq}"), None)
+        .await
+        .unwrap();
+    lock.acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        fast(&c) - base,
+        2,
+        "the count is unproven until a listing shows us alone"
+    );
+}
+
+/// Per-key locks over many names (more than a small table would hold): each name's first
+/// grant makes its directory (number 0), the second lists and sets the watch, and from the
+/// third on every grant goes without listing.
+#[tokio::test]
+async fn per_key_locks_over_many_names_keep_the_fast_path() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let names = 600;
+    for round in 0..3 {
+        for key in 0..names {
+            let lock = c.mutex(&format!("item:{key}")).unwrap();
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        let expected = [names, names, 2 * names][round];
+        assert_eq!(fast(&c), expected as u64, "after round {round}");
+    }
 }

@@ -4,10 +4,11 @@
 //!
 //! - A sequential node's number is a counter of the directory (its `cversion` as the server
 //!   prepares the create) that every create in the directory raises and nothing lowers.
-//! - When a listing shows our node (number `s`) alone in the directory, and the delete of that
-//!   node is acknowledged, our next create in the same session that gets number `s + 1` proves
-//!   that no other create happened in between: the directory held nothing but our old node,
-//!   which is gone, so it holds our new node and nothing else. No listing needed.
+//! - When no contender older than our node (number `s`) is in the directory (a listing shows
+//!   our node alone, or `s` is 0), and the delete of that node is acknowledged, our next
+//!   create in the same session that gets number `s + 1` proves that no other create happened
+//!   in between: the directory held nothing but our old node, which is gone, so it holds our
+//!   new node and nothing else. No listing needed.
 //! - A directory deleted and recreated (a reaped container) starts a new count that can reach
 //!   the same number, so an exists-watch on the directory must not have fired. It is set after
 //!   the listing and before the delete is sent, while our node keeps the directory from being
@@ -16,34 +17,45 @@
 //! - Anything unexpected (another number, a fired watch, a reconnect, an evicted entry)
 //!   forgets what was known, and the caller lists as usual.
 //!
-//! One [`Alone`] per session: a new session starts knowing nothing.
+//! One [`Alone`] per session: a new session starts knowing nothing. Both of its tables are
+//! least-recently-used caches sized for per-key locks (`seckill:{item}` over thousands of
+//! items): a directory is only watched once it was seen alone twice, and the least recently
+//! used one is forgotten (its watch removed) when the table is full.
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures_util::task::noop_waker_ref;
+use hashlink::LruCache;
 
 use zookeeper_client as zk;
 
-/// Directories remembered per session; the oldest is forgotten beyond this, so per-key locks
-/// do not grow the state without bound.
-const MAX_DIRS: usize = 256;
+/// Directories remembered per session, in each table; the least recently used is forgotten
+/// beyond this, so per-key locks do not grow the state without bound. A watched directory
+/// costs this process about 0.6 KiB (client library included) and the server one watch.
+const MAX_DIRS: usize = 8192;
 
 type ExistsAnswer = Pin<Box<dyn Future<Output = Result<(Option<zk::Stat>, zk::OneshotWatcher), zk::Error>> + Send>>;
 type WatchEvent = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
 
 /// What one session knows about the lock directories it was alone in.
-#[derive(Default)]
 pub(crate) struct Alone {
-    dirs: HashMap<String, Known>,
-    order: VecDeque<String>,
+    /// Watched directories.
+    dirs: LruCache<String, Known>,
     /// Directories seen alone once, not yet watched: the watch (one more request, and one to
-    /// remove it when forgotten) is only worth it for a lock taken again, not for per-key locks
-    /// spread over many names.
-    seen: HashSet<String>,
-    seen_order: VecDeque<String>,
+    /// remove it when forgotten) is only worth it for a lock taken again, not for a name used
+    /// once.
+    seen: LruCache<String, ()>,
+}
+
+impl Default for Alone {
+    fn default() -> Self {
+        Alone {
+            dirs: LruCache::new(MAX_DIRS),
+            seen: LruCache::new(MAX_DIRS),
+        }
+    }
 }
 
 /// One directory: our node was its only child.
@@ -91,11 +103,11 @@ impl DirWatch {
 }
 
 impl Alone {
-    /// A listing showed `node` (number `sequence`) as the only child of `dir`. The second time
-    /// this happens for a directory, sets the directory watch (the request goes out now, ahead
-    /// of any later delete of `node` on this session); from then on the directory can go
-    /// without listings.
-    pub fn listed_alone(&mut self, zk: &zk::Client, dir: &str, node: &str, sequence: i64) {
+    /// `node` (number `sequence`) has no older contender in `dir`: a listing showed it as the
+    /// only child, or its number is 0 (see `docs/safety.md`). The second time this happens for
+    /// a directory, sets the directory watch (the request goes out now, ahead of any later
+    /// delete of `node` on this session); from then on the directory can go without listings.
+    pub fn proven_first(&mut self, zk: &zk::Client, dir: &str, node: &str, sequence: i64) {
         if let Some(known) = self.dirs.get_mut(dir) {
             if known.watch.intact() {
                 known.node = Some(node.to_owned());
@@ -105,13 +117,10 @@ impl Alone {
             }
             self.forget(dir);
         }
-        if self.seen.insert(dir.to_owned()) {
-            self.seen_order.push_back(dir.to_owned());
-            if self.seen_order.len() > MAX_DIRS {
-                if let Some(oldest) = self.seen_order.pop_front() {
-                    self.seen.remove(&oldest);
-                }
-            }
+        // A directory stays in `seen` once watched, so one forgotten after a fallback is
+        // watched again at its next lone listing.
+        if self.seen.get(dir).is_none() {
+            self.seen.insert(dir.to_owned(), ());
             return;
         }
         let (zk, path) = (zk.clone(), dir.to_owned());
@@ -142,6 +151,10 @@ impl Alone {
             if known.node.as_deref() == Some(node) {
                 known.node = None;
                 known.expected = Some(known.sequence + 1);
+                // The watch's answer came before this delete's: keep just the watch, not the
+                // request that set it (a table of thousands of directories feels the
+                // difference).
+                known.watch.intact();
             }
         }
     }
@@ -182,23 +195,14 @@ impl Alone {
     /// The connection dropped: watch events may be late, so nothing is trusted any more.
     pub fn clear(&mut self) {
         self.dirs.clear();
-        self.order.clear();
     }
 
     fn insert(&mut self, dir: &str, known: Known) {
-        if self.dirs.len() >= MAX_DIRS {
-            while let Some(oldest) = self.order.pop_front() {
-                if self.dirs.remove(&oldest).is_some() {
-                    break;
-                }
-            }
-        }
+        // Past capacity the least recently used directory drops out, and its watch with it.
         self.dirs.insert(dir.to_owned(), known);
-        self.order.push_back(dir.to_owned());
     }
 
     fn forget(&mut self, dir: &str) {
         self.dirs.remove(dir);
-        self.order.retain(|d| d != dir);
     }
 }

@@ -303,6 +303,9 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
                     // The first create in this incarnation of the directory: every other
                     // child came later, with a higher number, so none is ahead of ours
                     // (docs/safety.md, "Number 0 is first").
+                    if recipe.skip_listing_when_alone {
+                        session.alone().proven_first(&session.zk, dir, &ours, sequence);
+                    }
                     return Ok(Created {
                         children: vec![ours.clone()],
                         ours,
@@ -315,7 +318,7 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
                     _ => list(session, dir).await?,
                 };
                 if recipe.skip_listing_when_alone && children.len() == 1 && children[0] == ours {
-                    session.alone().listed_alone(&session.zk, dir, &ours, sequence);
+                    session.alone().proven_first(&session.zk, dir, &ours, sequence);
                 }
                 return Ok(Created {
                     ours,
