@@ -46,14 +46,7 @@ impl Cleanup {
     /// drops it unfinished (a runtime that shut down): either way [`flush`](Self::flush) stops
     /// waiting for it.
     pub fn spawn(&self, session: &Session, job: impl Future<Output = ()> + Send + 'static) {
-        let counted = self.count();
-        if session.runtime_gone() {
-            return; // dropping `counted` uncounts the job; the session's nodes went with it
-        }
-        session.runtime.spawn(async move {
-            let _counted = counted;
-            job.await;
-        });
+        spawn_counted(session, self.count(), job);
     }
 
     /// Runs `job` inside the returned future, for a caller that awaits it (a release): no task
@@ -138,17 +131,23 @@ impl<T: Send + 'static> Future for Finishing<T> {
 
 impl<T: Send + 'static> Drop for Finishing<T> {
     fn drop(&mut self) {
-        let (Some(job), counted) = (self.job.take(), self.counted.take()) else {
-            return;
-        };
-        if self.session.runtime_gone() {
-            return; // the session's nodes went with its runtime
+        if let (Some(job), Some(counted)) = (self.job.take(), self.counted.take()) {
+            spawn_counted(&self.session, counted, async move {
+                job.await;
+            });
         }
-        self.session.runtime.spawn(async move {
-            let _counted = counted;
-            job.await;
-        });
     }
+}
+
+/// Runs `job` on the session's runtime, counted until it finishes or the runtime drops it.
+fn spawn_counted(session: &Session, counted: Counted, job: impl Future<Output = ()> + Send + 'static) {
+    if session.runtime_gone() {
+        return; // dropping `counted` uncounts the job; the session's nodes went with it
+    }
+    session.runtime.spawn(async move {
+        let _counted = counted;
+        job.await;
+    });
 }
 
 /// The one way a contender node is deleted. The delete request goes on the wire before this
