@@ -74,6 +74,15 @@ enum Worker {
     /// The memory-per-key measurement, in a process of its own (started by the bench itself).
     #[command(hide = true)]
     Rss { connect: String, keys: usize },
+    /// Runs one section alone for SECONDS against a server you started, for a profiler
+    /// (`perf record -g -- bench profile distinct 127.0.0.1:2181 20`); prints the rate and this
+    /// process's CPU time per acquisition.
+    Profile {
+        #[arg(value_parser = ["uncontended", "floor", "distinct", "distinct-floor", "distinct-floor-list", "curator-distinct"])]
+        section: String,
+        connect: String,
+        seconds: u64,
+    },
 }
 
 /// Sizes of a run.
@@ -143,7 +152,7 @@ impl Plan {
     }
 
     fn steps(&self) -> usize {
-        3 + 2 * self.in_process.len() + 2 * self.cross_process.len() + self.fairness_bounds.len() + 2 + 2 + 3
+        3 + 2 * self.in_process.len() + 2 * self.cross_process.len() + self.fairness_bounds.len() + 4 + 2 + 3
     }
 }
 
@@ -190,6 +199,11 @@ fn main() -> Result<(), BoxError> {
             println!("{}", zklock_side::rss_growth(connect, keys).await?);
             Ok(())
         }),
+        Some(Worker::Profile {
+            ref section,
+            ref connect,
+            seconds,
+        }) => runtime.block_on(profile(section, connect, Duration::from_secs(seconds))),
         None => runtime.block_on(run(args)),
     }
 }
@@ -297,17 +311,53 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "distinct keys: zklock, {} tasks over {} keys",
         plan.distinct_tasks, plan.distinct_keys
     ));
+    // Each run also reports the CPU time it cost: this process's (the zklock and floor
+    // clients; Curator's client is another JVM) and the server's, per acquisition.
+    let (tasks, keys) = (plan.distinct_tasks, plan.distinct_keys);
+    let costed = |run: Value, client: Option<Duration>, server_cpu: Option<Duration>| {
+        let n = run["acquisitions"].as_f64().unwrap_or(0.0).max(1.0);
+        let per = |cpu: Option<Duration>| cpu.map(|c| round(c.as_secs_f64() * 1e6 / n));
+        json!({ "run": run, "client_cpu_us_per_acquisition": per(client), "server_cpu_us_per_acquisition": per(server_cpu) })
+    };
+    let (before, server_cpu) = (process_cpu(), server.cpu());
     let (start, end) = window(Duration::from_millis(500), plan.window);
-    let z_distinct = zklock_side::distinct_keys(&connect, plan.distinct_tasks, plan.distinct_keys, start, end).await?;
-    progress.step(&format!(
-        "distinct keys: Curator, {} threads over {} keys",
-        plan.distinct_tasks, plan.distinct_keys
-    ));
+    let z_distinct = zklock_side::distinct_keys(&connect, tasks, keys, start, end).await?;
+    let z_distinct = costed(
+        z_distinct,
+        Some(process_cpu().saturating_sub(before)),
+        server.cpu().zip(server_cpu).map(|(a, b)| a.saturating_sub(b)),
+    );
+    progress.step(&format!("distinct keys: Curator, {tasks} threads over {keys} keys"));
     let peer = curator_side::peer(&connect).await?;
+    let server_cpu = server.cpu();
     let (start, end) = window(Duration::from_millis(500), plan.window);
-    let c_distinct = curator_side::distinct_keys(&peer, plan.distinct_tasks, plan.distinct_keys, start, end).await?;
+    let c_distinct = curator_side::distinct_keys(&peer, tasks, keys, start, end).await?;
+    let c_distinct = costed(
+        c_distinct,
+        None,
+        server.cpu().zip(server_cpu).map(|(a, b)| a.saturating_sub(b)),
+    );
     drop(peer);
-    let distinct = distinct_entry(&z_distinct, &c_distinct, plan.window);
+    // The per-key floor: a bare client's create + delete over the same number of keys, and the
+    // recipe's minimum with the listing pipelined behind the create.
+    let per_key_floor = zklock_side::DistinctFloor::prepare(&connect, keys).await?;
+    let mut floors = Vec::new();
+    for with_list in [false, true] {
+        progress.step(&format!(
+            "distinct keys: raw floor{}, {tasks} tasks over {keys} keys",
+            if with_list { " with listing" } else { "" }
+        ));
+        let (before, server_cpu) = (process_cpu(), server.cpu());
+        let (start, end) = window(Duration::from_millis(500), plan.window);
+        let run = per_key_floor.run(tasks, with_list, start, end).await?;
+        floors.push(costed(
+            run,
+            Some(process_cpu().saturating_sub(before)),
+            server.cpu().zip(server_cpu).map(|(a, b)| a.saturating_sub(b)),
+        ));
+    }
+    drop(per_key_floor);
+    let distinct = distinct_entry(&z_distinct, &c_distinct, &floors[0], &floors[1], plan.window);
     progress.step(&format!("memory per key: {} distinct names in sequence", plan.rss_keys));
     let rss = rss_worker(&connect, plan.rss_keys).await?;
 
@@ -369,6 +419,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "in_process_throughput_zklock_vs_curator": ratio(rate(in_headline, "zklock"), rate(in_headline, "curator")),
         "reentrant_cost_zklock_vs_curator": ratio(zk_re, cur_re),
         "distinct_keys_throughput_zklock_vs_curator": distinct["zklock_vs_curator"].clone(),
+        "distinct_keys_throughput_zklock_vs_floor_with_listing": distinct["zklock_vs_floor_with_listing"].clone(),
+        "distinct_keys_throughput_floor_with_listing_vs_curator": distinct["floor_with_listing_vs_curator"].clone(),
     });
     let target = |value: Option<f64>, op: &str, bound: f64| {
         let met = value.is_some_and(|v| if op == "<=" { v <= bound } else { v >= bound });
@@ -447,6 +499,59 @@ async fn run(args: Args) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The `profile` worker: one section alone, with this process's CPU time per acquisition
+/// (for `curator-distinct` that is only the bench's side; Curator runs in its own JVM).
+async fn profile(section: &str, connect: &str, length: Duration) -> Result<(), BoxError> {
+    let cpu_before = process_cpu();
+    let per_key = |run: Value| (run["acquisitions"].as_u64().unwrap_or(0), length);
+    let (acquisitions, took) = match section {
+        "uncontended" => {
+            let bench = zklock_side::Uncontended::new(connect).await?;
+            repeat_for(length, || bench.run(100)).await?
+        }
+        "floor" => {
+            let bench = zklock_side::Floor::new(connect).await?;
+            repeat_for(length, || bench.run(100)).await?
+        }
+        "distinct" => {
+            let (start, end) = window(Duration::from_millis(500), length);
+            per_key(zklock_side::distinct_keys(connect, 64, 10_000, start, end).await?)
+        }
+        "curator-distinct" => {
+            let peer = curator_side::peer(connect).await?;
+            let (start, end) = window(Duration::from_millis(500), length);
+            per_key(curator_side::distinct_keys(&peer, 64, 10_000, start, end).await?)
+        }
+        floor => {
+            let bench = zklock_side::DistinctFloor::prepare(connect, 10_000).await?;
+            let (start, end) = window(Duration::from_millis(500), length);
+            per_key(bench.run(64, floor == "distinct-floor-list", start, end).await?)
+        }
+    };
+    let cpu = process_cpu().saturating_sub(cpu_before);
+    println!(
+        "{section}: {acquisitions} acquisitions, {:.0}/s, {:.1} µs of this process's CPU each",
+        acquisitions as f64 / took.as_secs_f64(),
+        cpu.as_secs_f64() * 1e6 / acquisitions.max(1) as f64
+    );
+    Ok(())
+}
+
+/// Runs `batch` (a run of cycles returning their latencies) until `length` has passed; returns
+/// the cycles run and the time taken.
+async fn repeat_for<F, Fut>(length: Duration, mut batch: F) -> Result<(u64, Duration), BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<u64>, Duration), BoxError>>,
+{
+    let started = Instant::now();
+    let mut cycles = 0;
+    while started.elapsed() < length {
+        cycles += batch().await?.0.len() as u64;
+    }
+    Ok((cycles, started.elapsed()))
+}
+
 /// A wall-clock window starting `lead` from now.
 fn window(lead: Duration, length: Duration) -> (u64, u64) {
     let start = zklock_side::epoch_ms() + lead.as_millis() as u64;
@@ -501,16 +606,27 @@ async fn rss_worker(connect: &str, keys: usize) -> Result<Value, BoxError> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-fn distinct_entry(zklock: &Value, curator: &Value, window: Duration) -> Value {
-    let rate = |v: &Value| round(v["acquisitions"].as_f64().unwrap_or(0.0) / window.as_secs_f64());
-    let (z, c) = (rate(zklock), rate(curator));
+/// The per-key section: zklock, Curator and the two raw floors (each `{run, ..._cpu_...}`).
+fn distinct_entry(zklock: &Value, curator: &Value, floor: &Value, floor_list: &Value, window: Duration) -> Value {
+    let rate = |v: &Value| round(v["run"]["acquisitions"].as_f64().unwrap_or(0.0) / window.as_secs_f64());
+    let with_rate = |v: &Value| {
+        let mut v = v.clone();
+        v["acquisitions_per_sec"] = json!(rate(&v));
+        v
+    };
+    let (z, c, f, fl) = (rate(zklock), rate(curator), rate(floor), rate(floor_list));
     json!({
-        "tasks": zklock["threads"],
-        "keys": zklock["keys"],
+        "tasks": zklock["run"]["threads"],
+        "keys": zklock["run"]["keys"],
         "window_s": window.as_secs_f64(),
-        "zklock": { "acquisitions_per_sec": z, "run": zklock },
-        "curator": { "acquisitions_per_sec": c, "run": curator },
+        "zklock": with_rate(zklock),
+        "curator": with_rate(curator),
+        "floor": with_rate(floor),
+        "floor_with_listing": with_rate(floor_list),
         "zklock_vs_curator": ratio(z, c),
+        "zklock_vs_floor": ratio(z, f),
+        "zklock_vs_floor_with_listing": ratio(z, fl),
+        "floor_with_listing_vs_curator": ratio(fl, c),
     })
 }
 
@@ -763,6 +879,28 @@ fn print_table(r: &Value) {
         d["curator"]["acquisitions_per_sec"],
         d["zklock_vs_curator"]
     );
+    println!(
+        "  {:<28} {:>10} {:>22} {:>22}",
+        "", "acq/s", "client CPU µs / acq", "server CPU µs / acq"
+    );
+    for (label, key) in [
+        ("zklock", "zklock"),
+        ("Curator", "curator"),
+        ("floor: create + delete", "floor"),
+        ("floor: create ‖ list + delete", "floor_with_listing"),
+    ] {
+        let e = &d[key];
+        println!(
+            "  {label:<28} {:>10} {:>22} {:>22}",
+            e["acquisitions_per_sec"],
+            e["client_cpu_us_per_acquisition"]
+                .as_f64()
+                .map_or("(its JVM)".into(), |v| v.to_string()),
+            e["server_cpu_us_per_acquisition"]
+                .as_f64()
+                .map_or("-".into(), |v| v.to_string()),
+        );
+    }
     let m = &r["rss"];
     println!(
         "Memory per key: {} distinct names in {:.0} s; RSS {:.1} -> {:.1} MB (growth {:.2} MB)",

@@ -26,6 +26,20 @@ pub struct Settings {
 }
 
 impl Server {
+    /// CPU time (user + system, all threads) the server process has used so far: known for a
+    /// standalone server the bench started, `None` for an ensemble or a `--zk` server.
+    pub fn cpu(&self) -> Option<Duration> {
+        let pid = self.child.as_ref()?.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) end in ')'; utime and stime
+        // are fields 14 and 15 of the whole line, in clock ticks.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (per_second > 0).then(|| Duration::from_secs_f64(ticks as f64 / per_second as f64))
+    }
+
     /// Starts a standalone ZooKeeper from the Debian jars on a free port, data in a temp dir.
     pub fn start(settings: &Settings) -> Result<Server, String> {
         let port = TcpListener::bind("127.0.0.1:0")

@@ -312,10 +312,37 @@ pub async fn distinct_keys(
         .session_timeout(Duration::from_secs(10))
         .connect()
         .await?;
+    let acquisitions = per_key_cycles(tasks, keys, start_ms, end_ms, move |key| {
+        let client = client.clone();
+        async move { client.mutex(&format!("key-{key}"))?.acquire().await?.release().await }
+    })
+    .await?;
+    Ok(json!({
+        "acquisitions": acquisitions,
+        "window_ms": end_ms - start_ms,
+        "threads": tasks,
+        "keys": keys,
+    }))
+}
+
+/// `tasks` tasks each run `cycle(key)` on random keys below `keys` from `start_ms` until
+/// `end_ms`; returns the cycles completed inside that window. The per-key sections' loop.
+async fn per_key_cycles<F, Fut, E>(
+    tasks: usize,
+    keys: usize,
+    start_ms: u64,
+    end_ms: u64,
+    cycle: F,
+) -> Result<u64, BoxError>
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), E>> + Send,
+    E: Into<BoxError> + Send + 'static,
+{
     let counted = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for task in 0..tasks {
-        let (client, counted) = (client.clone(), counted.clone());
+        let (cycle, counted) = (cycle.clone(), counted.clone());
         handles.push(tokio::spawn(async move {
             let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(task as u64 + 1) | 1);
             let now = epoch_ms();
@@ -323,30 +350,25 @@ pub async fn distinct_keys(
                 tokio::time::sleep(Duration::from_millis(start_ms - now)).await;
             }
             while epoch_ms() < end_ms {
-                let key = rng.below(keys as u64);
-                client.mutex(&format!("key-{key}"))?.acquire().await?.release().await?;
+                cycle(rng.below(keys as u64)).await?;
                 let now = epoch_ms();
                 if now >= start_ms && now <= end_ms {
                     counted.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Ok::<_, zklock::LockError>(())
+            Ok::<_, E>(())
         }));
     }
     for h in handles {
-        h.await??;
+        h.await?.map_err(Into::into)?;
     }
-    Ok(json!({
-        "acquisitions": counted.load(Ordering::Relaxed),
-        "window_ms": end_ms - start_ms,
-        "threads": tasks,
-        "keys": keys,
-    }))
+    Ok(counted.load(Ordering::Relaxed))
 }
 
-/// Memory per distinct key: acquires and releases `keys` never-repeated lock names in sequence
-/// and reports the process's resident set before and after. Run in a process of its own (the
-/// bench's `rss` worker), so nothing else allocates beside it.
+/// Memory per distinct key: acquires and releases `keys` never-repeated lock names in sequence,
+/// each twice (the second grant has the session watch the name's directory, the most a
+/// name costs), and reports the process's resident set before and after. Run in a process of
+/// its own (the bench's `rss` worker), so nothing else allocates beside it.
 pub async fn rss_growth(connect: &str, keys: usize) -> Result<Value, BoxError> {
     let client = LockClient::builder(connect)
         .namespace("/zklock-rss")
@@ -355,12 +377,18 @@ pub async fn rss_growth(connect: &str, keys: usize) -> Result<Value, BoxError> {
         .await?;
     // Warm up the allocator, the runtime and the client's buffers first.
     for i in 0..1000 {
-        client.mutex(&format!("warm-{i}"))?.acquire().await?.release().await?;
+        let lock = client.mutex(&format!("warm-{i}"))?;
+        for _ in 0..2 {
+            lock.acquire().await?.release().await?;
+        }
     }
     let before = rss_kib()?;
     let started = Instant::now();
     for i in 0..keys {
-        client.mutex(&format!("key-{i}"))?.acquire().await?.release().await?;
+        let lock = client.mutex(&format!("key-{i}"))?;
+        for _ in 0..2 {
+            lock.acquire().await?.release().await?;
+        }
     }
     let seconds = started.elapsed().as_secs_f64();
     let after = rss_kib()?;
@@ -393,5 +421,73 @@ impl Xorshift {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0 % n.max(1)
+    }
+}
+
+/// The per-key floor: tasks of one bare ZooKeeper client each creating an ephemeral sequential
+/// node in one of `keys` directories (made beforehand, persistent) and deleting it, with the
+/// directory's listing pipelined behind the create or not.
+pub struct DistinctFloor {
+    raw: zk::Client,
+    keys: usize,
+}
+
+impl DistinctFloor {
+    const ROOT: &'static str = "/bench-distinct-floor";
+
+    /// Connects and makes the `keys` directories (all requests in flight at once).
+    pub async fn prepare(connect: &str, keys: usize) -> Result<DistinctFloor, BoxError> {
+        let raw = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(connect)
+            .await?;
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let dirs: Vec<String> = std::iter::once(Self::ROOT.to_owned())
+            .chain((0..keys).map(|k| format!("{}/key-{k}", Self::ROOT)))
+            .collect();
+        let (root, keyed) = dirs.split_first().expect("the root is first");
+        let made = futures::future::join_all(
+            std::iter::once(raw.create(root, b"", &persistent))
+                .chain(keyed.iter().map(|d| raw.create(d, b"", &persistent))),
+        )
+        .await;
+        for result in made {
+            match result {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(DistinctFloor { raw, keys })
+    }
+
+    /// `tasks` tasks loop create (‖ list when `with_list`) + delete on random keys; counts the
+    /// cycles completed inside [start_ms, end_ms].
+    pub async fn run(&self, tasks: usize, with_list: bool, start_ms: u64, end_ms: u64) -> Result<Value, BoxError> {
+        let raw = self.raw.clone();
+        let acquisitions = per_key_cycles(tasks, self.keys, start_ms, end_ms, move |key| {
+            let raw = raw.clone();
+            async move {
+                let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+                let dir = format!("{}/key-{key}", Self::ROOT);
+                let prefix = format!("{dir}/lock-");
+                let create = raw.create(&prefix, b"", &sequential);
+                let seq = if with_list {
+                    let (created, listed) = tokio::join!(create, raw.list_children(&dir));
+                    listed?;
+                    created?.1
+                } else {
+                    create.await?.1
+                };
+                raw.delete(&format!("{dir}/lock-{seq}"), None).await
+            }
+        })
+        .await?;
+        Ok(json!({
+            "acquisitions": acquisitions,
+            "window_ms": end_ms - start_ms,
+            "threads": tasks,
+            "keys": self.keys,
+            "with_listing": with_list,
+        }))
     }
 }
