@@ -424,9 +424,11 @@ impl LockGuard {
         self.start_release().await
     }
 
-    /// Ends the hold now (hands the node on or sends its delete, as a background job) and
-    /// returns what is left to wait for; [`release`](Self::release) awaits it at once, a
-    /// multi-lock starts all its releases before awaiting any.
+    /// Ends the hold now (hands the node on, or sends its delete) and returns what is left:
+    /// waiting for the taker or for the delete's answer, retried through connection losses.
+    /// The returned future does that work itself; dropped before it is done, the rest goes on
+    /// in the background. [`release`](Self::release) awaits it at once; a multi-lock starts all
+    /// its releases before awaiting them together.
     pub(crate) fn start_release(self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
         let (lost, outcome) = match Arc::try_unwrap(self.hold) {
             Ok(mut hold) => {
