@@ -42,6 +42,30 @@ async fn warm_up(lock: &zklock_runtime::Lock, c: &LockClient) -> u64 {
     fast(c)
 }
 
+/// A foreign contender joins `dir` behind `guard`'s node and stays: once `guard` is released,
+/// `lock` must not be granted past it, and is granted once it is gone.
+async fn queue_behind_a_foreign_contender(
+    lock: &zklock_runtime::Lock,
+    guard: zklock_runtime::LockGuard,
+    other: &zk::Client,
+) {
+    let prefix = format!("{}/_c_x-lock-", lock.path());
+    let (_, seq) = other.create(&prefix, b"", &sequential()).await.unwrap();
+    guard.release().await.unwrap();
+    let err = lock.acquire_timeout(Duration::from_millis(500)).await.unwrap_err();
+    assert!(
+        matches!(err, LockError::Timeout { .. }),
+        "granted past a foreign contender: {err:?}"
+    );
+    other.delete(&format!("{prefix}{seq}"), None).await.unwrap();
+    lock.acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 fn sequential() -> zk::CreateOptions<'static> {
     zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
 }
@@ -170,23 +194,7 @@ async fn a_foreign_contender_left_in_the_dir_is_waited_for() {
     let lock = c.mutex("queued").unwrap();
     let base = warm_up(&lock, &c).await;
     let guard = lock.acquire().await.unwrap();
-    let (_, seq) = other
-        .create("/zklock/queued/_c_x-lock-", b"", &sequential())
-        .await
-        .unwrap();
-    guard.release().await.unwrap();
-    let err = lock.acquire_timeout(Duration::from_millis(500)).await.unwrap_err();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    other
-        .delete(&format!("/zklock/queued/_c_x-lock-{seq}"), None)
-        .await
-        .unwrap();
-    lock.acquire_timeout(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    queue_behind_a_foreign_contender(&lock, guard, &other).await;
     assert_eq!(
         fast(&c) - base,
         1,
@@ -392,28 +400,7 @@ async fn a_contender_behind_our_first_node_of_a_remade_dir_is_waited_for() {
     let guard = lock.acquire().await.unwrap();
     assert!(guard.node_path().ends_with("-lock-0000000000"), "{}", guard.node_path());
     assert_eq!(fast(&c) - base, 2, "number 0 in the directory we made: no listing");
-    // A contender joins behind our node and stays.
-    let (_, seq) = admin
-        .create("/zklock/remade/_c_x-lock-", b"", &sequential())
-        .await
-        .unwrap();
-    guard.release().await.unwrap();
-    let err = lock.acquire_timeout(Duration::from_millis(500)).await.unwrap_err();
-    assert!(
-        matches!(err, LockError::Timeout { .. }),
-        "granted past a contender: {err:?}"
-    );
-    assert_eq!(fast(&c) - base, 2);
-    admin
-        .delete(&format!("/zklock/remade/_c_x-lock-{seq}"), None)
-        .await
-        .unwrap();
-    lock.acquire_timeout(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    queue_behind_a_foreign_contender(&lock, guard, &admin).await;
     assert_eq!(
         fast(&c) - base,
         2,

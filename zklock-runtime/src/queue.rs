@@ -289,21 +289,13 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
             Ok((stat, sequence)) => {
                 let ours = format!("{protect}{}{sequence}", recipe.node_name);
                 let sequence = sequence.into_i64();
-                if let Some(expected) = expected {
-                    if session.alone().confirm(dir, expected, &ours, sequence) {
-                        return Ok(Created {
-                            children: vec![ours.clone()],
-                            ours,
-                            stat,
-                            listed: false,
-                        });
-                    }
-                }
-                if sequence == 0 {
-                    // The first create in this incarnation of the directory: every other
-                    // child came later, with a higher number, so none is ahead of ours
-                    // (docs/safety.md, "Number 0 is first").
-                    if recipe.skip_listing_when_alone {
+                // Proven ahead of everyone without a listing: alone again by the count
+                // ([`crate::alone`]), or number 0, the first create in this incarnation of the
+                // directory, so every other child came later (docs/safety.md, "Number 0 is
+                // first").
+                let alone = expected.is_some_and(|expected| session.alone().confirm(dir, expected, &ours, sequence));
+                if alone || sequence == 0 {
+                    if !alone && recipe.skip_listing_when_alone {
                         session.alone().proven_first(&session.zk, dir, &ours, sequence);
                     }
                     return Ok(Created {
