@@ -425,3 +425,37 @@ async fn per_key_locks_over_many_names_keep_the_fast_path() {
         assert_eq!(fast(&c), expected as u64, "after round {round}");
     }
 }
+
+/// `fast_path_dirs` bounds what a session remembers: 6 names taken in turn, three rounds. With
+/// room for all of them, the third round goes without listing and the server holds a watch on
+/// each directory; with room for 4, each name was forgotten before its next turn, so only the
+/// grants that made the directories (round one) skip the listing and nothing is watched; with
+/// 0, the same.
+#[tokio::test]
+async fn the_fast_path_remembers_as_many_directories_as_configured() {
+    let zk = server();
+    let names = 6;
+    for (capacity, expected, watched) in [(8, [6, 6, 12], 6), (4, [6, 6, 6], 0), (0, [6, 6, 6], 0)] {
+        let c = LockClient::builder(zk.connect_string())
+            .namespace(format!("/zklock-capacity-{capacity}"))
+            .session_timeout(Duration::from_secs(4))
+            .fast_path_dirs(capacity)
+            .connect()
+            .await
+            .expect("connect lock client");
+        for (round, expected) in expected.into_iter().enumerate() {
+            for key in 0..names {
+                let lock = c.mutex(&format!("item:{key}")).unwrap();
+                lock.acquire().await.unwrap().release().await.unwrap();
+            }
+            assert_eq!(fast(&c), expected, "capacity {capacity}, after round {round}");
+        }
+        let watches = zk.four_letter_word("wchc").expect("wchc");
+        assert_eq!(
+            watches.matches(&format!("/zklock-capacity-{capacity}/")).count(),
+            watched,
+            "capacity {capacity}: watched directories\n{watches}"
+        );
+        c.close().await;
+    }
+}

@@ -19,8 +19,9 @@
 //!
 //! One [`Alone`] per session: a new session starts knowing nothing. Both of its tables are
 //! least-recently-used caches sized for per-key locks (`seckill:{item}` over thousands of
-//! items): a directory is only watched once it was seen alone twice, and the least recently
-//! used one is forgotten (its watch removed) when the table is full.
+//! items, [`DEFAULT_FAST_PATH_DIRS`] unless the builder says otherwise): a directory is only
+//! watched once it was seen alone twice, and the least recently used one is forgotten (its
+//! watch removed) when the table is full.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,10 +32,12 @@ use hashlink::LruCache;
 
 use zookeeper_client as zk;
 
-/// Directories remembered per session, in each table; the least recently used is forgotten
-/// beyond this, so per-key locks do not grow the state without bound. A watched directory
-/// costs this process about 0.6 KiB (client library included) and the server one watch.
-const MAX_DIRS: usize = 8192;
+/// Lock directories a session remembers for the listing-free fast path unless
+/// [`LockClientBuilder::fast_path_dirs`](crate::LockClientBuilder::fast_path_dirs) says
+/// otherwise. The least recently used is forgotten beyond it, so per-key locks do not grow the
+/// state without bound. A remembered directory costs this process about 0.7 KiB (the client
+/// library's watch included) and the server one exists-watch.
+pub const DEFAULT_FAST_PATH_DIRS: usize = 8192;
 
 type ExistsAnswer = Pin<Box<dyn Future<Output = Result<(Option<zk::Stat>, zk::OneshotWatcher), zk::Error>> + Send>>;
 type WatchEvent = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
@@ -49,11 +52,12 @@ pub(crate) struct Alone {
     seen: LruCache<String, ()>,
 }
 
-impl Default for Alone {
-    fn default() -> Self {
+impl Alone {
+    /// Remembers up to `capacity` directories in each table; 0 remembers none.
+    pub fn new(capacity: usize) -> Alone {
         Alone {
-            dirs: LruCache::new(MAX_DIRS),
-            seen: LruCache::new(MAX_DIRS),
+            dirs: LruCache::new(capacity),
+            seen: LruCache::new(capacity),
         }
     }
 }

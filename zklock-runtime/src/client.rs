@@ -7,6 +7,7 @@ use tokio::sync::{watch, Mutex as AsyncMutex};
 use tracing::{debug, info, warn};
 use zookeeper_client as zk;
 
+use crate::alone::DEFAULT_FAST_PATH_DIRS;
 use crate::cleanup::{delete_node, Cleanup};
 use crate::connect;
 use crate::holder::Holder;
@@ -67,6 +68,8 @@ pub(crate) struct Config {
     pub acls: Vec<zk::Acl>,
     pub loss_after: Option<Duration>,
     pub max_local_handoffs: u32,
+    /// Lock directories each session remembers for the listing-free fast path.
+    pub fast_path_dirs: usize,
     /// Who this client's contender nodes say they belong to.
     pub holder: Holder,
     /// TLS and SASL settings, checked.
@@ -128,6 +131,7 @@ pub struct LockClientBuilder {
     acls: Vec<zk::Acl>,
     loss_after: Option<Duration>,
     max_local_handoffs: u32,
+    fast_path_dirs: usize,
     identity: Option<String>,
     security: Security,
 }
@@ -145,6 +149,7 @@ impl std::fmt::Debug for LockClientBuilder {
             .field("acls", &self.acls)
             .field("loss_after", &self.loss_after)
             .field("max_local_handoffs", &self.max_local_handoffs)
+            .field("fast_path_dirs", &self.fast_path_dirs)
             .field("identity", &self.identity)
             .field("security", &self.security)
             .finish()
@@ -317,6 +322,32 @@ impl LockClientBuilder {
         self
     }
 
+    /// How many lock directories each session remembers for the uncontended fast path (default
+    /// [`DEFAULT_FAST_PATH_DIRS`](crate::DEFAULT_FAST_PATH_DIRS), least recently used forgotten
+    /// beyond it). A mutex or write lock the session was alone in before, and still remembers,
+    /// is acquired again with a create and nothing else; a forgotten one costs a listing and
+    /// an exists-watch more (see `docs/safety.md`, "Skipping the listing when alone").
+    ///
+    /// Raise it when a client takes more distinct lock names again and again than the default
+    /// covers (per-key locks over tens of thousands of items). Each remembered directory costs
+    /// this process about 0.7 KiB (the client library's watch included) and the server one
+    /// exists-watch, which fires only when the directory itself is deleted. `0` turns the fast
+    /// path off: every acquisition lists, except the one that makes its directory.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// // 50 000 SKUs, each locked many times a day.
+    /// let client = zklock_runtime::LockClient::builder("zk1:2181")
+    ///     .fast_path_dirs(65_536)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fast_path_dirs(mut self, dirs: usize) -> Self {
+        self.fast_path_dirs = dirs;
+        self
+    }
+
     /// The holder identity written into every contender node this client creates, so an
     /// operator (`zklock show`, or any ZooKeeper browser) can tell who holds or waits for a
     /// lock: a service and instance name such as `"orders-api@pod-7"`. Default: `host:pid`. At
@@ -399,6 +430,7 @@ impl LockClientBuilder {
             acls,
             loss_after: self.loss_after,
             max_local_handoffs: self.max_local_handoffs,
+            fast_path_dirs: self.fast_path_dirs,
             holder,
             security,
         };
@@ -451,6 +483,7 @@ impl LockClient {
             acls: Vec::new(),
             loss_after: None,
             max_local_handoffs: DEFAULT_MAX_LOCAL_HANDOFFS,
+            fast_path_dirs: DEFAULT_FAST_PATH_DIRS,
             identity: None,
             security: Security::default(),
         }
@@ -771,6 +804,6 @@ impl LockClient {
                 inner.status.send_replace(health.status);
             }
         });
-        Ok(Session::start(zk, loss_after, on_change))
+        Ok(Session::start(zk, loss_after, config.fast_path_dirs, on_change))
     }
 }

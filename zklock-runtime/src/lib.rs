@@ -55,6 +55,7 @@ mod semaphore;
 mod session;
 mod token;
 
+pub use alone::DEFAULT_FAST_PATH_DIRS;
 pub use client::{LockClient, LockClientBuilder};
 pub use error::LockError;
 pub use guard::{LockGuard, LossSignal};

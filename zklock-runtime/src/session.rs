@@ -105,8 +105,14 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Wraps a freshly connected client and starts the task that tracks its health.
-    pub fn start(zk: zk::Client, loss_after: Duration, on_change: Arc<dyn Fn(Health) + Send + Sync>) -> Arc<Session> {
+    /// Wraps a freshly connected client and starts the task that tracks its health. The session
+    /// remembers up to `fast_path_dirs` lock directories it was alone in.
+    pub fn start(
+        zk: zk::Client,
+        loss_after: Duration,
+        fast_path_dirs: usize,
+        on_change: Arc<dyn Fn(Health) + Send + Sync>,
+    ) -> Arc<Session> {
         let id = zk.session_id().0;
         let (health, _) = watch::channel(Health {
             status: SessionStatus::Connected,
@@ -122,7 +128,7 @@ impl Session {
             health,
             runtime_gone: runtime_gone.clone(),
             held: Mutex::default(),
-            alone: Arc::default(),
+            alone: Arc::new(Mutex::new(Alone::new(fast_path_dirs))),
             _stop: stop,
         });
         let states = session.zk.state_watcher();
