@@ -8,6 +8,7 @@ use zklock::testing::curator::CuratorPeer;
 use zklock::zk;
 
 use crate::server::{notifications_sent, watch_summary};
+use crate::zklock_side::Phases;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -117,14 +118,21 @@ pub async fn herd(connect: &str, waiters: usize, releases: usize) -> Result<Valu
     }))
 }
 
-/// Per-key locking in the peer: `threads` threads each pick a random key out of `keys`.
+/// Per-key locking in the peer: `threads` threads each pick a random key out of `keys`,
+/// through the same two phases as zklock's run, under a prefix of the `round`'s own.
 pub async fn distinct_keys(
     peer: &CuratorPeer,
+    round: usize,
     threads: usize,
     keys: usize,
-    start_ms: u64,
-    end_ms: u64,
+    phases: Phases,
 ) -> Result<Value, BoxError> {
-    let command = format!("bench-distinct /zklock-distinct-curator {threads} {keys} {start_ms} {end_ms}");
+    let Phases {
+        begin_ms,
+        middle_ms,
+        end_ms,
+    } = phases;
+    let command =
+        format!("bench-distinct /zklock-distinct-curator-{round} {threads} {keys} {begin_ms} {middle_ms} {end_ms}");
     parse(&peer.bench(&command, LONG).await?)
 }

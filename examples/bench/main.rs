@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 use chart::Series;
 use server::{Server, Settings};
 use stats::{ratio, round, Summary};
+use zklock_side::Phases;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -101,9 +102,10 @@ struct Plan {
     /// Handoff bounds compared by the fairness section (the default bound is 16).
     fairness_bounds: Vec<u32>,
     fairness_tasks: usize,
-    /// Tasks and keys of the per-key section (the seckill shape).
+    /// Tasks and keys of the per-key section (the seckill shape), and its rounds.
     distinct_tasks: usize,
     distinct_keys: usize,
+    distinct_rounds: usize,
     /// Distinct names acquired in sequence by the memory-per-key section.
     rss_keys: usize,
 }
@@ -127,6 +129,7 @@ impl Plan {
                 fairness_tasks: 4,
                 distinct_tasks: 64,
                 distinct_keys: 10_000,
+                distinct_rounds: 1,
                 rss_keys: 10_000,
             }
         } else {
@@ -146,13 +149,19 @@ impl Plan {
                 fairness_tasks: 4,
                 distinct_tasks: 64,
                 distinct_keys: 10_000,
+                distinct_rounds: 3,
                 rss_keys: 100_000,
             }
         }
     }
 
     fn steps(&self) -> usize {
-        3 + 2 * self.in_process.len() + 2 * self.cross_process.len() + self.fairness_bounds.len() + 4 + 2 + 3
+        3 + 2 * self.in_process.len()
+            + 2 * self.cross_process.len()
+            + self.fairness_bounds.len()
+            + 4 * self.distinct_rounds
+            + 2
+            + 3
     }
 }
 
@@ -307,57 +316,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     }
 
     // (f) per-key locking: many tasks over many keys, and memory per key.
-    progress.step(&format!(
-        "distinct keys: zklock, {} tasks over {} keys",
-        plan.distinct_tasks, plan.distinct_keys
-    ));
-    // Each run also reports the CPU time it cost: this process's (the zklock and floor
-    // clients; Curator's client is another JVM) and the server's, per acquisition.
-    let (tasks, keys) = (plan.distinct_tasks, plan.distinct_keys);
-    let costed = |run: Value, client: Option<Duration>, server_cpu: Option<Duration>| {
-        let n = run["acquisitions"].as_f64().unwrap_or(0.0).max(1.0);
-        let per = |cpu: Option<Duration>| cpu.map(|c| round(c.as_secs_f64() * 1e6 / n));
-        json!({ "run": run, "client_cpu_us_per_acquisition": per(client), "server_cpu_us_per_acquisition": per(server_cpu) })
-    };
-    let (before, server_cpu) = (process_cpu(), server.cpu());
-    let (start, end) = window(Duration::from_millis(500), plan.window);
-    let z_distinct = zklock_side::distinct_keys(&connect, tasks, keys, start, end).await?;
-    let z_distinct = costed(
-        z_distinct,
-        Some(process_cpu().saturating_sub(before)),
-        server.cpu().zip(server_cpu).map(|(a, b)| a.saturating_sub(b)),
-    );
-    progress.step(&format!("distinct keys: Curator, {tasks} threads over {keys} keys"));
-    let peer = curator_side::peer(&connect).await?;
-    let server_cpu = server.cpu();
-    let (start, end) = window(Duration::from_millis(500), plan.window);
-    let c_distinct = curator_side::distinct_keys(&peer, tasks, keys, start, end).await?;
-    let c_distinct = costed(
-        c_distinct,
-        None,
-        server.cpu().zip(server_cpu).map(|(a, b)| a.saturating_sub(b)),
-    );
-    drop(peer);
-    // The per-key floor: a bare client's create + delete over the same number of keys, and the
-    // recipe's minimum with the listing pipelined behind the create.
-    let per_key_floor = zklock_side::DistinctFloor::prepare(&connect, keys).await?;
-    let mut floors = Vec::new();
-    for with_list in [false, true] {
-        progress.step(&format!(
-            "distinct keys: raw floor{}, {tasks} tasks over {keys} keys",
-            if with_list { " with listing" } else { "" }
-        ));
-        let (before, server_cpu) = (process_cpu(), server.cpu());
-        let (start, end) = window(Duration::from_millis(500), plan.window);
-        let run = per_key_floor.run(tasks, with_list, start, end).await?;
-        floors.push(costed(
-            run,
-            Some(process_cpu().saturating_sub(before)),
-            server.cpu().zip(server_cpu).map(|(a, b)| a.saturating_sub(b)),
-        ));
-    }
-    drop(per_key_floor);
-    let distinct = distinct_entry(&z_distinct, &c_distinct, &floors[0], &floors[1], plan.window);
+    let distinct = per_key_section(&connect, &plan, &server, &mut progress).await?;
     progress.step(&format!("memory per key: {} distinct names in sequence", plan.rss_keys));
     let rss = rss_worker(&connect, plan.rss_keys).await?;
 
@@ -418,9 +377,14 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "cross_process_throughput_zklock_vs_curator": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "curator")),
         "in_process_throughput_zklock_vs_curator": ratio(rate(in_headline, "zklock"), rate(in_headline, "curator")),
         "reentrant_cost_zklock_vs_curator": ratio(zk_re, cur_re),
-        "distinct_keys_throughput_zklock_vs_curator": distinct["zklock_vs_curator"].clone(),
-        "distinct_keys_throughput_zklock_vs_floor_with_listing": distinct["zklock_vs_floor_with_listing"].clone(),
-        "distinct_keys_throughput_floor_with_listing_vs_curator": distinct["floor_with_listing_vs_curator"].clone(),
+        // The cold phase is the shape the target was set on (each key's first uses); in the warm
+        // phase the ceiling for any lock is the bare create + delete floor.
+        "distinct_keys_throughput_zklock_vs_curator": distinct["cold"]["zklock_vs_curator"].clone(),
+        "distinct_keys_throughput_zklock_vs_floor_with_listing": distinct["cold"]["zklock_vs_floor_with_listing"].clone(),
+        "distinct_keys_throughput_floor_with_listing_vs_curator": distinct["cold"]["floor_with_listing_vs_curator"].clone(),
+        "distinct_keys_warm_throughput_zklock_vs_curator": distinct["warm"]["zklock_vs_curator"].clone(),
+        "distinct_keys_warm_throughput_zklock_vs_floor": distinct["warm"]["zklock_vs_floor"].clone(),
+        "distinct_keys_warm_throughput_floor_vs_curator": distinct["warm"]["floor_vs_curator"].clone(),
     });
     let target = |value: Option<f64>, op: &str, bound: f64| {
         let met = value.is_some_and(|v| if op == "<=" { v <= bound } else { v >= bound });
@@ -500,40 +464,52 @@ async fn run(args: Args) -> Result<(), BoxError> {
 }
 
 /// The `profile` worker: one section alone, with this process's CPU time per acquisition
-/// (for `curator-distinct` that is only the bench's side; Curator runs in its own JVM).
+/// (for `curator-distinct` that is only the bench's side; Curator runs in its own JVM). The
+/// per-key sections run a cold and a warm phase of `length` each, as in the bench.
 async fn profile(section: &str, connect: &str, length: Duration) -> Result<(), BoxError> {
+    let cycles = |(cycles, took): (u64, Duration), cpu: Duration| {
+        let each = cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64;
+        format!("{:.0}/s, {each:.1} µs", cycles as f64 / took.as_secs_f64())
+    };
+    let phases = Phases::after(Duration::from_millis(500), length);
+    let per_key = |costed: Value| {
+        let in_phase = |phase: &str| {
+            let acquisitions = costed["acquisitions"][phase].as_f64().unwrap_or(0.0);
+            let cpu = costed["client_cpu_us_per_acquisition"][phase].as_f64().unwrap_or(0.0);
+            format!("{phase} {:.0}/s, {cpu:.1} µs", acquisitions / length.as_secs_f64())
+        };
+        format!("{}; {}", in_phase("cold"), in_phase("warm"))
+    };
+    let no_server = || None;
     let cpu_before = process_cpu();
-    let per_key = |run: Value| (run["acquisitions"].as_u64().unwrap_or(0), length);
-    let (acquisitions, took) = match section {
+    let report = match section {
         "uncontended" => {
             let bench = zklock_side::Uncontended::new(connect).await?;
-            repeat_for(length, || bench.run(100)).await?
+            let run = repeat_for(length, || bench.run(100)).await?;
+            cycles(run, process_cpu().saturating_sub(cpu_before))
         }
         "floor" => {
             let bench = zklock_side::Floor::new(connect).await?;
-            repeat_for(length, || bench.run(100)).await?
+            let run = repeat_for(length, || bench.run(100)).await?;
+            cycles(run, process_cpu().saturating_sub(cpu_before))
         }
         "distinct" => {
-            let (start, end) = window(Duration::from_millis(500), length);
-            per_key(zklock_side::distinct_keys(connect, 64, 10_000, start, end).await?)
+            // A namespace of this process's own, so that the cold phase is cold on a reused server.
+            let run = zklock_side::distinct_keys(connect, std::process::id() as usize, 64, 10_000, phases);
+            per_key(costed(run, phases, no_server, true).await?)
         }
         "curator-distinct" => {
             let peer = curator_side::peer(connect).await?;
-            let (start, end) = window(Duration::from_millis(500), length);
-            per_key(curator_side::distinct_keys(&peer, 64, 10_000, start, end).await?)
+            let run = curator_side::distinct_keys(&peer, std::process::id() as usize, 64, 10_000, phases);
+            per_key(costed(run, phases, no_server, true).await?)
         }
         floor => {
             let bench = zklock_side::DistinctFloor::prepare(connect, 10_000).await?;
-            let (start, end) = window(Duration::from_millis(500), length);
-            per_key(bench.run(64, floor == "distinct-floor-list", start, end).await?)
+            let run = bench.run(64, floor == "distinct-floor-list", phases);
+            per_key(costed(run, phases, no_server, true).await?)
         }
     };
-    let cpu = process_cpu().saturating_sub(cpu_before);
-    println!(
-        "{section}: {acquisitions} acquisitions, {:.0}/s, {:.1} µs of this process's CPU each",
-        acquisitions as f64 / took.as_secs_f64(),
-        cpu.as_secs_f64() * 1e6 / acquisitions.max(1) as f64
-    );
+    println!("{section}: {report} of this process's CPU each");
     Ok(())
 }
 
@@ -606,28 +582,144 @@ async fn rss_worker(connect: &str, keys: usize) -> Result<Value, BoxError> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-/// The per-key section: zklock, Curator and the two raw floors (each `{run, ..._cpu_...}`).
-fn distinct_entry(zklock: &Value, curator: &Value, floor: &Value, floor_list: &Value, window: Duration) -> Value {
-    let rate = |v: &Value| round(v["run"]["acquisitions"].as_f64().unwrap_or(0.0) / window.as_secs_f64());
-    let with_rate = |v: &Value| {
-        let mut v = v.clone();
-        v["acquisitions_per_sec"] = json!(rate(&v));
-        v
+/// The per-key section: zklock, Curator and the two raw floors, each through a cold and a warm
+/// phase (see [`Phases`]), for `plan.distinct_rounds` rounds after a warm-up of the server. The
+/// order alternates from round to round, so no contender always runs right after another (whose
+/// containers the server may still be reaping); each figure is the median over the rounds.
+/// Every round of zklock and Curator starts with directories of its own that do not exist yet.
+async fn per_key_section(
+    connect: &str,
+    plan: &Plan,
+    server: &Server,
+    progress: &mut Progress,
+) -> Result<Value, BoxError> {
+    let (tasks, keys) = (plan.distinct_tasks, plan.distinct_keys);
+    let phases = || Phases::after(Duration::from_millis(500), plan.window);
+    let per_key_floor = zklock_side::DistinctFloor::prepare(connect, keys).await?;
+    // Round 0 only warms the server up (its code paths for making and reaping directories, as
+    // the uncontended section does for its own): otherwise whoever goes first in round 1 meets a
+    // colder server than everyone after it.
+    progress.note("distinct keys: warming up the server (zklock and Curator, not counted)");
+    let short = Phases::after(Duration::from_millis(200), plan.window / 4);
+    zklock_side::distinct_keys(connect, 0, tasks, keys, short).await?;
+    let peer = curator_side::peer(connect).await?;
+    let short = Phases::after(Duration::from_millis(200), plan.window / 4);
+    curator_side::distinct_keys(&peer, 0, tasks, keys, short).await?;
+    drop(peer);
+    let mut runs: [Vec<Value>; 4] = Default::default();
+    for round in 1..=plan.distinct_rounds {
+        let order = if round % 2 == 1 { [0, 1, 2, 3] } else { [1, 0, 3, 2] };
+        for who in order {
+            let what = ["zklock", "Curator", "raw floor", "raw floor with listing"][who];
+            progress.step(&format!(
+                "distinct keys, round {round}/{}: {what}, {tasks} tasks over {keys} keys",
+                plan.distinct_rounds
+            ));
+            let timing = phases();
+            let run = match who {
+                0 => {
+                    let run = zklock_side::distinct_keys(connect, round, tasks, keys, timing);
+                    costed(run, timing, || server.cpu(), true).await?
+                }
+                1 => {
+                    let peer = curator_side::peer(connect).await?;
+                    let run = curator_side::distinct_keys(&peer, round, tasks, keys, timing);
+                    costed(run, timing, || server.cpu(), false).await?
+                }
+                _ => {
+                    let run = per_key_floor.run(tasks, who == 3, timing);
+                    costed(run, timing, || server.cpu(), true).await?
+                }
+            };
+            runs[who].push(run);
+        }
+    }
+    Ok(distinct_entry(&runs, plan.window))
+}
+
+/// Runs `run` (a per-key section) and, beside it, samples the CPU time each of its phases
+/// cost: this process's when `client_here` (the contender runs in it), and the server's when
+/// `server_cpu` can read it. Adds both per acquisition and phase to the run's answer.
+async fn costed(
+    run: impl std::future::Future<Output = Result<Value, BoxError>>,
+    phases: Phases,
+    server_cpu: impl Fn() -> Option<Duration>,
+    client_here: bool,
+) -> Result<Value, BoxError> {
+    let sample = async {
+        let mut at = Vec::new();
+        for ms in [phases.begin_ms, phases.middle_ms, phases.end_ms] {
+            tokio::time::sleep(Duration::from_millis(ms.saturating_sub(zklock_side::epoch_ms()))).await;
+            at.push((process_cpu(), server_cpu()));
+        }
+        at
     };
-    let (z, c, f, fl) = (rate(zklock), rate(curator), rate(floor), rate(floor_list));
-    json!({
-        "tasks": zklock["run"]["threads"],
-        "keys": zklock["run"]["keys"],
-        "window_s": window.as_secs_f64(),
-        "zklock": with_rate(zklock),
-        "curator": with_rate(curator),
-        "floor": with_rate(floor),
-        "floor_with_listing": with_rate(floor_list),
-        "zklock_vs_curator": ratio(z, c),
-        "zklock_vs_floor": ratio(z, f),
-        "zklock_vs_floor_with_listing": ratio(z, fl),
-        "floor_with_listing_vs_curator": ratio(fl, c),
-    })
+    let (run, at) = tokio::join!(run, sample);
+    let mut run = run?;
+    let mut client = serde_json::Map::new();
+    let mut server = serde_json::Map::new();
+    for (phase, pair) in ["cold", "warm"].into_iter().zip(at.windows(2)) {
+        let n = run["acquisitions"][phase].as_f64().unwrap_or(0.0).max(1.0);
+        let per = |cpu: Option<Duration>| cpu.map(|c| round(c.as_secs_f64() * 1e6 / n));
+        let (before, after) = (pair[0], pair[1]);
+        client.insert(
+            phase.into(),
+            json!(per(client_here.then(|| after.0.saturating_sub(before.0)))),
+        );
+        server.insert(
+            phase.into(),
+            json!(per(after.1.zip(before.1).map(|(a, b)| a.saturating_sub(b)))),
+        );
+    }
+    run["client_cpu_us_per_acquisition"] = Value::Object(client);
+    run["server_cpu_us_per_acquisition"] = Value::Object(server);
+    Ok(run)
+}
+
+/// The per-key section's entry: per phase, each contender's median rate and CPU over the
+/// rounds (`runs`: zklock, Curator, floor, floor with listing), the ratios of the medians, and
+/// every round's figures.
+fn distinct_entry(runs: &[Vec<Value>; 4], phase: Duration) -> Value {
+    let mut entry = json!({
+        "tasks": runs[0][0]["threads"],
+        "keys": runs[0][0]["keys"],
+        "phase_s": phase.as_secs_f64(),
+        "rounds": runs[0].len(),
+    });
+    for name in ["cold", "warm"] {
+        let rate = |v: &Value| round(v["acquisitions"][name].as_f64().unwrap_or(0.0) / phase.as_secs_f64());
+        let median = |values: Vec<Option<f64>>| {
+            let mut known: Vec<f64> = values.into_iter().flatten().collect();
+            known.sort_by(f64::total_cmp);
+            known.get(known.len() / 2).copied()
+        };
+        let row = |rounds: &[Value]| {
+            let cpu = |which: &str| median(rounds.iter().map(|v| v[which][name].as_f64()).collect());
+            json!({
+                "acquisitions_per_sec": median(rounds.iter().map(|v| Some(rate(v))).collect()),
+                "client_cpu_us_per_acquisition": cpu("client_cpu_us_per_acquisition"),
+                "server_cpu_us_per_acquisition": cpu("server_cpu_us_per_acquisition"),
+                "per_round_acquisitions_per_sec": rounds.iter().map(rate).collect::<Vec<_>>(),
+            })
+        };
+        let rows = [row(&runs[0]), row(&runs[1]), row(&runs[2]), row(&runs[3])];
+        let [z, c, f, fl] = rows
+            .each_ref()
+            .map(|r| r["acquisitions_per_sec"].as_f64().unwrap_or(0.0));
+        let [zklock, curator, floor, floor_with_listing] = rows;
+        entry[name] = json!({
+            "zklock": zklock,
+            "curator": curator,
+            "floor": floor,
+            "floor_with_listing": floor_with_listing,
+            "zklock_vs_curator": ratio(z, c),
+            "zklock_vs_floor": ratio(z, f),
+            "zklock_vs_floor_with_listing": ratio(z, fl),
+            "floor_vs_curator": ratio(f, c),
+            "floor_with_listing_vs_curator": ratio(fl, c),
+        });
+    }
+    entry
 }
 
 fn contention_entry(
@@ -872,34 +964,41 @@ fn print_table(r: &Value) {
     let d = &r["distinct_keys"];
     println!();
     println!(
-        "Distinct keys ({} tasks / threads over {} keys): zklock {} acq/s, Curator {} acq/s, ratio {}",
-        d["tasks"],
-        d["keys"],
-        d["zklock"]["acquisitions_per_sec"],
-        d["curator"]["acquisitions_per_sec"],
-        d["zklock_vs_curator"]
+        "Distinct keys ({} tasks / threads over {} keys), two phases of {} s each, median of {} rounds",
+        d["tasks"], d["keys"], d["phase_s"], d["rounds"]
     );
-    println!(
-        "  {:<28} {:>10} {:>22} {:>22}",
-        "", "acq/s", "client CPU µs / acq", "server CPU µs / acq"
-    );
-    for (label, key) in [
-        ("zklock", "zklock"),
-        ("Curator", "curator"),
-        ("floor: create + delete", "floor"),
-        ("floor: create ‖ list + delete", "floor_with_listing"),
+    for (phase, what) in [
+        ("cold", "each key's directory made and first seen"),
+        ("warm", "the same keys again"),
     ] {
-        let e = &d[key];
+        let p = &d[phase];
         println!(
-            "  {label:<28} {:>10} {:>22} {:>22}",
-            e["acquisitions_per_sec"],
-            e["client_cpu_us_per_acquisition"]
-                .as_f64()
-                .map_or("(its JVM)".into(), |v| v.to_string()),
-            e["server_cpu_us_per_acquisition"]
-                .as_f64()
-                .map_or("-".into(), |v| v.to_string()),
+            "  {phase} ({what}): zklock / Curator {}, zklock / floor {}",
+            p["zklock_vs_curator"], p["zklock_vs_floor"]
         );
+        println!(
+            "    {:<30} {:>10} {:>22} {:>22}   per round",
+            "", "acq/s", "client CPU µs / acq", "server CPU µs / acq"
+        );
+        for (label, key) in [
+            ("zklock", "zklock"),
+            ("Curator", "curator"),
+            ("floor: create + delete", "floor"),
+            ("floor: create ‖ list + delete", "floor_with_listing"),
+        ] {
+            let e = &p[key];
+            println!(
+                "    {label:<30} {:>10} {:>22} {:>22}   {}",
+                e["acquisitions_per_sec"],
+                e["client_cpu_us_per_acquisition"]
+                    .as_f64()
+                    .map_or("(its JVM)".into(), |v| v.to_string()),
+                e["server_cpu_us_per_acquisition"]
+                    .as_f64()
+                    .map_or("-".into(), |v| v.to_string()),
+                e["per_round_acquisitions_per_sec"],
+            );
+        }
     }
     let m = &r["rss"];
     println!(

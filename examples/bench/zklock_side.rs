@@ -97,6 +97,50 @@ pub fn epoch_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
+/// A per-key run's wall-clock plan: two back-to-back phases of equal length. In the `cold`
+/// phase [`begin_ms`, `middle_ms`) each key's directory is made and first seen by the client;
+/// the `warm` phase [`middle_ms`, `end_ms`] takes the same keys again, as a service that has
+/// been up a while does (the directories exist and the client has seen them). Every contender
+/// runs both.
+#[derive(Clone, Copy, Debug)]
+pub struct Phases {
+    pub begin_ms: u64,
+    pub middle_ms: u64,
+    pub end_ms: u64,
+}
+
+impl Phases {
+    /// Begins `lead` from now; each phase lasts `length`.
+    pub fn after(lead: Duration, length: Duration) -> Phases {
+        let begin_ms = epoch_ms() + lead.as_millis() as u64;
+        let middle_ms = begin_ms + length.as_millis() as u64;
+        Phases {
+            begin_ms,
+            middle_ms,
+            end_ms: middle_ms + length.as_millis() as u64,
+        }
+    }
+
+    /// The phase a cycle completed at `now_ms` counts in: 0 cold, 1 warm.
+    fn of(&self, now_ms: u64) -> Option<usize> {
+        match now_ms {
+            t if t < self.begin_ms || t > self.end_ms => None,
+            t if t < self.middle_ms => Some(0),
+            _ => Some(1),
+        }
+    }
+
+    /// A run's answer: the cycles of each phase, and the plan.
+    fn report(&self, counts: [u64; 2], tasks: usize, keys: usize) -> Value {
+        json!({
+            "acquisitions": { "cold": counts[0], "warm": counts[1] },
+            "phase_ms": self.middle_ms - self.begin_ms,
+            "threads": tasks,
+            "keys": keys,
+        })
+    }
+}
+
 /// `tasks` tasks of one client loop acquire / tiny critical section / release on one lock.
 /// Acquisitions completed inside the wall-clock window [start_ms, end_ms] are counted.
 pub async fn contended(
@@ -298,62 +342,50 @@ pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usiz
 }
 
 /// Per-key locking, the seckill shape: `tasks` tasks of one client each pick a random key out
-/// of `keys` and acquire + release that key's mutex. Acquisitions completed inside the
-/// wall-clock window [start_ms, end_ms] are counted.
+/// of `keys` and acquire + release that key's mutex, through both `phases`. Each `round` has
+/// a namespace of its own, so its cold phase starts without directories.
 pub async fn distinct_keys(
     connect: &str,
+    round: usize,
     tasks: usize,
     keys: usize,
-    start_ms: u64,
-    end_ms: u64,
+    phases: Phases,
 ) -> Result<Value, BoxError> {
     let client = LockClient::builder(connect)
-        .namespace("/zklock-distinct")
+        .namespace(format!("/zklock-distinct-{round}"))
         .session_timeout(Duration::from_secs(10))
         .connect()
         .await?;
-    let acquisitions = per_key_cycles(tasks, keys, start_ms, end_ms, move |key| {
+    let counts = per_key_cycles(tasks, keys, phases, move |key| {
         let client = client.clone();
         async move { client.mutex(&format!("key-{key}"))?.acquire().await?.release().await }
     })
     .await?;
-    Ok(json!({
-        "acquisitions": acquisitions,
-        "window_ms": end_ms - start_ms,
-        "threads": tasks,
-        "keys": keys,
-    }))
+    Ok(phases.report(counts, tasks, keys))
 }
 
-/// `tasks` tasks each run `cycle(key)` on random keys below `keys` from `start_ms` until
-/// `end_ms`; returns the cycles completed inside that window. The per-key sections' loop.
-async fn per_key_cycles<F, Fut, E>(
-    tasks: usize,
-    keys: usize,
-    start_ms: u64,
-    end_ms: u64,
-    cycle: F,
-) -> Result<u64, BoxError>
+/// `tasks` tasks each run `cycle(key)` on random keys below `keys` from the phases' begin to
+/// their end; returns the cycles completed in each phase. The per-key sections' loop.
+async fn per_key_cycles<F, Fut, E>(tasks: usize, keys: usize, phases: Phases, cycle: F) -> Result<[u64; 2], BoxError>
 where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Result<(), E>> + Send,
     E: Into<BoxError> + Send + 'static,
 {
-    let counted = Arc::new(AtomicU64::new(0));
+    let counted = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let mut handles = Vec::new();
     for task in 0..tasks {
         let (cycle, counted) = (cycle.clone(), counted.clone());
         handles.push(tokio::spawn(async move {
             let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(task as u64 + 1) | 1);
             let now = epoch_ms();
-            if start_ms > now {
-                tokio::time::sleep(Duration::from_millis(start_ms - now)).await;
+            if phases.begin_ms > now {
+                tokio::time::sleep(Duration::from_millis(phases.begin_ms - now)).await;
             }
-            while epoch_ms() < end_ms {
+            while epoch_ms() < phases.end_ms {
                 cycle(rng.below(keys as u64)).await?;
-                let now = epoch_ms();
-                if now >= start_ms && now <= end_ms {
-                    counted.fetch_add(1, Ordering::Relaxed);
+                if let Some(phase) = phases.of(epoch_ms()) {
+                    counted[phase].fetch_add(1, Ordering::Relaxed);
                 }
             }
             Ok::<_, E>(())
@@ -362,7 +394,7 @@ where
     for h in handles {
         h.await?.map_err(Into::into)?;
     }
-    Ok(counted.load(Ordering::Relaxed))
+    Ok(counted.each_ref().map(|c| c.load(Ordering::Relaxed)))
 }
 
 /// Memory per distinct key: acquires and releases `keys` never-repeated lock names in sequence,
@@ -460,11 +492,11 @@ impl DistinctFloor {
         Ok(DistinctFloor { raw, keys })
     }
 
-    /// `tasks` tasks loop create (‖ list when `with_list`) + delete on random keys; counts the
-    /// cycles completed inside [start_ms, end_ms].
-    pub async fn run(&self, tasks: usize, with_list: bool, start_ms: u64, end_ms: u64) -> Result<Value, BoxError> {
+    /// `tasks` tasks loop create (‖ list when `with_list`) + delete on random keys through
+    /// both `phases` (alike for a bare client: the directories exist from the start).
+    pub async fn run(&self, tasks: usize, with_list: bool, phases: Phases) -> Result<Value, BoxError> {
         let raw = self.raw.clone();
-        let acquisitions = per_key_cycles(tasks, self.keys, start_ms, end_ms, move |key| {
+        let counts = per_key_cycles(tasks, self.keys, phases, move |key| {
             let raw = raw.clone();
             async move {
                 let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
@@ -482,12 +514,8 @@ impl DistinctFloor {
             }
         })
         .await?;
-        Ok(json!({
-            "acquisitions": acquisitions,
-            "window_ms": end_ms - start_ms,
-            "threads": tasks,
-            "keys": self.keys,
-            "with_listing": with_list,
-        }))
+        let mut report = phases.report(counts, tasks, self.keys);
+        report["with_listing"] = json!(with_list);
+        Ok(report)
     }
 }

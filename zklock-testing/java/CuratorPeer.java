@@ -22,7 +22,7 @@
 //   bench-contended <path> <threads> <startEpochMs> <endEpochMs>
 //                                                  -> RESULT <json>
 //   bench-reentrant <path> <warmup> <cycles>       -> RESULT <json>
-//   bench-distinct <prefix> <threads> <keys> <startEpochMs> <endEpochMs>  -> RESULT <json>
+//   bench-distinct <prefix> <threads> <keys> <beginEpochMs> <middleEpochMs> <endEpochMs>  -> RESULT <json>
 //   ping                                           -> PONG
 //   quit                                           -> BYE (and exit)
 // Errors are reported as "ERROR <id|-> <message>". Ids are chosen by the driver.
@@ -277,9 +277,9 @@ public final class CuratorPeer {
                 return true;
             }
             case "bench-distinct": {
-                need(w, 6, "bench-distinct <prefix> <threads> <keys> <startEpochMs> <endEpochMs>");
+                need(w, 7, "bench-distinct <prefix> <threads> <keys> <beginEpochMs> <middleEpochMs> <endEpochMs>");
                 say("RESULT " + benchDistinct(w[1], Integer.parseInt(w[2]), Integer.parseInt(w[3]),
-                        Long.parseLong(w[4]), Long.parseLong(w[5])));
+                        Long.parseLong(w[4]), Long.parseLong(w[5]), Long.parseLong(w[6])));
                 return true;
             }
             default:
@@ -444,12 +444,14 @@ public final class CuratorPeer {
     /**
      * Per-key locking, the way a service locks one of many items: each thread picks a random
      * key out of {@code keys}, acquires an InterProcessMutex on {@code prefix/key-N} and releases
-     * it. Acquisitions completed inside the window are counted.
+     * it, from beginEpochMs to endEpochMs. Acquisitions are counted per phase: the cold one
+     * [begin, middle), where the key directories are first made, and the warm one [middle, end].
      */
-    private static String benchDistinct(String prefix, int threads, int keys, long startEpochMs, long endEpochMs)
-            throws Exception {
+    private static String benchDistinct(String prefix, int threads, int keys, long beginEpochMs, long middleEpochMs,
+            long endEpochMs) throws Exception {
         CuratorFramework c = client();
-        AtomicLong counted = new AtomicLong();
+        AtomicLong cold = new AtomicLong();
+        AtomicLong warm = new AtomicLong();
         List<Thread> ts = new ArrayList<>();
         List<Throwable> errors = java.util.Collections.synchronizedList(new ArrayList<>());
         for (int t = 0; t < threads; t++) {
@@ -457,7 +459,7 @@ public final class CuratorPeer {
             Thread th = new Thread(() -> {
                 java.util.Random random = new java.util.Random(seed);
                 try {
-                    long wait = startEpochMs - System.currentTimeMillis();
+                    long wait = beginEpochMs - System.currentTimeMillis();
                     if (wait > 0) {
                         Thread.sleep(wait);
                     }
@@ -466,8 +468,10 @@ public final class CuratorPeer {
                         m.acquire();
                         m.release();
                         long now = System.currentTimeMillis();
-                        if (now >= startEpochMs && now <= endEpochMs) {
-                            counted.incrementAndGet();
+                        if (now >= beginEpochMs && now < middleEpochMs) {
+                            cold.incrementAndGet();
+                        } else if (now >= middleEpochMs && now <= endEpochMs) {
+                            warm.incrementAndGet();
                         }
                     }
                 } catch (Throwable e) {
@@ -483,7 +487,7 @@ public final class CuratorPeer {
         if (!errors.isEmpty()) {
             throw new IllegalStateException("contender failed: " + describe(errors.get(0)));
         }
-        return "{\"acquisitions\":" + counted.get() + ",\"window_ms\":" + (endEpochMs - startEpochMs)
-                + ",\"threads\":" + threads + ",\"keys\":" + keys + "}";
+        return "{\"acquisitions\":{\"cold\":" + cold.get() + ",\"warm\":" + warm.get() + "},\"phase_ms\":"
+                + (middleEpochMs - beginEpochMs) + ",\"threads\":" + threads + ",\"keys\":" + keys + "}";
     }
 }
