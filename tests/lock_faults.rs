@@ -352,15 +352,19 @@ async fn holder_on_an_isolated_follower_learns_of_loss_before_another_acquires()
 /// Both followers' links to the leader are slowed down, so the create the client sent to the
 /// leader stays uncommitted for a few seconds; the client is then moved to a follower, which
 /// revalidates the session with the leader and would answer a plain listing without the node.
-/// Without the `sync` in `find_protected` this test fails: two contender nodes, the guard on the
-/// second.
+/// Without the `sync` in `find_protected` this test fails (checked twice with the `sync` taken
+/// out: the acquisition, queued behind its own first node, was still waiting at its timeout).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_still_in_flight_is_found_after_a_reconnect_to_a_lagging_member() {
     const LAG: Duration = Duration::from_millis(1200);
-    // A 500 ms tick allows a 10 s session: a reconnect to a follower then waits up to 4 s for
-    // the leader to revalidate the session (2 × LAG here), and syncLimit (5 s) tolerates the lag.
+    // A 1 s tick allows a 20 s session, and the client library gives each connection attempt
+    // 2/5 of the session (8 s): a reconnect to a follower waits for the leader to revalidate
+    // the session (2 × LAG here) with room to spare on a loaded machine. With a 10 s session
+    // (4 s attempts) one run in a loaded flake check timed out: every attempt expired before
+    // the revalidation came back, so the session ran out and the acquisition started over.
+    // syncLimit (10 s) tolerates the lag.
     let ensemble = ZkEnsemble::builder(3)
-        .tick_time(Duration::from_millis(500))
+        .tick_time(Duration::from_millis(1000))
         .sync_limit(10)
         .partitionable()
         .start()
@@ -377,7 +381,7 @@ async fn a_create_still_in_flight_is_found_after_a_reconnect_to_a_lagging_member
         to_leader.connect_string(),
         to_follower.connect_string()
     ))
-    .session_timeout(Duration::from_secs(10))
+    .session_timeout(Duration::from_secs(20))
     .connect()
     .await
     .unwrap();
@@ -409,7 +413,7 @@ async fn a_create_still_in_flight_is_found_after_a_reconnect_to_a_lagging_member
     }
     let acquire = tokio::spawn({
         let lock = c.mutex("in-flight").unwrap();
-        async move { lock.acquire_timeout(Duration::from_secs(30)).await }
+        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
     });
     // The create is in the leader's pipeline, waiting for a follower's acknowledgement.
     let leader_server = &ensemble.members()[leader];
@@ -420,7 +424,17 @@ async fn a_create_still_in_flight_is_found_after_a_reconnect_to_a_lagging_member
     assert!(in_flight, "the create never reached the leader");
     // Cut the client off from the leader for good: it reconnects to the follower.
     drop(to_leader);
-    let guard = acquire.await.unwrap().expect("acquired after the lost answer");
+    let guard = match acquire.await.unwrap() {
+        Ok(guard) => guard,
+        Err(e) => panic!(
+            "not acquired after the lost answer: {e}; client status {:?}, session {:?}, contenders {:?}, \
+             connections to the follower {}",
+            c.status(),
+            c.session_id(),
+            queued().await,
+            to_follower.connection_count()
+        ),
+    };
     assert!(
         to_follower.connection_count() >= 1,
         "the client did not move to the follower"
