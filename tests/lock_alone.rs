@@ -66,6 +66,14 @@ async fn queue_behind_a_foreign_contender(
         .unwrap();
 }
 
+/// Acquires and releases the mutexes `item:0` to `item:{names - 1}`, one after the other.
+async fn take_each_in_turn(c: &LockClient, names: usize) {
+    for key in 0..names {
+        let lock = c.mutex(&format!("item:{key}")).unwrap();
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+}
+
 fn sequential() -> zk::CreateOptions<'static> {
     zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
 }
@@ -417,10 +425,7 @@ async fn per_key_locks_over_many_names_keep_the_fast_path() {
     let c = client(&zk.connect_string()).await;
     let names = 600;
     for round in 0..3 {
-        for key in 0..names {
-            let lock = c.mutex(&format!("item:{key}")).unwrap();
-            lock.acquire().await.unwrap().release().await.unwrap();
-        }
+        take_each_in_turn(&c, names).await;
         let expected = [names, names, 2 * names][round];
         assert_eq!(fast(&c), expected as u64, "after round {round}");
     }
@@ -444,10 +449,7 @@ async fn the_fast_path_remembers_as_many_directories_as_configured() {
             .await
             .expect("connect lock client");
         for (round, expected) in expected.into_iter().enumerate() {
-            for key in 0..names {
-                let lock = c.mutex(&format!("item:{key}")).unwrap();
-                lock.acquire().await.unwrap().release().await.unwrap();
-            }
+            take_each_in_turn(&c, names).await;
             assert_eq!(fast(&c), expected, "capacity {capacity}, after round {round}");
         }
         let watches = zk.four_letter_word("wchc").expect("wchc");
