@@ -104,7 +104,9 @@ impl LockError {
         match source {
             E::AuthFailed => LockError::AuthFailed(format!("{op}: the session's credentials were refused")),
             source if is_session_over(&source) => LockError::SessionExpired,
-            E::ConnectionLoss | E::NoHosts | E::Timeout => LockError::Connection(format!("{op}: {source}")),
+            E::ConnectionLoss | E::NoHosts | E::Timeout | E::SessionMoved => {
+                LockError::Connection(format!("{op}: {source}"))
+            }
             source => LockError::ZooKeeper { op, source },
         }
     }
@@ -123,15 +125,17 @@ impl LockError {
     }
 }
 
-/// Whether a request failed because its session is over for good (expired, closed, moved to
-/// another client, or refused authentication): nothing sent on it can succeed any more, and the
-/// server deletes its ephemeral nodes by itself. The one test for "this session is over".
+/// Whether a request failed because its session is over for good (expired, closed, or refused
+/// authentication): nothing sent on it can succeed any more, and the server deletes its
+/// ephemeral nodes by itself. The one test for "this session is over".
+///
+/// `SessionMoved` is not among them: the server says it when a request reached it over a
+/// connection the session has since left for another server. The session lives on, and so do
+/// its nodes; the request is retried on the new connection ([`is_transient`]), as Curator's
+/// retry loop does.
 pub(crate) fn is_session_over(err: &zookeeper_client::Error) -> bool {
     use zookeeper_client::Error as E;
-    matches!(
-        err,
-        E::SessionExpired | E::ClientClosed | E::SessionMoved | E::AuthFailed
-    )
+    matches!(err, E::SessionExpired | E::ClientClosed | E::AuthFailed)
 }
 
 /// Whether a request failed because of the connection rather than the server's answer: the
@@ -143,6 +147,7 @@ pub(crate) fn is_transient(err: &zookeeper_client::Error) -> bool {
     matches!(
         err,
         E::ConnectionLoss
+            | E::SessionMoved
             | E::Timeout
             | E::NoHosts
             | E::Throttled
@@ -150,4 +155,30 @@ pub(crate) fn is_transient(err: &zookeeper_client::Error) -> bool {
             | E::UnexpectedError(_)
             | E::UnmarshalError { .. }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zookeeper_client::Error as E;
+
+    /// A moved session is alive: a release that meets `SessionMoved` must retry, not take the
+    /// node for gone with its session (it would linger, held by nobody who knows).
+    #[test]
+    fn a_moved_session_is_retried_not_taken_for_over() {
+        assert!(!is_session_over(&E::SessionMoved));
+        assert!(is_transient(&E::SessionMoved));
+        assert!(!matches!(
+            LockError::zk("delete", E::SessionMoved),
+            LockError::SessionExpired
+        ));
+    }
+
+    #[test]
+    fn an_expired_session_is_over_and_not_retried() {
+        for err in [E::SessionExpired, E::ClientClosed, E::AuthFailed] {
+            assert!(is_session_over(&err), "{err:?}");
+            assert!(!is_transient(&err), "{err:?}");
+        }
+    }
 }
