@@ -50,6 +50,9 @@ pub(crate) struct Alone {
     /// remove it when forgotten) is only worth it for a lock taken again, not for a name used
     /// once.
     seen: LruCache<String, ()>,
+    /// The client closed the session: nothing is remembered any more, and no watch request
+    /// (which keeps a handle of the session until answered and polled) is stored.
+    closed: bool,
 }
 
 impl Alone {
@@ -58,6 +61,7 @@ impl Alone {
         Alone {
             dirs: LruCache::new(capacity),
             seen: LruCache::new(capacity),
+            closed: false,
         }
     }
 }
@@ -112,6 +116,9 @@ impl Alone {
     /// a directory, sets the directory watch (the request goes out now, ahead of any later
     /// delete of `node` on this session); from then on the directory can go without listings.
     pub fn proven_first(&mut self, zk: &zk::Client, dir: &str, node: &str, sequence: i64) {
+        if self.closed {
+            return;
+        }
         if let Some(known) = self.dirs.get_mut(dir) {
             if known.watch.intact() {
                 known.node = Some(node.to_owned());
@@ -199,6 +206,12 @@ impl Alone {
     /// The connection dropped: watch events may be late, so nothing is trusted any more.
     pub fn clear(&mut self) {
         self.dirs.clear();
+    }
+
+    /// The client closes the session: forget everything, for good.
+    pub fn close(&mut self) {
+        self.dirs.clear();
+        self.closed = true;
     }
 
     fn insert(&mut self, dir: &str, known: Known) {

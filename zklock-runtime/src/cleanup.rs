@@ -158,11 +158,14 @@ pub(crate) fn delete_node(
     session: &Arc<Session>,
     path: String,
 ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-    let first = session.zk.delete(&path, None);
+    let first = session.zk().map(|zk| zk.delete(&path, None));
     session.untrack(&path);
     let session = session.clone();
     async move {
-        let mut outcome = first.await;
+        let mut outcome = match first {
+            Ok(sent) => sent.await,
+            Err(closed) => Err(closed),
+        };
         // Only a delete acknowledged on the first try tells exactly how the lock dir changed.
         match outcome {
             Ok(()) => session.alone().deleted(&path),
@@ -187,7 +190,10 @@ pub(crate) fn delete_node(
                     return Err(LockError::zk("delete", err));
                 }
             }
-            outcome = session.zk.delete(&path, None).await;
+            outcome = match session.zk() {
+                Ok(zk) => zk.delete(&path, None).await,
+                Err(closed) => Err(closed),
+            };
         }
     }
 }
@@ -201,7 +207,10 @@ async fn remove_contender(session: Arc<Session>, dir: String, protect: String, n
     }
     loop {
         // `sync` first, pipelined: a create answered by another server must be seen here.
-        let (_, listed) = tokio::join!(session.zk.sync(&dir), session.zk.list_children(&dir));
+        let listed = match session.zk() {
+            Ok(zk) => tokio::join!(zk.sync(&dir), zk.list_children(&dir)).1,
+            Err(closed) => Err(closed),
+        };
         match listed {
             Ok(children) => {
                 if let Some(node) = children.into_iter().find(|c| c.starts_with(&protect)) {

@@ -92,6 +92,9 @@ impl Config {
 }
 
 pub(crate) struct ClientInner {
+    /// Who holds what this client holds: unique among the clients of this process, never
+    /// reused (reentrancy and multi-lock de-duplication key on it).
+    pub id: ClientId,
     pub config: Config,
     /// The connect string's servers, checked when the client was built.
     servers: Vec<connect::Server>,
@@ -106,6 +109,18 @@ pub(crate) struct ClientInner {
     pub metrics: Arc<Metrics>,
     pub gates: Gates,
     pub cleanup: Cleanup,
+}
+
+/// The identity of one client (and its clones) within this process: another client, even of
+/// the same ensemble, is another holder, as another process would be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ClientId(u64);
+
+impl ClientId {
+    fn next() -> ClientId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        ClientId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// Configures and connects a [`LockClient`].
@@ -436,6 +451,7 @@ impl LockClientBuilder {
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
+                id: ClientId::next(),
                 config,
                 servers,
                 closed: StdMutex::new(None),
@@ -519,7 +535,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn session_timeout(&self) -> Option<Duration> {
-        self.latest().map(|s| s.zk.session_timeout())
+        self.latest().map(|s| s.timeout)
     }
 
     /// How long the connection of the current session may stay down before its holds are
@@ -576,12 +592,15 @@ impl LockClient {
         self.inner.cleanup.flush().await
     }
 
-    /// Closes the client: later acquisitions fail with [`LockError::Closed`]; every lock still
-    /// held through it is released (its node deleted) and its guards report it lost; releases
-    /// and cleanups already handed to the background finish ([`flush`](Self::flush)); and the
-    /// ZooKeeper session is closed, so the server forgets it at once instead of after the
-    /// session timeout. (While guards of it are still alive, the session itself stays open,
-    /// holding nothing, until the last of them is dropped.) Calling it again does nothing.
+    /// Closes the client: later acquisitions fail with [`LockError::Closed`]; acquisitions
+    /// still waiting fail with it promptly; every lock still held through it is released and
+    /// its guards report the loss ([`LockGuard::is_lost`](crate::LockGuard::is_lost),
+    /// [`lost`](crate::LockGuard::lost); a `#[distributed_lock]` body running under one is
+    /// stopped as on any loss); releases and cleanups already handed to the background finish
+    /// ([`flush`](Self::flush)); and the ZooKeeper session is ended on the server, whatever is
+    /// still alive (guards, waiters, clones of [`zookeeper`](Self::zookeeper)), so the server
+    /// deletes every node of it at once instead of after the session timeout. Calling it again
+    /// does nothing.
     ///
     /// Dropping the last clone of a client (and its last guard) closes the session too, but
     /// without waiting: call `close` before a process exits, so its locks are freed at once.
@@ -620,19 +639,28 @@ impl LockClient {
         }
         self.flush().await;
         let Some(session) = session else { return };
-        // When nothing else holds the session, dropping it drops the ZooKeeper client, which
-        // then sends the server a close request; wait (a bounded time) to see it done.
-        let mut states = session.zk.state_watcher();
+        // Dropping the session's handle makes the client library send the close request once
+        // the requests under way are answered; the server then deletes every node of the
+        // session, waiters' contenders included, and holds nothing for it any more.
         let bound = self.inner.config.connect_limit();
-        if Arc::strong_count(&session) == 1 {
-            drop(session);
-            let _ = tokio::time::timeout(bound, async {
-                while !states.peek_state().is_terminated() {
-                    states.changed().await;
-                }
-            })
-            .await;
+        if tokio::time::timeout(bound, session.close_handle()).await.is_err() {
+            warn!(
+                session = format_args!("{:#x}", session.id),
+                "the ZooKeeper session of a closed client did not end within {bound:?} (unreachable, or \
+                 a raw handle from LockClient::zookeeper() is still alive); the server ends it after \
+                 the session timeout"
+            );
         }
+    }
+
+    /// A connector with this client's session timeout, credentials and TLS settings.
+    fn connector(&self) -> zk::Connector {
+        let config = &self.inner.config;
+        let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+        for (scheme, auth) in &config.auth {
+            connector = connector.with_auth(scheme, auth);
+        }
+        config.security.apply(connector)
     }
 
     /// The raw ZooKeeper client of the live session (opening one if needed), for adapters
@@ -653,7 +681,12 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn zookeeper(&self) -> Result<zk::Client, LockError> {
-        Ok(self.session(None).await?.zk.clone())
+        let zk = self
+            .session(None)
+            .await?
+            .zk()
+            .map_err(|err| LockError::zk("open a session", err))?;
+        Ok(zk.as_ref().clone())
     }
 
     /// Makes this client the process-wide default, used by `#[distributed_lock]` without
@@ -749,11 +782,7 @@ impl LockClient {
         let config = &self.inner.config;
         self.inner.status.send_replace(SessionStatus::Connecting);
         connect::resolve(&config.connect, &self.inner.servers).await?;
-        let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
-        for (scheme, auth) in &config.auth {
-            connector = connector.with_auth(scheme, auth);
-        }
-        let connector = config.security.apply(connector);
+        let connector = self.connector();
         debug!(connect = %config.connect, "opening zookeeper session");
         let zk = config
             .security

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cleanup::{delete_node, Cleanup};
+use crate::client::ClientId;
 use crate::local_queue::{Turn, Warm};
 use crate::metrics::{Event, Labels, Metrics, Timing};
 use crate::session::{Health, Session};
@@ -18,9 +19,11 @@ use crate::{LockError, LockKind};
 /// One grant of a lock, shared by the guards of a reentrant hold. Dropping the last guard drops
 /// this, which ends the hold ([`Holding::end`]).
 pub(crate) struct Holding {
+    /// The client the hold was granted through; with `dir` and `kind`, the lock's identity.
+    pub client: ClientId,
     pub session: Arc<Session>,
     pub name: Arc<str>,
-    /// The lock directory and kind, which reentrancy matches on.
+    /// The lock directory and kind, which reentrancy matches on (with `client`).
     pub dir: Arc<str>,
     pub kind: LockKind,
     /// The contender node; empty once the hold has ended (handed over or deleted).
@@ -68,7 +71,7 @@ impl Holding {
         }
     }
 
-    fn lost_error(&self) -> LockError {
+    pub(crate) fn lost_error(&self) -> LockError {
         LockError::Lost {
             name: self.name.to_string(),
             reason: loss_reason(&self.session.health()).into(),
@@ -384,8 +387,10 @@ impl LockGuard {
         }
         // `sync` first, pipelined in the same round trip, so a server that lags the one the
         // node was created or deleted on cannot answer from the past.
-        let zk = &self.hold.session.zk;
-        let (_, checked) = tokio::join!(zk.sync(&self.hold.node_path), zk.check_stat(&self.hold.node_path));
+        let checked = match self.hold.session.zk() {
+            Ok(zk) => tokio::join!(zk.sync(&self.hold.node_path), zk.check_stat(&self.hold.node_path)).1,
+            Err(closed) => Err(closed),
+        };
         match checked {
             Ok(Some(stat)) if stat.ephemeral_owner == self.hold.session.id => Ok(()),
             Ok(_) => Err(LockError::NotHeld {

@@ -117,7 +117,12 @@ impl LockClient {
     /// ```
     pub async fn lock_names(&self) -> Result<Vec<String>, LockError> {
         let session = self.session(None).await?;
-        let mut names = match session.zk.list_children(self.namespace()).await {
+        let listed = session
+            .zk()
+            .map_err(|err| LockError::zk("list locks", err))?
+            .list_children(self.namespace())
+            .await;
+        let mut names = match listed {
             Ok(names) => names,
             Err(zk::Error::NoNode) => Vec::new(),
             Err(err) => return Err(LockError::zk("list locks", err)),
@@ -164,7 +169,7 @@ impl LockClient {
         crate::validate_name(name)?;
         let session = self.session(None).await?;
         let path = format!("{}/{name}", self.namespace());
-        let zk = &session.zk;
+        let zk = session.zk().map_err(|err| LockError::zk("list children", err))?;
         let children = match zk.list_and_watch_children(&path).await {
             Ok((children, watcher)) => (children, watcher),
             Err(zk::Error::NoNode) => {
@@ -230,7 +235,9 @@ async fn read_queue(
     side: impl Fn(&str) -> Side,
 ) -> Result<Vec<QueuedNode>, LockError> {
     let queue = queue_order(children);
-    let reads = future::join_all(queue.iter().map(|c| session.zk.get_data(&format!("{dir}/{}", c.name)))).await;
+    let zk = session.zk().map_err(|err| LockError::zk("get data", err))?;
+    let reads = future::join_all(queue.iter().map(|c| zk.get_data(&format!("{dir}/{}", c.name)))).await;
+    drop(zk);
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, Instrument};
 
-use crate::client::LockClient;
+use crate::cleanup::{delete_node, Cleanup};
+use crate::client::{ClientId, LockClient};
 use crate::guard::{Holding, LockGuard};
 use crate::local_queue::Turn;
 use crate::metrics::{Event, Labels, Timing};
-use crate::queue::{self, Failed, Recipe};
+use crate::queue::{self, Failed, Granted, Recipe};
 use crate::reentrancy;
 use crate::rules::{Leases, Readers, Rule, MUTEX_NODE, WRITE_NODE};
 use crate::semaphore;
@@ -223,6 +224,11 @@ impl Lock {
         self.kind
     }
 
+    /// The client this lock is taken through; part of the lock's identity.
+    pub(crate) fn client_id(&self) -> ClientId {
+        self.client.inner.id
+    }
+
     /// Waits, without a bound, until the lock is granted.
     ///
     /// Inside the scope of a hold of this lock ([`LockGuard::scope`], a `#[distributed_lock]`
@@ -305,7 +311,7 @@ impl Lock {
     pub(crate) async fn acquire_within(&self, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
         self.client.check_open()?;
         let metrics = &self.client.inner.metrics;
-        if let Some(hold) = reentrancy::reentry(&self.dir, self.kind) {
+        if let Some(hold) = reentrancy::reentry(self.client.inner.id, &self.dir, self.kind) {
             let guard = LockGuard::new(hold);
             if guard.is_lost() {
                 return Err(guard.lost().await);
@@ -425,12 +431,16 @@ impl Lock {
         let mut restarts = 0;
         loop {
             let session = self.client.session(None).await.map_err(Failed::Error)?;
-            match queue::attempt(&recipe, &*self.rule, &session, deadline).await {
+            // Read before the attempt: a loss reported at any moment after this invalidates
+            // what the attempt grants, so none can slip in between the grant and the reading.
+            let losses = session.health().losses;
+            let outcome = queue::attempt(&recipe, &*self.rule, &session, deadline).await;
+            let outcome = outcome.and_then(|granted| sound_grant(&inner.cleanup, &session, losses, granted));
+            match outcome {
                 Ok(granted) => {
                     if !granted.listed {
                         inner.metrics.record(Event::WithoutListing, self.labels());
                     }
-                    let losses = session.health().losses;
                     let token = FencingToken::new(granted.czxid, 0);
                     return Ok(self.hold(session, granted.node_path, token, losses, turn));
                 }
@@ -474,10 +484,12 @@ impl Lock {
         loop {
             let acquirers = mutex.queue_locally(deadline).await?;
             let session = acquirers.hold.session.clone();
-            match semaphore::take_lease(&recipe, leases, &session, deadline).await {
+            // The acquirers' mutex was sound at its grant; a loss from then on voids the lease.
+            let losses = acquirers.hold.losses_at_grant;
+            let outcome = semaphore::take_lease(&recipe, leases, &session, deadline).await;
+            match outcome.and_then(|granted| sound_grant(&inner.cleanup, &session, losses, granted)) {
                 Ok(granted) => {
                     drop(acquirers);
-                    let losses = session.health().losses;
                     let token = FencingToken::new(granted.czxid, 0);
                     return Ok(self.hold(session, granted.node_path, token, losses, None));
                 }
@@ -501,6 +513,7 @@ impl Lock {
         let inner = &self.client.inner;
         session.track(&node_path);
         LockGuard::new(Arc::new(Holding {
+            client: inner.id,
             session,
             name: self.name.clone(),
             dir: self.dir.clone(),
@@ -516,6 +529,22 @@ impl Lock {
             template: self.template.clone(),
         }))
     }
+}
+
+/// Keeps a grant only if its session has not been reported lost (or closed, or expired) since
+/// `losses` was read, before the attempt that made it. A grant that is not sound is given up
+/// (its node deleted) and counts as a session that ended: the caller starts over, on this
+/// session once it is trusted again or on a new one, and a closed client answers `Closed`.
+fn sound_grant(cleanup: &Cleanup, session: &Arc<Session>, losses: u64, granted: Granted) -> Result<Granted, Failed> {
+    if !session.health().invalidates(losses) {
+        return Ok(granted);
+    }
+    debug!(node = %granted.node_path, "granted in a session reported lost meanwhile; giving it up");
+    let deletion = delete_node(session, granted.node_path);
+    cleanup.spawn(session, async move {
+        let _ = deletion.await;
+    });
+    Err(Failed::SessionEnded)
 }
 
 #[cfg(test)]

@@ -19,12 +19,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future;
+use tracing::debug;
 
 use crate::guard::{supervise, LockGuard, MaxHold};
 use crate::lock::{Lock, LockKind};
 use crate::reentrancy;
 use crate::token::FencingToken;
 use crate::{LockClient, LockError};
+
+/// How many times one acquisition takes every part again after finding one of them lost
+/// before it gives up with the loss.
+const MAX_LOST_ROUNDS: u32 = 5;
 
 /// Several locks of one kind, taken together in one canonical order (sorted by lock path)
 /// whatever order they were named in, all or nothing. Duplicate names collapse into one.
@@ -126,15 +131,17 @@ impl MultiLock {
         MultiLock::of(locks)
     }
 
-    /// The multi-lock over `locks` (all of one kind): sorted by path, duplicates dropped.
+    /// The multi-lock over `locks` (all of one kind): sorted by path, duplicates dropped. A
+    /// duplicate is the same path through the same client; the same path through two clients
+    /// is two locks (two ensembles, or two holders of one), as for reentrancy.
     pub(crate) fn of(mut locks: Vec<Lock>) -> Result<MultiLock, LockError> {
         if locks.is_empty() {
             return Err(LockError::InvalidConfig(
                 "a multi-lock needs at least one lock name".into(),
             ));
         }
-        locks.sort_by(|a, b| a.path().cmp(b.path()));
-        locks.dedup_by(|a, b| a.path() == b.path());
+        locks.sort_by(|a, b| a.path().cmp(b.path()).then(a.client_id().cmp(&b.client_id())));
+        locks.dedup_by(|a, b| a.path() == b.path() && a.client_id() == b.client_id());
         Ok(MultiLock { locks: locks.into() })
     }
 }
@@ -222,7 +229,32 @@ impl MultiLock {
 
     async fn acquire_within(&self, timeout: Option<Duration>) -> Result<MultiGuard, LockError> {
         let started = Instant::now();
-        // Dropping this vector (an error, or the future dropped) releases what it holds.
+        let mut rounds = 0;
+        loop {
+            let guards = self.take_each(started, timeout).await?;
+            // Each part's own loss signal, against the session that holds it: a part granted
+            // early may have been lost while a later one was awaited.
+            let Some(lost) = guards.iter().find(|g| g.is_lost()) else {
+                return Ok(MultiGuard {
+                    guards,
+                    acquired_at: Instant::now(),
+                });
+            };
+            let err = lost.hold.lost_error();
+            rounds += 1;
+            let out_of_time = timeout.is_some_and(|t| started.elapsed() >= t);
+            debug!(lock = %lost.name(), "a part of a multi-lock was lost while the others were taken; starting over");
+            // Dropping the guards releases every part before the next round queues again.
+            drop(guards);
+            if out_of_time || rounds > MAX_LOST_ROUNDS {
+                return Err(err);
+            }
+        }
+    }
+
+    /// Takes every lock once, in path order, within what is left of `timeout`. Dropping the
+    /// returned vector (or this future midway) releases what was taken.
+    async fn take_each(&self, started: Instant, timeout: Option<Duration>) -> Result<Vec<LockGuard>, LockError> {
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in self.locks.iter() {
             let left = timeout.map(|t| t.saturating_sub(started.elapsed()));
@@ -237,10 +269,7 @@ impl MultiLock {
                 Err(err) => return Err(err),
             }
         }
-        Ok(MultiGuard {
-            guards,
-            acquired_at: Instant::now(),
-        })
+        Ok(guards)
     }
 }
 

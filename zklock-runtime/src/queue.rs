@@ -176,7 +176,8 @@ pub(crate) async fn attempt(
         }
         let blocker = format!("{dir}/{}", queue[on].name);
         debug!(node = %granted.node_path, waits_for = %blocker, "waiting");
-        let gone = match session.zk.check_and_watch_stat(&blocker).await {
+        let watched = handle(session)?.check_and_watch_stat(&blocker).await;
+        let gone = match watched {
             Ok((None, _)) => true,
             Ok((Some(_), watcher)) => {
                 // The event first: a deletion that arrived by the deadline still counts.
@@ -210,6 +211,12 @@ pub(crate) async fn attempt(
     }
 }
 
+/// The session's handle of the client library, for one round trip; a session the client
+/// closed counts as ended.
+pub(crate) fn handle(session: &Session) -> Result<Arc<zk::Client>, Failed> {
+    session.zk().map_err(|err| failed("request", err))
+}
+
 /// Resolves when `deadline` passes; never without one.
 pub(crate) async fn deadline_passed(deadline: Option<Instant>) {
     match deadline {
@@ -234,7 +241,8 @@ pub(crate) async fn retry_after(session: &Session, op: &'static str, err: zk::Er
 /// Lists `dir`, waiting out connection losses.
 async fn list(session: &Session, dir: &str) -> Result<Vec<String>, Failed> {
     loop {
-        match session.zk.list_children(dir).await {
+        let listed = handle(session)?.list_children(dir).await;
+        match listed {
             Ok(children) => return Ok(children),
             Err(err) => retry_after(session, "list children", err).await?,
         }
@@ -271,12 +279,13 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
         let expected = (recipe.skip_listing_when_alone && !dir_missing)
             .then(|| session.alone().expect(dir))
             .flatten();
-        let make_dir = dir_missing.then(|| session.zk.create(dir, b"", &container));
+        let zk = handle(session)?;
+        let make_dir = dir_missing.then(|| zk.create(dir, b"", &container));
         let data = recipe.holder.node_data(recipe.template);
-        let create = session.zk.create(&prefix, &data, &options);
+        let create = zk.create(&prefix, &data, &options);
         // In a directory made just now our node is almost surely number 0, which proves it
         // first without a listing (see below); only a lost race costs a round trip more.
-        let listing = (expected.is_none() && !dir_missing).then(|| session.zk.list_children(dir));
+        let listing = (expected.is_none() && !dir_missing).then(|| zk.list_children(dir));
         let (made, created, listed) = tokio::join!(optional(make_dir), create, optional(listing));
         let parent_missing = matches!(made, Some(Err(zk::Error::NoNode)));
         if let (Some(Err(err)), Err(_)) = (made, &created) {
@@ -296,7 +305,7 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
                 let alone = expected.is_some_and(|expected| session.alone().confirm(dir, expected, &ours, sequence));
                 if alone || sequence == 0 {
                     if !alone && recipe.skip_listing_when_alone {
-                        session.alone().proven_first(&session.zk, dir, &ours, sequence);
+                        session.alone().proven_first(&zk, dir, &ours, sequence);
                     }
                     return Ok(Created {
                         children: vec![ours.clone()],
@@ -310,7 +319,7 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
                     _ => list(session, dir).await?,
                 };
                 if recipe.skip_listing_when_alone && children.len() == 1 && children[0] == ours {
-                    session.alone().proven_first(&session.zk, dir, &ours, sequence);
+                    session.alone().proven_first(&zk, dir, &ours, sequence);
                 }
                 return Ok(Created {
                     ours,
@@ -359,7 +368,9 @@ async fn find_protected(session: &Session, dir: &str, protect: &str) -> Result<O
     loop {
         // After a reconnect the server we talk to may lag the one that took the create: `sync`
         // first (pipelined, same round trip), so a create that happened is never missed.
-        let (_, listed) = tokio::join!(session.zk.sync(dir), session.zk.list_children(dir));
+        let zk = handle(session)?;
+        let (_, listed) = tokio::join!(zk.sync(dir), zk.list_children(dir));
+        drop(zk);
         let children = match listed {
             Ok(children) => children,
             Err(zk::Error::NoNode) => return Ok(None),
@@ -371,7 +382,8 @@ async fn find_protected(session: &Session, dir: &str, protect: &str) -> Result<O
         let Some(name) = children.into_iter().find(|c| c.starts_with(protect)) else {
             return Ok(None);
         };
-        match session.zk.check_stat(&format!("{dir}/{name}")).await {
+        let checked = handle(session)?.check_stat(&format!("{dir}/{name}")).await;
+        match checked {
             Ok(Some(stat)) if stat.ephemeral_owner == session.id => {
                 debug!(node = %name, "found our contender after a lost create answer");
                 return Ok(Some((name, stat)));
@@ -387,7 +399,8 @@ async fn find_protected(session: &Session, dir: &str, protect: &str) -> Result<O
 async fn ensure_dir(recipe: &Recipe<'_>, session: &Session) -> Result<(), Failed> {
     let options = zk::CreateMode::Container.with_acls(recipe.acls);
     loop {
-        match session.zk.mkdir(recipe.dir, &options).await {
+        let made = handle(session)?.mkdir(recipe.dir, &options).await;
+        match made {
             Ok(()) | Err(zk::Error::NodeExists) => return Ok(()),
             Err(err) => retry_after(session, "create lock dir", err).await?,
         }
@@ -445,7 +458,8 @@ mod tests {
         );
         // The same lookup does adopt a node our own session created.
         session
-            .zk
+            .zk()
+            .unwrap()
             .create(&format!("/zklock/adopt/{protect}x-lock-"), b"", &options)
             .await
             .unwrap();

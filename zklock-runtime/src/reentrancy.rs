@@ -18,6 +18,7 @@
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
+use crate::client::ClientId;
 use crate::guard::{Holding, LockGuard, LossSignal};
 use crate::token::FencingToken;
 use crate::LockKind;
@@ -26,6 +27,7 @@ use crate::LockKind;
 #[derive(Clone)]
 struct Entry {
     hold: Weak<Holding>,
+    client: ClientId,
     name: Arc<str>,
     dir: Arc<str>,
     kind: LockKind,
@@ -53,34 +55,48 @@ fn reenters(held: LockKind, wanted: LockKind) -> bool {
     }
 }
 
-/// The hold an acquisition of `kind` on `dir` re-enters: the innermost matching hold whose
-/// scope the current future runs in, if it is still alive.
-pub(crate) fn reentry(dir: &str, kind: LockKind) -> Option<Arc<Holding>> {
+/// The hold an acquisition of `kind` on `dir` through `client` re-enters: the innermost
+/// matching hold whose scope the current future runs in, if it is still alive. A hold taken
+/// through another client never matches, whatever its path: that client may talk to another
+/// ensemble or chroot, and even on the same one it is another holder, as another process is.
+pub(crate) fn reentry(client: ClientId, dir: &str, kind: LockKind) -> Option<Arc<Holding>> {
     with_scope(|entries| {
         entries
             .iter()
             .rev()
-            .find(|e| &*e.dir == dir && reenters(e.kind, kind))
+            .find(|e| e.client == client && &*e.dir == dir && reenters(e.kind, kind))
             .and_then(|e| e.hold.upgrade())
     })
 }
 
-/// Runs `fut` inside the scopes of `holds` (innermost last), nested in whatever scope is
-/// current.
+/// Runs `fut` inside the scopes of `holds` (innermost last), nested in the scope that is
+/// current where the returned future is first polled: a scope future made in one place and
+/// awaited (or spawned) in another takes the scope of where it runs, never of where it was
+/// made.
 pub(crate) fn enter<'h, F: Future>(
     holds: impl IntoIterator<Item = &'h Arc<Holding>>,
     fut: F,
 ) -> impl Future<Output = F::Output> {
-    let mut entries: Vec<Entry> = SCOPE.try_with(|e| e.to_vec()).unwrap_or_default();
-    entries.extend(holds.into_iter().map(|hold| Entry {
-        hold: Arc::downgrade(hold),
-        name: hold.name.clone(),
-        dir: hold.dir.clone(),
-        kind: hold.kind,
-        token: hold.token,
-        loss: hold.loss_signal(),
-    }));
-    SCOPE.scope(Arc::new(entries), fut)
+    let own: Vec<Entry> = holds.into_iter().map(Entry::of).collect();
+    async move {
+        let mut entries: Vec<Entry> = SCOPE.try_with(|e| e.to_vec()).unwrap_or_default();
+        entries.extend(own);
+        SCOPE.scope(Arc::new(entries), fut).await
+    }
+}
+
+impl Entry {
+    fn of(hold: &Arc<Holding>) -> Entry {
+        Entry {
+            hold: Arc::downgrade(hold),
+            client: hold.client,
+            name: hold.name.clone(),
+            dir: hold.dir.clone(),
+            kind: hold.kind,
+            token: hold.token,
+            loss: hold.loss_signal(),
+        }
+    }
 }
 
 impl LockGuard {

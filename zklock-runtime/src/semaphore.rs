@@ -20,7 +20,7 @@ use std::time::Instant;
 use tracing::debug;
 use zookeeper_client as zk;
 
-use crate::queue::{deadline_passed, retry_after, Contending, Failed, Granted, Recipe};
+use crate::queue::{deadline_passed, handle, retry_after, Contending, Failed, Granted, Recipe};
 use crate::session::Session;
 
 /// The mutex over acquirers, below the semaphore's directory.
@@ -66,7 +66,8 @@ pub(crate) async fn take_lease(
         } else if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(Failed::TimedOut);
         }
-        match session.zk.list_and_watch_children(dir).await {
+        let listed = handle(session)?.list_and_watch_children(dir).await;
+        match listed {
             Ok((listed, set)) => {
                 children = listed;
                 watcher = Some(set);

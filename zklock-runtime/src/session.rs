@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -75,7 +75,14 @@ impl Health {
 
 /// A live (or finished) ZooKeeper session shared by every contender and guard created in it.
 pub(crate) struct Session {
-    pub zk: zk::Client,
+    /// The client library's handle of the session, until the client closes it
+    /// ([`close_handle`](Self::close_handle)). Requests borrow it for their round trip only,
+    /// so dropping it here ends the session on the server as soon as those are answered.
+    zk: RwLock<Option<Arc<zk::Client>>>,
+    /// The library's view of the connection, readable after the handle is gone.
+    states: zk::StateWatcher,
+    /// The session timeout the server granted.
+    pub timeout: Duration,
     pub id: i64,
     /// How long the connection may stay down before holds are reported lost.
     pub loss_after: Duration,
@@ -114,6 +121,7 @@ impl Session {
         on_change: Arc<dyn Fn(Health) + Send + Sync>,
     ) -> Arc<Session> {
         let id = zk.session_id().0;
+        let (states, timeout) = (zk.state_watcher(), zk.session_timeout());
         let (health, _) = watch::channel(Health {
             status: SessionStatus::Connected,
             losses: 0,
@@ -121,7 +129,9 @@ impl Session {
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let runtime_gone = Arc::new(AtomicBool::new(false));
         let session = Arc::new(Session {
-            zk,
+            zk: RwLock::new(Some(Arc::new(zk))),
+            states: states.clone(),
+            timeout,
             id,
             loss_after,
             runtime: tokio::runtime::Handle::current(),
@@ -131,7 +141,6 @@ impl Session {
             alone: Arc::new(Mutex::new(Alone::new(fast_path_dirs))),
             _stop: stop,
         });
-        let states = session.zk.state_watcher();
         let sender = session.health.clone();
         let alone = session.alone.clone();
         // The monitor task lives as long as the session; if its future is dropped before it
@@ -152,7 +161,31 @@ impl Session {
         session
     }
 
-    /// Notes a node granted in this session.
+    /// The client library's handle of the session, for the requests of one round trip (hold it
+    /// no longer: a handle kept alive keeps the session open after the client closed it).
+    /// `ClientClosed` once the client has closed the session.
+    pub fn zk(&self) -> Result<Arc<zk::Client>, zk::Error> {
+        self.zk
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(zk::Error::ClientClosed)
+    }
+
+    /// Drops this session's handle of the client library, as the client closes: once the
+    /// requests under way are answered (and no raw handle from `LockClient::zookeeper` is
+    /// left), the library sends the server the close request, and the server deletes every
+    /// node of the session. Resolves once the library reports the session over, or never if
+    /// a raw handle keeps it open (the caller bounds the wait).
+    pub async fn close_handle(&self) {
+        self.alone().close(); // its pending watch requests hold handles too
+        drop(self.zk.write().unwrap_or_else(|e| e.into_inner()).take());
+        let mut states = self.states.clone();
+        while !states.peek_state().is_terminated() {
+            states.changed().await;
+        }
+    }
+
     /// What this session knows about lock directories it was alone in (never held across an
     /// await).
     pub fn alone(&self) -> std::sync::MutexGuard<'_, Alone> {
@@ -197,7 +230,7 @@ impl Session {
 
     /// Whether new work may still be started in this session.
     pub fn is_usable(&self) -> bool {
-        !self.health().status.is_terminal() && !self.zk.state().is_terminated() && !self.runtime_gone()
+        !self.health().status.is_terminal() && !self.states.peek_state().is_terminated() && !self.runtime_gone()
     }
 
     /// After a request failed on the connection ([`is_transient`](crate::error::is_transient)):

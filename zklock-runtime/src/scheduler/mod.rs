@@ -136,7 +136,8 @@ use ticks::Ticks;
 /// ```
 pub async fn job_records(client: &LockClient) -> Result<Vec<JobRecord>, LockError> {
     let session = client.session(None).await?;
-    record::read_all(&session.zk, &record::records_root(client.namespace()))
+    let zk = session.zk().map_err(|err| LockError::zk("read job records", err))?;
+    record::read_all(&zk, &record::records_root(client.namespace()))
         .await
         .map_err(|err| LockError::zk("read job records", err))
 }
