@@ -398,6 +398,7 @@ fn timestamp(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn ages_are_short() {
@@ -406,5 +407,40 @@ mod tests {
         assert_eq!(age(Duration::from_secs(245)), "4m05s");
         assert_eq!(age(Duration::from_secs(7800)), "2h10m");
         assert_eq!(timestamp(0), "1970-01-01T00:00:00.000Z");
+    }
+
+    fn parse_timeout(timeout: &str) -> Result<Duration, clap::Error> {
+        Cli::try_parse_from(["zklock", &format!("--timeout={timeout}"), "jobs"]).map(|cli| cli.timeout)
+    }
+
+    proptest! {
+        #[test]
+        fn timeouts_in_any_unit_are_read(n in 0..1_000_000u64, unit in prop::sample::select(vec![("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000)])) {
+            let timeout = parse_timeout(&format!("{n}{}", unit.0)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(timeout, Duration::from_millis(n * unit.1));
+        }
+
+        /// A bad `--timeout` is a usage error (exit code 2) naming the flag, never a panic.
+        #[test]
+        fn any_timeout_is_read_or_refused(timeout in prop_oneof![any::<String>(), "-?[0-9]{1,30}[a-zµ. ]{0,6}"]) {
+            if let Err(err) = parse_timeout(&timeout) {
+                prop_assert_eq!(err.exit_code(), 2);
+                prop_assert!(err.to_string().contains("--timeout"), "{}", err);
+            }
+        }
+
+        #[test]
+        fn credentials_split_at_the_first_colon(value in any::<String>()) {
+            match credentials("--digest", &value) {
+                Ok((user, password)) => {
+                    prop_assert!(!user.contains(':'));
+                    prop_assert_eq!(format!("{user}:{password}"), value);
+                }
+                Err(failure) => {
+                    prop_assert!(!value.contains(':'));
+                    prop_assert_eq!(failure.code, 2);
+                }
+            }
+        }
     }
 }

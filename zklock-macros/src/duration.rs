@@ -59,6 +59,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn accepts_the_documented_forms() {
@@ -107,5 +108,54 @@ mod tests {
         assert!(parse_duration("18446744073709551615h")
             .unwrap_err()
             .contains("too large"));
+    }
+
+    /// Every spelling of every unit, with its length in milliseconds.
+    const SPELLINGS: [(&str, u64); 12] = [
+        ("ms", 1),
+        ("msec", 1),
+        ("millis", 1),
+        ("s", 1_000),
+        ("sec", 1_000),
+        ("secs", 1_000),
+        ("m", 60_000),
+        ("min", 60_000),
+        ("mins", 60_000),
+        ("h", 3_600_000),
+        ("hr", 3_600_000),
+        ("hrs", 3_600_000),
+    ];
+
+    proptest! {
+        /// Parts written any way the syntax allows add up, until the total passes `u64::MAX`
+        /// milliseconds; then the error says the duration is too large.
+        #[test]
+        fn parts_add_up(
+            parts in prop::collection::vec((prop_oneof![0..100_000u64, any::<u64>()], prop::sample::select(SPELLINGS.to_vec()), "0{0,3}", " {0,2}", " {0,2}"), 1..5),
+            padding in "[ \\t\\n]{0,2}",
+        ) {
+            let text: String = parts
+                .iter()
+                .map(|(n, (unit, _), zeros, inner, after)| format!("{zeros}{n}{inner}{unit}{after}"))
+                .collect();
+            let text = format!("{padding}{text}{padding}");
+            let total = parts.iter().try_fold(0u64, |sum, (n, (_, ms), ..)| n.checked_mul(*ms)?.checked_add(sum));
+            match total {
+                Some(ms) => prop_assert_eq!(parse_duration(&text), Ok(Duration::from_millis(ms))),
+                None => {
+                    let parsed = parse_duration(&text);
+                    prop_assert!(parsed.as_ref().is_err_and(|why| why.contains("too large")), "{:?}", parsed);
+                }
+            }
+        }
+
+        /// Any text is a duration or an error with a reason; never a panic (the macro would
+        /// report a panic as an unhelpful "proc macro panicked").
+        #[test]
+        fn any_text_is_a_duration_or_says_why(text in prop_oneof![any::<String>(), "[0-9 .+-]{0,8}[a-zµ]{0,7}[0-9 .]{0,4}"]) {
+            if let Err(why) = parse_duration(&text) {
+                prop_assert!(why.len() > 20, "{why}");
+            }
+        }
     }
 }

@@ -132,7 +132,8 @@ fn parse_placeholder(inner: &str, range: Range<usize>) -> Result<Placeholder, Te
     };
     let mut fields = Vec::new();
     for field in parts {
-        let name = if !field.is_empty() && field.bytes().all(|b| b.is_ascii_digit()) {
+        // A tuple index as Rust reads it: a `u32` without leading zeros.
+        let name = if field.parse::<u32>().is_ok_and(|index| index.to_string() == field) {
             Some(field.to_owned())
         } else {
             ident_name(field)
@@ -565,6 +566,7 @@ fn collect_bindings(pat: &Pat, names: &mut BTreeSet<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn hole(root: &str, fields: &[&str], spec: Option<&str>, range: Range<usize>) -> Piece {
         Piece::Hole(Placeholder {
@@ -639,6 +641,17 @@ mod tests {
             .unwrap_err()
             .message
             .contains("not a field name"));
+    }
+
+    /// Digits that are no `u32` used to reach `Ident::new`, which panics on a number: the macro
+    /// failed with "proc macro panicked". `01` is no tuple index to Rust either.
+    #[test]
+    fn a_field_is_a_tuple_index_only_as_rust_writes_one() {
+        for bad in ["{self.10100000000:100x?}", "{id.4294967296}", "{id.01}", "{id.+1}"] {
+            let err = parse_pieces(bad).unwrap_err();
+            assert!(err.message.contains("is not a field name"), "{bad}: {}", err.message);
+        }
+        assert!(parse_pieces("{id.4294967295}").is_ok());
     }
 
     #[test]
@@ -737,6 +750,220 @@ mod tests {
             ('\u{10ffff}', true),
         ] {
             assert_eq!(forbidden_char(c).is_some(), refused, "U+{:04X}", u32::from(c));
+        }
+    }
+
+    /// An identifier that may name a parameter or field: not `_`, `self`, `Self`, `super` or
+    /// `crate`; keywords are fine (written raw in code).
+    fn ident() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z_][a-z0-9_]{0,6}",
+            "[\\p{XID_Start}][\\p{XID_Continue}]{0,3}",
+            Just("type".to_owned())
+        ]
+        .prop_filter("not a usable identifier", |name| {
+            !matches!(name.as_str(), "_" | "self" | "Self" | "super" | "crate")
+        })
+    }
+
+    /// A well-formed `format!` spec and the parameters it names: `[[fill]align][sign]['#']['0']
+    /// [width]['.' precision][type]`.
+    fn spec() -> impl Strategy<Value = (String, Vec<String>)> {
+        let count = || {
+            prop_oneof![
+                (0..1000u32).prop_map(|n| (n.to_string(), None)),
+                "[a-z][a-z0-9_]{0,4}".prop_map(|w| (format!("{w}$"), Some(w)))
+            ]
+        };
+        let align = prop::option::of(("[a-z*_ .:#0-9-]?", prop::sample::select(vec!['<', '^', '>'])));
+        let kind = prop::sample::select(vec!["", "?", "x?", "X?", "o", "x", "X", "p", "b", "e", "E"]);
+        (
+            align,
+            "[+-]?",
+            "#?",
+            "0?",
+            prop::option::of(count()),
+            prop::option::of(count()),
+            kind,
+        )
+            .prop_map(|(align, sign, alternate, zero, width, precision, kind)| {
+                let mut spec = align.map(|(fill, align)| format!("{fill}{align}")).unwrap_or_default();
+                spec.push_str(&format!("{sign}{alternate}{zero}"));
+                let mut args = Vec::new();
+                if let Some((text, arg)) = width {
+                    spec.push_str(&text);
+                    args.extend(arg);
+                }
+                if let Some((text, arg)) = precision {
+                    spec.push('.');
+                    spec.push_str(&text);
+                    args.extend(arg);
+                }
+                spec.push_str(kind);
+                (spec, args)
+            })
+    }
+
+    /// A well-formed template and the pieces it must parse into.
+    fn template() -> impl Strategy<Value = (String, Vec<Piece>)> {
+        let field = prop_oneof![ident(), any::<u32>().prop_map(|i| i.to_string())];
+        let hole = (
+            prop_oneof![Just("self".to_owned()), ident()],
+            any::<bool>(),
+            prop::collection::vec((field, any::<bool>()), 0..3),
+            prop::option::of(spec()),
+            " ?",
+        );
+        let piece = prop_oneof!["([a-z0-9:._ -]|\\{\\{|\\}\\}){1,6}".prop_map(Err), hole.prop_map(Ok),];
+        prop::collection::vec(piece, 1..6).prop_map(|pieces| {
+            let mut value = String::new();
+            let mut expected = Vec::new();
+            for piece in pieces {
+                let (root, raw_root, fields, spec, space) = match piece {
+                    Err(text) => {
+                        let unescaped = text.replace("{{", "{").replace("}}", "}");
+                        match expected.last_mut() {
+                            Some(Piece::Text(before)) => before.push_str(&unescaped),
+                            _ => expected.push(Piece::Text(unescaped)),
+                        }
+                        value.push_str(&text);
+                        continue;
+                    }
+                    Ok(hole) => hole,
+                };
+                let raw = |name: &str, raw: bool| {
+                    if raw && name != "self" && !name.bytes().all(|b| b.is_ascii_digit()) {
+                        format!("r#{name}")
+                    } else {
+                        name.to_owned()
+                    }
+                };
+                let start = value.len();
+                value.push_str(&format!("{{{space}{}", raw(&root, raw_root)));
+                for (field, raw_field) in &fields {
+                    value.push_str(&format!(".{}", raw(field, *raw_field)));
+                }
+                value.push_str(&space);
+                if let Some((spec, _)) = &spec {
+                    value.push_str(&format!(":{spec}"));
+                }
+                value.push('}');
+                expected.push(Piece::Hole(Placeholder {
+                    root,
+                    fields: fields.into_iter().map(|(f, _)| f).collect(),
+                    spec_args: spec.as_ref().map(|(_, args)| args.clone()).unwrap_or_default(),
+                    spec: spec.map(|(spec, _)| spec),
+                    range: start..value.len(),
+                }));
+            }
+            (value, expected)
+        })
+    }
+
+    /// Text close to a template: braces, dots, colons, digits and spec characters.
+    fn near_template() -> impl Strategy<Value = String> {
+        "([a-z]{1,3}|\\{|\\}|[.:0-9$#<>^+*? ]|r#|/|\\u{0}|é|\\u{10000}){0,16}"
+    }
+
+    /// A well-formed template with a snippet inserted somewhere: numbers in fields, stray
+    /// braces and spec characters where they are least expected.
+    fn mutated_template() -> impl Strategy<Value = String> {
+        let snippet = prop_oneof!["[0-9]{1,12}", "[{}.:$#*]", "r#", "[a-z]{1,3}"];
+        (template(), snippet, any::<prop::sample::Index>()).prop_map(|((mut value, _), snippet, at)| {
+            let boundaries: Vec<usize> = (0..=value.len()).filter(|&i| value.is_char_boundary(i)).collect();
+            value.insert_str(*at.get(&boundaries), &snippet);
+            value
+        })
+    }
+
+    /// The parameters a template names, as a function would have them.
+    fn scope_for(pieces: &[Piece]) -> Scope {
+        let mut names = BTreeSet::new();
+        for piece in pieces {
+            if let Piece::Hole(hole) = piece {
+                names.insert(hole.root.clone());
+                names.extend(hole.spec_args.iter().cloned());
+            }
+        }
+        Scope {
+            fn_name: "f".into(),
+            names,
+            self_alias: None,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn well_formed_templates_parse_into_their_pieces((value, expected) in template()) {
+            prop_assert_eq!(parse_pieces(&value), Ok(expected));
+        }
+
+        #[test]
+        fn well_formed_specs_are_accepted((spec, args) in spec()) {
+            prop_assert_eq!(check_spec(&spec), Ok(args));
+        }
+
+        /// Any text: pieces that give the text back, or an error with a message and the range
+        /// of the culprit. A template that parses yields code that parses, for a function with
+        /// every parameter it names (a panic here would be a "proc macro panicked").
+        #[test]
+        fn any_text_parses_or_points_at_the_culprit(value in prop_oneof![any::<String>(), near_template(), mutated_template()]) {
+            match parse_pieces(&value) {
+                Ok(pieces) => {
+                    let mut again = String::new();
+                    for piece in &pieces {
+                        match piece {
+                            Piece::Text(text) => again.push_str(&text.replace('{', "{{").replace('}', "}}")),
+                            Piece::Hole(hole) => again.push_str(&value[hole.range.clone()]),
+                        }
+                    }
+                    prop_assert_eq!(&again, &value);
+                }
+                Err(err) => {
+                    prop_assert!(!err.message.is_empty());
+                    let range = err.range.clone();
+                    prop_assert!(range.start < range.end && range.end <= value.len(), "{:?} in {:?}", range, value);
+                    prop_assert!(value.is_char_boundary(range.start) && value.is_char_boundary(range.end));
+                }
+            }
+            let Ok(template) = Template::parse(LitStr::new(&value, Span::call_site())) else {
+                return Ok(());
+            };
+            let holes: Vec<&Placeholder> = template.pieces.iter().filter_map(|p| match p {
+                Piece::Hole(hole) => Some(hole),
+                Piece::Text(_) => None,
+            }).collect();
+            let named: BTreeSet<&String> = holes.iter().flat_map(|hole| &hole.spec_args).collect();
+            let (_, args) = template.format_args(&scope_for(&template.pieces)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(args.len(), holes.len() + named.len());
+            for arg in args {
+                prop_assert!(syn::parse2::<syn::Expr>(arg.clone()).is_ok(), "{}", arg);
+            }
+        }
+
+        #[test]
+        fn any_spec_is_accepted_or_explained(spec in prop_oneof![any::<String>(), "[0-9a-z$.*#<>^+?-]{0,8}"]) {
+            match check_spec(&spec) {
+                Ok(args) => {
+                    for arg in args {
+                        prop_assert!(ident_name(&arg).is_some() && spec.contains(&format!("{arg}$")), "{:?} in {:?}", arg, spec);
+                    }
+                }
+                Err(why) => prop_assert!(!why.is_empty()),
+            }
+        }
+
+        /// Without placeholders, the macro accepts at compile time exactly the names the runtime
+        /// accepts.
+        #[test]
+        fn fixed_names_are_judged_as_the_runtime_does(name in prop_oneof![
+            any::<String>(),
+            "[a-z./\\u{7f}\\u{e000}\\u{fff0}\\u{10000}]{0,3}",
+            "[a-zé]{195,205}",
+        ]) {
+            let name = name.replace(['{', '}'], "");
+            let macro_ok = Template::parse(LitStr::new(&name, Span::call_site())).is_ok();
+            prop_assert_eq!(macro_ok, zklock::validate_name(&name).is_ok());
         }
     }
 }

@@ -145,6 +145,7 @@ pub(crate) async fn resolve(connect: &str, servers: &[Server]) -> Result<(), Loc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn hosts(connect: &str) -> Vec<(String, u16)> {
         parse(connect)
@@ -186,6 +187,79 @@ mod tests {
         ] {
             let err = parse(bad).expect_err(bad);
             assert!(matches!(err, LockError::InvalidConfig(_)), "{bad:?}: {err:?}");
+        }
+    }
+
+    /// How a server is written in a connect string, port and scheme included.
+    fn written(server: &Server, port_written: bool) -> String {
+        let scheme = match server.tls {
+            Some(true) => "tcp+tls://",
+            Some(false) => "tcp://",
+            None => "",
+        };
+        let host = if server.host.contains(':') {
+            format!("[{}]", server.host)
+        } else {
+            server.host.clone()
+        };
+        if port_written {
+            format!("{scheme}{host}:{}", server.port)
+        } else {
+            format!("{scheme}{host}")
+        }
+    }
+
+    /// A server as a user would write it: a host name, an IPv4 or an IPv6 address, with or
+    /// without port and scheme; the flag says whether the port is written.
+    fn server() -> impl Strategy<Value = (Server, bool)> {
+        let host = prop_oneof![
+            prop::collection::vec("[a-zA-Z0-9_-]{1,20}", 1..4).prop_map(|labels| labels.join(".")),
+            any::<Ipv4Addr>().prop_map(|ip| ip.to_string()),
+            any::<Ipv6Addr>().prop_map(|ip| ip.to_string()),
+        ];
+        let tls = prop_oneof![Just(None), Just(Some(false)), Just(Some(true))];
+        (host, prop::option::of(1..=u16::MAX), tls).prop_map(|(host, port, tls)| {
+            let server = Server {
+                host,
+                port: port.unwrap_or(DEFAULT_PORT),
+                tls,
+            };
+            (server, port.is_some())
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn well_formed_connect_strings_give_their_servers(
+            servers in prop::collection::vec(server(), 1..5),
+            chroot in prop::option::of(prop::collection::vec("[a-z0-9._-]{1,8}", 1..3)),
+        ) {
+            let mut connect: Vec<String> = servers.iter().map(|(s, port)| written(s, *port)).collect();
+            if let Some(chroot) = &chroot {
+                connect.last_mut().unwrap().push_str(&format!("/{}", chroot.join("/")));
+            }
+            let connect = connect.join(",");
+            let expected: Vec<Server> = servers.into_iter().map(|(s, _)| s).collect();
+            prop_assert_eq!(parse(&connect).map_err(|e| e.to_string()), Ok(expected));
+        }
+
+        /// Any text: servers that, written out again, read back the same; or a configuration
+        /// error that quotes the text.
+        #[test]
+        fn any_text_gives_servers_or_says_why(connect in prop_oneof![
+            any::<String>(),
+            "((tcp|tcp\\+tls)://)?([a-z0-9.:_-]{0,12}|\\[[0-9a-f:.]{0,10}\\]?(:[0-9+-]{0,6})?)(,[a-z0-9.:\\[\\]]{0,12}){0,2}(/[a-z/.]{0,6})?",
+        ]) {
+            match parse(&connect) {
+                Ok(servers) => {
+                    prop_assert!(!servers.is_empty());
+                    let again: Vec<String> = servers.iter().map(|s| written(s, true)).collect();
+                    let again = again.join(",");
+                    prop_assert_eq!(parse(&again).map_err(|e| e.to_string()), Ok(servers), "{:?}", again);
+                }
+                Err(LockError::InvalidConfig(why)) => prop_assert!(why.contains(&format!("{connect:?}")), "{why}"),
+                Err(other) => prop_assert!(false, "{other:?}"),
+            }
         }
     }
 }

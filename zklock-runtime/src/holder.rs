@@ -12,7 +12,8 @@
 //! [`LockClientBuilder::identity`](crate::LockClientBuilder::identity) (default
 //! `host:pid`); `template` is the name template of an attribute lock (or of a lock given one
 //! with [`Lock::with_template`](crate::Lock::with_template)) and is left out otherwise.
-//! Readers must ignore fields they do not know; a new field does not change `v`.
+//! Readers must ignore fields they do not know; a new field does not change `v`. zklock's reader
+//! also takes a known field of an unexpected type as absent.
 
 use serde::{Deserialize, Serialize};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -83,15 +84,33 @@ struct Written<'a> {
     created_ms: u64,
 }
 
+/// What is read from a zklock node. `v` and `client` tell zklock's data; the other fields are
+/// read leniently, since a node may have been written by another version.
 #[derive(Deserialize)]
 struct Read {
     v: u32,
     client: String,
+    #[serde(default, deserialize_with = "lenient")]
     identity: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
     host: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
     pid: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
     template: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
     created_ms: Option<u64>,
+}
+
+/// A field of an unexpected type reads as absent instead of making the whole node look like
+/// another client's.
+fn lenient<'de, D, T>(field: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = serde_json::Value::deserialize(field)?;
+    Ok(T::deserialize(value).ok())
 }
 
 fn host_name() -> String {
@@ -199,6 +218,8 @@ impl ContenderData {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use serde_json::{json, Map, Value};
 
     #[test]
     fn what_zklock_writes_it_reads_back() {
@@ -244,5 +265,119 @@ mod tests {
         assert_eq!((binary.client, binary.identity), (ClientKind::Unknown, None));
         let json_of_another = ContenderData::read("_c_y-lock-0000000001", br#"{"v":1,"client":"other"}"#);
         assert_eq!(json_of_another.client, ClientKind::Curator);
+    }
+
+    /// Such a node used to be taken for another client's, its JSON shown as the identity.
+    #[test]
+    fn a_field_of_another_type_does_not_hide_a_zklock_node() {
+        let read = ContenderData::read("", br#"{"v":1,"client":"zklock","created_ms":[]}"#);
+        assert_eq!(
+            (read.client, read.identity, read.created_ms),
+            (ClientKind::Zklock, None, None)
+        );
+        let read = ContenderData::read("", br#"{"v":2,"client":"zklock","identity":"a","pid":"7","next":{}}"#);
+        assert_eq!(
+            (read.client, read.identity, read.pid),
+            (ClientKind::Zklock, Some("a".into()), None)
+        );
+    }
+
+    /// Any JSON value, nested a little.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// The node data of zklock's format with each field present, absent, or of a wrong type,
+    /// and with keys of a later version.
+    fn zklock_data() -> impl Strategy<Value = Map<String, Value>> {
+        let field = || prop::option::of(json_value());
+        (
+            1..=u64::from(u32::MAX),
+            [field(), field(), field(), field(), field()],
+            prop::collection::btree_map("[a-z_]{1,12}", json_value(), 0..4),
+        )
+            .prop_map(|(v, fields, extra)| {
+                let mut data: Map<String, Value> = extra.into_iter().collect();
+                data.insert("v".into(), json!(v));
+                data.insert("client".into(), json!("zklock"));
+                for (key, value) in ["identity", "host", "pid", "template", "created_ms"]
+                    .into_iter()
+                    .zip(fields)
+                {
+                    match value {
+                        Some(value) => data.insert(key.into(), value),
+                        None => data.remove(key),
+                    };
+                }
+                data
+            })
+    }
+
+    fn node_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "(_c_[0-9a-f-]{8,36}-)?(lock-|__READ__|__WRIT__|[0-9a-f]{4}__r?lock__|[0-9a-f]{4}_lock_)[0-9]{10}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn what_any_identity_writes_reads_back(identity in "\\PC{1,64}|[\\x00-\\x7f]{1,256}", template in prop::option::of(any::<String>())) {
+            let holder = Holder::new(Some(identity.clone())).unwrap();
+            let read = ContenderData::read("_c_x-lock-0000000001", &holder.node_data(template.as_deref()));
+            prop_assert_eq!(read.client, ClientKind::Zklock);
+            prop_assert_eq!(read.identity, Some(identity));
+            prop_assert_eq!(read.template, template);
+            prop_assert_eq!(read.pid, Some(std::process::id()));
+        }
+
+        /// A zklock node is recognised by its `v` and `client` alone: keys a later version adds
+        /// are skipped, and a known field of an unexpected type reads as absent.
+        #[test]
+        fn zklock_data_is_recognised_whatever_its_fields(node in node_name(), data in zklock_data()) {
+            let read = ContenderData::read(&node, &serde_json::to_vec(&data).unwrap());
+            prop_assert_eq!(read.client, ClientKind::Zklock);
+            let text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_owned);
+            let number = |key: &str| data.get(key).and_then(Value::as_u64);
+            prop_assert_eq!(read.identity, text("identity"));
+            prop_assert_eq!(read.host, text("host"));
+            prop_assert_eq!(read.template, text("template"));
+            prop_assert_eq!(read.pid, number("pid").and_then(|pid| u32::try_from(pid).ok()));
+            prop_assert_eq!(read.created_ms, number("created_ms"));
+        }
+
+        /// Other bytes (another client's, damaged, binary) are shown as found: the trimmed text
+        /// as the identity, nothing else claimed.
+        #[test]
+        fn other_data_is_shown_as_text(node in node_name(), data in prop_oneof![
+            any::<Vec<u8>>(),
+            any::<String>().prop_map(String::into_bytes),
+            json_value().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        ]) {
+            let read = ContenderData::read(&node, &data);
+            let text = std::str::from_utf8(&data).ok().map(str::trim).filter(|t| !t.is_empty());
+            if read.client == ClientKind::Zklock {
+                let ours = serde_json::from_slice::<Value>(&data).is_ok_and(|v| v["client"] == "zklock")
+                    || text.is_some_and(|t| t.starts_with("zklock pid="));
+                prop_assert!(ours, "{:?}", read);
+            } else {
+                prop_assert_eq!(read.identity.as_deref(), text);
+                prop_assert_eq!((read.host, read.pid, read.template, read.created_ms), (None, None, None, None));
+            }
+        }
     }
 }

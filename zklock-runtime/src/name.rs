@@ -83,6 +83,7 @@ fn forbidden_char(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn names() {
@@ -104,6 +105,90 @@ mod tests {
         assert!(validate_namespace("/a/b").is_ok());
         for bad in ["", "/", "zklock", "/a/", "/a//b", "/zookeeper", "/a/./b"] {
             assert!(validate_namespace(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    /// Characters ZooKeeper takes in a node name, other than `/`: printable ASCII and the Basic
+    /// Multilingual Plane outside the C1 controls, the private-use area and U+FFF0..=U+FFFF.
+    fn name_char() -> impl Strategy<Value = char> {
+        prop_oneof![
+            prop::char::range(' ', '.'),
+            prop::char::range('0', '~'),
+            prop::char::range('\u{a0}', '\u{d7ff}'),
+            prop::char::range('\u{f900}', '\u{ffef}'),
+        ]
+    }
+
+    /// Characters no lock name may hold.
+    fn refused_char() -> impl Strategy<Value = char> {
+        prop_oneof![
+            Just('/'),
+            prop::char::range('\u{0}', '\u{1f}'),
+            prop::char::range('\u{7f}', '\u{9f}'),
+            prop::char::range('\u{e000}', '\u{f8ff}'),
+            prop::char::range('\u{fff0}', '\u{ffff}'),
+            prop::char::range('\u{10000}', char::MAX),
+        ]
+    }
+
+    /// Up to 66 characters of at most 3 bytes each: never longer than `MAX_NAME_LEN`.
+    fn good_name() -> impl Strategy<Value = String> {
+        prop::collection::vec(name_char(), 1..=66)
+            .prop_map(String::from_iter)
+            .prop_filter("`.` and `..` are refused", |n| n != "." && n != "..")
+    }
+
+    proptest! {
+        #[test]
+        fn names_zookeeper_takes_are_accepted(name in good_name()) {
+            prop_assert!(validate_name(&name).is_ok());
+            // It is one segment of a valid path, too.
+            let path = format!("/zklock/{name}");
+            prop_assert!(validate_namespace(&path).is_ok(), "{path:?}");
+        }
+
+        #[test]
+        fn one_refused_character_is_enough(name in good_name(), c in refused_char(), at in any::<prop::sample::Index>()) {
+            let mut chars: Vec<char> = name.chars().collect();
+            chars.insert(at.index(chars.len() + 1), c);
+            let bad: String = chars.into_iter().collect();
+            let err = validate_name(&bad).unwrap_err();
+            let quoted = matches!(&err, LockError::InvalidName { name, reason } if *name == bad && !reason.is_empty());
+            prop_assert!(quoted, "{err:?}");
+            prop_assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+
+        /// Any string: accepted, or refused as an invalid name that quotes it; and whatever is
+        /// accepted fits in a ZooKeeper path segment.
+        #[test]
+        fn any_string_is_accepted_or_refused_with_a_reason(name in prop_oneof![any::<String>(), "[./a\u{7f}\u{1F512}]{0,4}"]) {
+            match validate_name(&name) {
+                Ok(()) => {
+                    prop_assert!(!name.is_empty() && name.len() <= MAX_NAME_LEN && !name.contains('/'));
+                    prop_assert!(name.chars().all(|c| (c as u32) < 0x10000 && !c.is_control()));
+                }
+                Err(LockError::InvalidName { name: quoted, reason }) => {
+                    prop_assert_eq!(quoted, name);
+                    prop_assert!(!reason.is_empty());
+                }
+                Err(other) => prop_assert!(false, "{other:?}"),
+            }
+        }
+
+        #[test]
+        fn namespaces_of_good_segments_are_accepted(segments in prop::collection::vec(good_name(), 1..4)) {
+            prop_assume!(segments[0] != "zookeeper");
+            let root = format!("/{}", segments.join("/"));
+            prop_assert!(validate_namespace(&root).is_ok(), "{root:?}");
+        }
+
+        #[test]
+        fn any_namespace_is_accepted_or_refused_with_a_reason(root in prop_oneof![any::<String>(), "(/[.az\u{0}]{0,3}){0,3}/?"]) {
+            match validate_namespace(&root) {
+                Ok(()) => prop_assert!(root.starts_with('/') && !root.ends_with('/') && !root.contains("//")),
+                Err(LockError::InvalidConfig(why)) => prop_assert!(why.contains(&format!("{root:?}")), "{why}"),
+                Err(other) => prop_assert!(false, "{other:?}"),
+            }
         }
     }
 }

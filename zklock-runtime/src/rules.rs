@@ -115,6 +115,7 @@ impl Rule for Readers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn queue(names: &[&str]) -> Vec<Contender> {
         queue_order(names.iter().map(|s| s.to_string()).collect())
@@ -208,5 +209,54 @@ mod tests {
                 last_blocker: true
             }
         );
+    }
+
+    /// Child names of a lock directory (anyone may create nodes there): a prefix, and maybe a
+    /// number at the end, zero-padded as the server writes it or not.
+    fn listing() -> impl Strategy<Value = Vec<(String, Option<u64>)>> {
+        let prefix = prop_oneof![any::<String>(), "(_c_[0-9a-f]{4}-)?(lock-|__READ__|__WRIT__|x-?)"]
+            .prop_filter("ends in a digit", |p| !p.ends_with(|c: char| c.is_ascii_digit()));
+        let number = prop_oneof![0..10_000_000_000u64, any::<u64>()];
+        prop::collection::vec((prefix, prop::option::of(number)), 0..12)
+    }
+
+    fn names(listing: &[(String, Option<u64>)], padded: bool) -> Vec<String> {
+        let number = |n: u64| if padded { format!("{n:010}") } else { n.to_string() };
+        listing
+            .iter()
+            .map(|(prefix, n)| format!("{prefix}{}", n.map(number).unwrap_or_default()))
+            .collect()
+    }
+
+    proptest! {
+        /// Names ending in a sequence number that fits an `i64` are contenders, in number order;
+        /// every other name is left out.
+        #[test]
+        fn any_listing_gives_an_ordered_queue(listing in listing(), padded: bool) {
+            let queue = queue_order(names(&listing, padded));
+            let mut expected: Vec<(i64, String)> = listing
+                .iter()
+                .zip(names(&listing, padded))
+                .filter_map(|((_, n), name)| Some((i64::try_from((*n)?).ok()?, name)))
+                .collect();
+            expected.sort();
+            let got: Vec<(i64, String)> = queue.into_iter().map(|c| (c.seq, c.name)).collect();
+            prop_assert_eq!(got, expected);
+        }
+
+        /// Whatever the listing, every rule answers for every position, and a waiter waits for
+        /// a contender ahead of it (what `inspect` shows as `waits_for`).
+        #[test]
+        fn every_position_is_decided(listing in listing(), leases in 1..4u32) {
+            let queue = queue_order(names(&listing, true));
+            let rules: [&dyn Rule; 3] = [&Readers, &Leases { leases, node: MUTEX_NODE }, &Leases { leases: 1, node: WRITE_NODE }];
+            for rule in rules {
+                for ours in 0..queue.len() {
+                    if let Decision::Wait { on, .. } = rule.decide(&queue, ours) {
+                        prop_assert!(on < ours, "{:?} at {}: waits on {}", rule, ours, on);
+                    }
+                }
+            }
+        }
     }
 }

@@ -83,7 +83,9 @@ impl FromStr for FencingToken {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || ParseTokenError(s.to_owned());
         let (zxid, generation) = s.split_once('-').ok_or_else(bad)?;
-        if zxid.len() != 16 || generation.len() != 8 {
+        // Hex digits only: `from_str_radix` would also take a `+`, a second spelling of a token.
+        let digits = |part: &str, len| part.len() == len && part.bytes().all(|b| b.is_ascii_hexdigit());
+        if !digits(zxid, 16) || !digits(generation, 8) {
             return Err(bad());
         }
         let zxid = u64::from_str_radix(zxid, 16).map_err(|_| bad())?;
@@ -92,5 +94,58 @@ impl FromStr for FencingToken {
             zxid: zxid as i64,
             generation,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `from_str_radix` takes a leading `+`; a token has one spelling, so the parser does not.
+    #[test]
+    fn a_sign_is_not_a_hex_digit() {
+        for signed in ["0000000000000000-+0000000", "+00000000000000f-00000000"] {
+            assert!(signed.parse::<FencingToken>().is_err(), "{signed:?} accepted");
+        }
+    }
+
+    /// A valid token text with one character replaced: the inputs closest to being accepted.
+    fn near_token() -> impl Strategy<Value = String> {
+        let odd = prop_oneof![
+            prop::sample::select(vec!['+', '-', ' ', 'g', 'G', 'x', '0', 'F']),
+            any::<char>()
+        ];
+        (any::<i64>(), any::<u32>(), 0..25usize, odd).prop_map(|(zxid, generation, at, c)| {
+            let mut text = FencingToken::new(zxid, generation).to_string();
+            text.replace_range(at..=at, c.encode_utf8(&mut [0; 4]));
+            text
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn display_reads_back(zxid: i64, generation: u32) {
+            let token = FencingToken::new(zxid, generation);
+            prop_assert_eq!(token.to_string().parse::<FencingToken>(), Ok(token));
+        }
+
+        /// Zxids are never negative: for those, the text and the number order tokens alike.
+        #[test]
+        fn text_and_number_sort_like_the_token(a in (0..=i64::MAX, any::<u32>()), b in (0..=i64::MAX, any::<u32>())) {
+            let (a, b) = (FencingToken::new(a.0, a.1), FencingToken::new(b.0, b.1));
+            prop_assert_eq!(a.to_string().cmp(&b.to_string()), a.cmp(&b));
+            prop_assert_eq!(a.as_u128().cmp(&b.as_u128()), a.cmp(&b));
+        }
+
+        /// Whatever parses is the text `Display` writes (hex digits in either case); anything else
+        /// is an error quoting the input.
+        #[test]
+        fn any_text_parses_to_its_one_spelling_or_is_refused(text in prop_oneof![any::<String>(), near_token()]) {
+            match text.parse::<FencingToken>() {
+                Ok(token) => prop_assert_eq!(token.to_string(), text.to_ascii_lowercase()),
+                Err(err) => prop_assert!(err.to_string().contains(&format!("{text:?}")), "{err}"),
+            }
+        }
     }
 }

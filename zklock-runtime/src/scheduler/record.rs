@@ -87,7 +87,11 @@ impl TickRecord {
                     }
                 }
                 "session" => {
-                    session = i64::from_str_radix(value.trim_start_matches("0x"), 16).ok();
+                    // The id's 64 bits, as `encode` writes them: negative ids (from a server
+                    // whose `myid` is 128 or more) have the top bit set.
+                    session = u64::from_str_radix(value.trim_start_matches("0x"), 16)
+                        .ok()
+                        .map(|id| id as i64);
                 }
                 _ => {} // later versions may add keys
             }
@@ -312,6 +316,7 @@ impl RecordStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn a_record_survives_encoding() {
@@ -370,6 +375,115 @@ mod tests {
         // Written again since: not the version our write would have made.
         zk.set_data(&store.path, &ours.encode(), None).await.unwrap();
         assert!(store.confirm(&zk, &ours, version, within).await.is_none());
+    }
+
+    /// A server whose `myid` is 128 or more hands out negative session ids (the id is in the top
+    /// byte); a claim of such a session must still be recognised by `confirm`.
+    #[test]
+    fn a_negative_session_survives_encoding() {
+        for session in [-1, 0x8100_0a2b_3c4d_0001_u64 as i64] {
+            let rec = TickRecord {
+                tick: 0,
+                state: RunState::Running,
+                session: Some(session),
+            };
+            assert_eq!(TickRecord::decode(&rec.encode()), Ok(Some(rec)));
+        }
+    }
+
+    fn state() -> impl Strategy<Value = RunState> {
+        prop::sample::select(vec![
+            RunState::Running,
+            RunState::Done,
+            RunState::Failed,
+            RunState::Lost,
+        ])
+    }
+
+    fn record() -> impl Strategy<Value = TickRecord> {
+        (any::<i64>(), state(), any::<Option<i64>>()).prop_map(|(tick, state, session)| TickRecord {
+            tick,
+            state,
+            session,
+        })
+    }
+
+    /// `key=value` words of keys this version does not know, each with where it goes.
+    fn unknown_words() -> impl Strategy<Value = Vec<(String, prop::sample::Index)>> {
+        let key = "[a-z_]{1,10}".prop_filter("a known key", |k| !matches!(k.as_str(), "tick" | "state" | "session"));
+        let word = (key, "[!-~]{0,12}").prop_map(|(k, v)| format!("{k}={v}"));
+        prop::collection::vec((word, any::<prop::sample::Index>()), 0..4)
+    }
+
+    fn stat(mtime: i64) -> zk::Stat {
+        zk::Stat {
+            czxid: 1,
+            mzxid: 2,
+            pzxid: 1,
+            ctime: 0,
+            mtime,
+            version: 3,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 0,
+            data_length: 0,
+            num_children: 0,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_survives_encoding(rec in record()) {
+            prop_assert_eq!(TickRecord::decode(&rec.encode()), Ok(Some(rec)));
+        }
+
+        /// A later version's keys, anywhere in the line and with any spacing, are skipped.
+        #[test]
+        fn unknown_keys_are_skipped(rec in record(), extra in unknown_words(), gap in "[ \t\n]{1,3}") {
+            let encoded = String::from_utf8(rec.encode()).unwrap();
+            let mut words: Vec<String> = encoded.split(' ').map(str::to_owned).collect();
+            for (word, at) in extra {
+                words.insert(at.index(words.len() + 1), word);
+            }
+            prop_assert_eq!(TickRecord::decode(words.join(&gap).as_bytes()), Ok(Some(rec)));
+        }
+
+        /// Node data is anyone's bytes: decoding answers a record, nothing, or a reason; and an
+        /// operator's listing shows one of the known states, never fails.
+        #[test]
+        fn any_bytes_decode_or_say_why(data in prop_oneof![
+            any::<Vec<u8>>(),
+            "((tick|state|session)=[-+0-9a-z]{0,20}|[=a-z]{0,6})( (tick|state|session)=[-+0-9a-z]{0,20}){0,3}"
+                .prop_map(String::into_bytes),
+        ], mtime: i64) {
+            let decoded = TickRecord::decode(&data);
+            match &decoded {
+                Ok(Some(rec)) => prop_assert_eq!(TickRecord::decode(&rec.encode()), Ok(Some(rec.clone()))),
+                Ok(None) => prop_assert!(std::str::from_utf8(&data).is_ok_and(|t| t.trim().is_empty())),
+                Err(why) => prop_assert!(!why.is_empty()),
+            }
+            let shown = JobRecord::read("job".into(), &data, &stat(mtime));
+            let expected = match &decoded {
+                Ok(Some(rec)) => rec.state.as_str(),
+                Ok(None) => "none",
+                Err(_) => "unreadable",
+            };
+            prop_assert_eq!(shown.state, expected);
+            prop_assert_eq!(shown.tick_ms, decoded.ok().flatten().map(|rec| rec.tick));
+            prop_assert_eq!(shown.written_ms, mtime);
+        }
+
+        /// A tick or state of the wrong type makes the record unreadable, with the culprit named.
+        #[test]
+        fn a_value_of_the_wrong_type_is_named(rec in record(), tick in "[a-z.][!-~]{0,10}|[1-9][0-9]{19,29}", state in "[!-~]{1,10}") {
+            let text = format!("tick={tick} state={}", rec.state.as_str());
+            let decoded = TickRecord::decode(text.as_bytes());
+            prop_assert!(decoded.as_ref().is_err_and(|why| why.contains(&tick)), "{:?}", decoded);
+            prop_assume!(!matches!(state.as_str(), "running" | "done" | "failed" | "lost"));
+            let text = format!("tick={} state={state}", rec.tick);
+            let decoded = TickRecord::decode(text.as_bytes());
+            prop_assert!(decoded.as_ref().is_err_and(|why| why.contains(&state)), "{:?}", decoded);
+        }
     }
 
     #[test]
