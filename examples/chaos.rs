@@ -1,5 +1,5 @@
 //! Chaos run: many contenders in several processes against a 3-member ensemble, with faults
-//! injected, a recorded history, and a safety checker (issue #8).
+//! injected, a recorded history, and a safety checker (issues #8, #28).
 //!
 //! ```text
 //! ./scripts/chaos.sh --duration 10m          # or:
@@ -50,7 +50,8 @@ struct RunArgs {
     /// Contender processes.
     #[arg(long, default_value_t = 3)]
     processes: usize,
-    /// Contender tasks per process.
+    /// Contender tasks on the main lock per process (each process also runs one task on the
+    /// second lock and one multi-lock task on both).
     #[arg(long, default_value_t = 3)]
     tasks: usize,
     /// Session timeout of the contenders (at most 20 ticks).

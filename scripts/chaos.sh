@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Longer fault-injection run of zklock (issue #8): contender processes against a 3-member
+# Longer fault-injection run of zklock (issues #8, #28): contender processes against a 3-member
 # ensemble while the leader is killed, holders are partitioned and paused past their session
-# timeout, the member a holder is connected to is cut off from the other members, the whole
-# ensemble restarts and the lock dir is reaped; then the recorded history is checked. Arguments go to the runner, e.g.:
+# timeout, the member a holder is connected to is cut off from the other members, a holder's
+# client is closed under load, a multi-lock waiter is partitioned until its session expires,
+# the whole ensemble restarts and the lock dir is reaped; then the recorded history is checked.
+# Arguments go to the runner, e.g.:
 #   ./scripts/chaos.sh --duration 10m
 #   ./scripts/chaos.sh --duration 30m --processes 4 --tasks 3 --seed 42
 # The summary and the final JSON line are also saved to target/chaos/latest.txt, the history to

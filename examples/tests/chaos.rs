@@ -1,11 +1,15 @@
-//! Safety under faults, CI-sized (issue #8): several contender processes take one mutex through
-//! fault proxies in front of a 3-member ensemble while the leader is killed, a holder is
-//! partitioned until its session expires, the member a holder is connected to is cut off from
-//! the other members, a holder is paused past its session timeout, the
-//! whole ensemble restarts, and the lock dir is reaped and recreated. The recorded history
-//! must show no unexplained overlap, no stale write accepted by the fenced register, strictly
-//! increasing fencing tokens, no leaked node, and the lock granted again within the stated
-//! bound after each fault. The longer run is `./scripts/chaos.sh --duration 10m`.
+//! Safety under faults, CI-sized (issues #8, #28): several contender processes take a mutex, a
+//! second one, and both in a multi-lock, through fault proxies in front of a 3-member ensemble
+//! while the leader is killed, a holder is partitioned until its session expires, the member a
+//! holder is connected to is cut off from the other members, a holder is paused past its
+//! session timeout, a holder's client is closed under load, a process whose multi-lock holds
+//! one lock while it waits for the other is partitioned until its session expires, the whole
+//! ensemble restarts, and the lock dir is reaped and recreated. The recorded history must show
+//! no unexplained overlap on either lock, no stale write accepted by the fenced register,
+//! strictly increasing fencing tokens, no leaked node (also none of a closed session right
+//! after `close()`), the closed client's waiters ended with `Closed` in time, no multi-lock
+//! granted with a lost part, and the lock granted again within the stated bound after each
+//! fault. The longer run is `./scripts/chaos.sh --duration 10m`.
 //!
 //! The checker's own unit tests (hand-made histories with violations) are the library's
 //! (`src/chaos/checker.rs`).
@@ -69,6 +73,27 @@ fn lock_stays_safe_under_leader_kill_partitions_pause_restart_and_reap() {
         report.holders_isolated_saw_loss,
         report.holders_isolated,
         "a holder isolated with its member mid-section never saw the loss signal\n{}",
+        report.summary()
+    );
+    assert!(report.multi_sections > 0, "no multi-lock section\n{}", report.summary());
+    assert!(
+        !report.closes.is_empty() && report.close_violations == 0,
+        "close under load: {:?}\n{}",
+        report.closes,
+        report.summary()
+    );
+    assert!(
+        report.multi_granted_lost.is_empty(),
+        "multi-lock granted with a lost part: {:?}\n{}",
+        report.multi_granted_lost,
+        report.summary()
+    );
+    assert_eq!(report.multi_writes_unfenced, 0, "{}", report.summary());
+    assert!(
+        report.multi_waits_cut >= 1 && report.multi_waits_cut_sound == report.multi_waits_cut,
+        "multi-lock waits cut by a session expiry: {} of {} ended soundly\n{}",
+        report.multi_waits_cut_sound,
+        report.multi_waits_cut,
         report.summary()
     );
     assert_eq!(report.overlaps_unexplained, 0, "{}", report.summary());

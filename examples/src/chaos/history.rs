@@ -10,6 +10,16 @@ use serde::{Deserialize, Serialize};
 /// Prefix of the stdout lines that carry an [`Event`]; other lines are ignored.
 pub const EVENT_PREFIX: &str = "@chaos ";
 
+/// The lock every run contends for; faults and availability are about this one.
+pub const LOCK: &str = "chaos";
+/// The second lock: taken alone by some tasks, and together with [`LOCK`] by multi-lock tasks
+/// (which take [`LOCK`] first: it sorts first).
+pub const LOCK_B: &str = "chaos-b";
+
+fn main_lock() -> String {
+    LOCK.to_string()
+}
+
 /// A fencing token as the history stores it: the order is zklock's `FencingToken` order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Token {
@@ -25,15 +35,34 @@ impl std::fmt::Display for Token {
     }
 }
 
+/// One lock of a multi-lock and its fencing token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Part {
+    /// The lock name.
+    pub lock: String,
+    /// Its token.
+    pub token: Token,
+}
+
 /// One critical section, as its holder saw it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Section {
-    /// The contender task, e.g. `p2-t1` (process 2, task 1).
+    /// The contender task, e.g. `p2-t1` (process 2, task 1; `p2-m` is its multi-lock task,
+    /// `p2-b` its task on the second lock).
     pub client: String,
     /// Index of the contender process.
     pub process: usize,
+    /// The lock `token` fences.
+    #[serde(default = "main_lock")]
+    pub lock: String,
     /// The grant's fencing token.
     pub token: Token,
+    /// For a multi-lock section, the second lock and its token.
+    #[serde(default)]
+    pub second: Option<Part>,
+    /// Whether the guard already reported a loss when `acquire` returned it.
+    #[serde(default)]
+    pub lost_at_grant: bool,
     /// When `acquire` returned.
     pub granted_ns: u64,
     /// When the holder's claim of the register (its first fenced write) was answered.
@@ -67,19 +96,24 @@ pub enum Event {
     Granted {
         client: String,
         process: usize,
+        lock: String,
         token: Token,
+        second: Option<Part>,
         granted_ns: u64,
         long: bool,
     },
     /// The section ended and the lock is about to be released.
     Section(Section),
     /// An acquisition that did not end in a grant.
-    AcquireFailed {
-        client: String,
+    AcquireFailed(AcquireFailure),
+    /// The process closed its client (`LockClient::close`) and is opening a fresh one.
+    Closed(CloseRecord),
+    /// The multi-lock task holds [`LOCK`] while it waits for [`LOCK_B`] (answer to `probe`).
+    MultiWaiting {
         process: usize,
+        client: String,
+        since_ns: u64,
         at_ns: u64,
-        timeout: bool,
-        error: String,
     },
     /// A release that returned an error.
     ReleaseFailed {
@@ -97,6 +131,69 @@ pub enum Event {
     },
 }
 
+/// How an acquisition failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// `LockError::Timeout`.
+    Timeout,
+    /// `LockError::Closed`: the client was closed.
+    Closed,
+    /// Anything else.
+    Other,
+}
+
+/// An acquisition that did not end in a grant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AcquireFailure {
+    /// The contender task.
+    pub client: String,
+    /// Its process.
+    pub process: usize,
+    /// When `acquire` returned the error.
+    pub at_ns: u64,
+    /// What kind of error.
+    pub kind: FailureKind,
+    /// The error's message.
+    pub error: String,
+}
+
+/// A task waiting in `acquire` when its client was closed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiter {
+    /// The contender task.
+    pub client: String,
+    /// When its `acquire` began.
+    pub since_ns: u64,
+    /// When its `acquire` would time out.
+    pub deadline_ns: u64,
+}
+
+/// One `LockClient::close()` under load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloseRecord {
+    /// The contender process.
+    pub process: usize,
+    /// The ZooKeeper session of the closed client, if it had one.
+    pub session: Option<i64>,
+    /// When `close()` was called.
+    pub called_ns: u64,
+    /// When it returned.
+    pub returned_ns: u64,
+    /// Tasks waiting in `acquire` on that client at the call.
+    pub waiters: Vec<Waiter>,
+    /// Tasks holding a lock of that client at the call.
+    pub holders: Vec<String>,
+    /// Nodes of the closed session still in the lock dirs after `close()` returned (listed
+    /// by the runner).
+    #[serde(default)]
+    pub leftover_nodes: Vec<String>,
+    /// The bound on a waiter's end after the call, and on a holder's loss signal after the
+    /// return, in milliseconds.
+    #[serde(default)]
+    pub bound_ms: u64,
+}
+
 /// One attempt to write to the fenced register, as the register logged it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WriteRecord {
@@ -106,12 +203,39 @@ pub struct WriteRecord {
     pub at_ns: u64,
     /// The writer, e.g. `p2-t1`.
     pub client: String,
+    /// The lock `token` belongs to.
+    #[serde(default = "main_lock")]
+    pub lock: String,
     /// The token it wrote with.
     pub token: Token,
+    /// A multi-lock writer's second lock and token; the write is accepted only if both are
+    /// current.
+    #[serde(default)]
+    pub second: Option<Part>,
     /// `claim`, `write` or `done`.
     pub kind: String,
-    /// Whether the register accepted it (token ≥ highest accepted token).
+    /// Whether the register accepted it (every token ≥ the highest accepted for its lock).
     pub accepted: bool,
+}
+
+impl WriteRecord {
+    /// The token this write carries for `lock`, if any.
+    pub fn token_for(&self, lock: &str) -> Option<Token> {
+        if self.lock == lock {
+            return Some(self.token);
+        }
+        self.second.as_ref().filter(|p| p.lock == lock).map(|p| p.token)
+    }
+}
+
+impl Section {
+    /// The token this section holds `lock` with, if it holds it.
+    pub fn token_for(&self, lock: &str) -> Option<Token> {
+        if self.lock == lock {
+            return Some(self.token);
+        }
+        self.second.as_ref().filter(|p| p.lock == lock).map(|p| p.token)
+    }
 }
 
 /// The kinds of fault a run injects.
@@ -132,15 +256,23 @@ pub enum FaultKind {
     /// with the holder (which can reach only that member), for longer than a session timeout,
     /// then heal it.
     IsolateHolderMember,
+    /// `LockClient::close()` in a process whose tasks hold and wait for the lock; it then
+    /// carries on with a fresh client.
+    CloseUnderLoad,
+    /// Blackhole a process whose multi-lock task holds [`LOCK`] while it waits for [`LOCK_B`],
+    /// until its session expires, then heal it.
+    MultiWaitExpiry,
 }
 
 impl FaultKind {
     /// Every kind, in the order a CI-sized run injects them.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::LeaderKill,
         FaultKind::PartitionHolder,
         FaultKind::IsolateHolderMember,
         FaultKind::PauseHolder,
+        FaultKind::CloseUnderLoad,
+        FaultKind::MultiWaitExpiry,
         FaultKind::EnsembleRestart,
         FaultKind::ReapDir,
     ];
@@ -154,6 +286,8 @@ impl FaultKind {
             FaultKind::EnsembleRestart => "ensemble_restart",
             FaultKind::ReapDir => "reap_dir",
             FaultKind::IsolateHolderMember => "isolate_holder_member",
+            FaultKind::CloseUnderLoad => "close_under_load",
+            FaultKind::MultiWaitExpiry => "multi_wait_expiry",
         }
     }
 }
@@ -175,6 +309,9 @@ pub struct FaultRecord {
     /// The contender process the fault targeted, if one; its own grants do not count as the
     /// lock being available again.
     pub target_process: Option<usize>,
+    /// The contender task the fault was aimed at, if one (the waiting multi-lock task).
+    #[serde(default)]
+    pub target_client: Option<String>,
     /// Whether the fault took effect (e.g. the lock dir really was reaped).
     pub effective: bool,
     /// Free-form details for the summary.
@@ -190,9 +327,15 @@ pub struct History {
     pub writes: Vec<WriteRecord>,
     /// Faults, in injection order.
     pub faults: Vec<FaultRecord>,
+    /// Clients closed under load, in order.
+    #[serde(default)]
+    pub closes: Vec<CloseRecord>,
+    /// Acquisitions that did not end in a grant.
+    #[serde(default)]
+    pub acquire_failures: Vec<AcquireFailure>,
     /// Acquisitions attempted (granted, timed out or failed).
     pub acquire_attempts: u64,
-    /// Contender nodes left in the lock dir after every contender exited and dead sessions
+    /// Contender nodes left in the lock dirs after every contender exited and dead sessions
     /// had time to expire.
     pub leaked_nodes: usize,
     /// Names of those nodes.

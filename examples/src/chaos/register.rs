@@ -1,11 +1,15 @@
 //! The guarded resource: a fenced register served over TCP by the runner.
 //!
-//! Protocol, one line each way: `<kind> <client> <zxid> <generation>` →
-//! `ok` or `reject`. A write is accepted when its token is at least the highest token accepted
-//! so far (equal only happens for the holder that wrote it), which is exactly the check a
-//! fenced `UPDATE … WHERE last_token <= ?` makes. Every attempt is logged with its decision and
-//! the time it was decided, under the register's lock, so the log order is the real order.
+//! Protocol, one line each way: `<kind> <client> <lock> <zxid> <generation>` →
+//! `ok` or `reject`. The register keeps one slot per lock name. A write is accepted when its
+//! token is at least the highest token accepted so far for its lock (equal only happens for
+//! the holder that wrote it), which is exactly the check a fenced `UPDATE … WHERE last_token <=
+//! ?` makes. A multi-lock holder's write names a second `<lock> <zxid> <generation>` and is
+//! accepted only if both tokens pass (`… WHERE a_token <= ? AND b_token <= ?`). Every attempt
+//! is logged with its decision and the time it was decided, under the register's lock, so the
+//! log order is the real order.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,11 +18,11 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::clock::now_ns;
-use super::history::{Token, WriteRecord};
+use super::history::{Part, Token, WriteRecord};
 
 #[derive(Debug, Default)]
 struct State {
-    highest: Option<Token>,
+    highest: HashMap<String, Token>,
     log: Vec<WriteRecord>,
 }
 
@@ -89,18 +93,25 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
     for line in reader.lines() {
         let Ok(line) = line else { return };
         let answer = match parse(&line) {
-            Some((kind, client, token)) => {
+            Some((kind, client, first, second)) => {
                 let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
-                let accepted = state.highest.map_or(true, |h| token >= h);
+                let parts = std::iter::once(&first).chain(second.as_ref());
+                let accepted = parts
+                    .clone()
+                    .all(|p| state.highest.get(&p.lock).map_or(true, |h| p.token >= *h));
                 if accepted {
-                    state.highest = Some(token);
+                    for p in parts {
+                        state.highest.insert(p.lock.clone(), p.token);
+                    }
                 }
                 let seq = state.log.len() as u64;
                 state.log.push(WriteRecord {
                     seq,
                     at_ns: now_ns(),
                     client: client.to_string(),
-                    token,
+                    lock: first.lock,
+                    token: first.token,
+                    second,
                     kind: kind.to_string(),
                     accepted,
                 });
@@ -118,14 +129,73 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
     }
 }
 
-fn parse(line: &str) -> Option<(&str, &str, Token)> {
-    let mut parts = line.split_whitespace();
-    let kind = parts.next()?;
-    let client = parts.next()?;
-    let zxid = parts.next()?.parse().ok()?;
-    let generation = parts.next()?.parse().ok()?;
-    if parts.next().is_some() || !matches!(kind, "claim" | "write" | "done") {
+fn parse(line: &str) -> Option<(&str, &str, Part, Option<Part>)> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let part = |w: &[&str]| -> Option<Part> {
+        Some(Part {
+            lock: w[0].to_string(),
+            token: Token {
+                zxid: w[1].parse().ok()?,
+                generation: w[2].parse().ok()?,
+            },
+        })
+    };
+    let (kind, client) = (*words.first()?, *words.get(1)?);
+    if !matches!(kind, "claim" | "write" | "done") {
         return None;
     }
-    Some((kind, client, Token { zxid, generation }))
+    match words.len() {
+        5 => Some((kind, client, part(&words[2..5])?, None)),
+        8 => Some((kind, client, part(&words[2..5])?, Some(part(&words[5..8])?))),
+        _ => None,
+    }
+}
+
+/// The request line of a fenced write (see the module docs).
+pub fn request(kind: &str, client: &str, first: &Part, second: Option<&Part>) -> String {
+    let mut line = format!(
+        "{kind} {client} {} {} {}",
+        first.lock, first.token.zxid, first.token.generation
+    );
+    if let Some(p) = second {
+        line.push_str(&format!(" {} {} {}", p.lock, p.token.zxid, p.token.generation));
+    }
+    line.push('\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(lock: &str, zxid: i64) -> Part {
+        Part {
+            lock: lock.into(),
+            token: Token { zxid, generation: 0 },
+        }
+    }
+
+    #[test]
+    fn a_joint_write_passes_only_if_both_tokens_are_current() {
+        let register = Register::start().expect("a register");
+        let stream = TcpStream::connect(register.addr()).expect("connected");
+        let mut out = stream.try_clone().expect("a second handle");
+        let mut answers = BufReader::new(stream).lines();
+        let mut ask = |line: String| {
+            out.write_all(line.as_bytes()).expect("sent");
+            answers.next().expect("an answer").expect("readable")
+        };
+        assert_eq!(ask(request("claim", "a", &part("x", 5), None)), "ok");
+        assert_eq!(ask(request("claim", "b", &part("y", 7), None)), "ok");
+        // x is current, y is stale: rejected as a whole, and x's slot does not move.
+        assert_eq!(ask(request("claim", "m", &part("x", 6), Some(&part("y", 3)))), "reject");
+        assert_eq!(ask(request("write", "a", &part("x", 5), None)), "ok");
+        assert_eq!(ask(request("claim", "m", &part("x", 6), Some(&part("y", 8)))), "ok");
+        assert_eq!(ask(request("write", "a", &part("x", 5), None)), "reject");
+        assert_eq!(ask("claim m x 6 0 y\n".into()), "error bad request");
+        let log = register.log();
+        assert_eq!(log.len(), 6);
+        assert_eq!(log[2].second, Some(part("y", 3)));
+        assert!(!log[2].accepted);
+    }
 }

@@ -14,7 +14,10 @@ use zklock::zk;
 use super::checker::{check, Report};
 use super::clock::{ms_between, now_ns};
 use super::contender::ContenderConfig;
-use super::history::{Event, FaultKind, FaultRecord, History, Section, Token, EVENT_PREFIX};
+use super::history::{
+    AcquireFailure, CloseRecord, Event, FaultKind, FaultRecord, History, Part, Section, Token, EVENT_PREFIX, LOCK,
+    LOCK_B,
+};
 use super::register::Register;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -36,7 +39,8 @@ pub struct RunConfig {
     pub duration: Duration,
     /// Contender processes.
     pub processes: usize,
-    /// Contender tasks per process.
+    /// Contender tasks on the main lock per process (plus one on the second lock and one
+    /// multi-lock task).
     pub tasks_per_process: usize,
     /// Session timeout of every contender (the server clamps it to 2..20 ticks).
     pub session_timeout: Duration,
@@ -72,16 +76,37 @@ pub struct Outcome {
     pub report: Report,
 }
 
+/// A section granted and not yet reported ended.
+#[derive(Debug, Clone)]
+struct Open {
+    process: usize,
+    lock: String,
+    second: Option<Part>,
+    granted_ns: u64,
+    long: bool,
+}
+
+impl Open {
+    fn holds_main(&self) -> bool {
+        self.lock == LOCK || self.second.as_ref().is_some_and(|p| p.lock == LOCK)
+    }
+}
+
 /// What the runner knows about the contenders, fed by their stdout.
 #[derive(Debug, Default)]
 struct Observed {
     sections: Vec<Section>,
-    open: HashMap<(String, Token), (usize, u64, bool)>,
+    open: HashMap<(String, Token), Open>,
+    /// Grants of the main lock: when, to which process.
     grants: Vec<(u64, usize)>,
     attempts: u64,
     ready: Vec<usize>,
     exited: Vec<usize>,
     release_failures: u64,
+    failures: Vec<AcquireFailure>,
+    closes: Vec<CloseRecord>,
+    /// `MultiWaiting` reports: when, process, task.
+    multi_waiting: Vec<(u64, usize, String)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -155,7 +180,9 @@ impl Log {
 }
 
 const NAMESPACE: &str = "/zklock-chaos";
-const LOCK: &str = "chaos";
+/// The bound on a closed client's waiters ending (from the `close()` call) and on its holders
+/// seeing the loss signal (from its return).
+const CLOSE_BOUND: Duration = Duration::from_secs(3);
 /// The ensemble's `syncLimit`: with the default 200 ms tick and 4 s sessions the loss-timing
 /// precondition holds (4 s > 5 × 200 ms + 1 s `loss_after` + 2 s margin).
 const SYNC_LIMIT_TICKS: u32 = 5;
@@ -254,18 +281,21 @@ pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
     log.say(format!("leaked nodes: {leaked}"));
 
     let mut observed = std::mem::take(&mut *shared.lock());
-    for ((client, token), (process, granted_ns, long)) in observed.open.drain() {
+    for ((client, token), open) in observed.open.drain() {
         observed.sections.push(Section {
             client,
-            process,
+            process: open.process,
+            lock: open.lock,
             token,
-            granted_ns,
-            start_ns: granted_ns,
+            second: open.second,
+            lost_at_grant: false,
+            granted_ns: open.granted_ns,
+            start_ns: open.granted_ns,
             end_ns: ended_ns,
             lost: false,
             lost_ns: None,
             misbehaving: false,
-            long,
+            long: open.long,
             writes_attempted: 0,
             writes_rejected: 0,
             complete: false,
@@ -276,6 +306,8 @@ pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
         sections: observed.sections,
         writes: register.log(),
         faults,
+        closes: observed.closes,
+        acquire_failures: observed.failures,
         acquire_attempts: observed.attempts,
         leaked_nodes: leaked,
         leaked_node_names: leaked_names,
@@ -308,7 +340,9 @@ fn spawn_contender(
         session_timeout: config.session_timeout,
         namespace: NAMESPACE.into(),
         lock: LOCK.into(),
+        lock_b: LOCK_B.into(),
         acquire_timeout: config.session_timeout + Duration::from_secs(1),
+        multi_timeout: config.session_timeout * 3 + Duration::from_secs(3),
         misbehave_percent: config.misbehave_percent,
         seed: config.seed.wrapping_add(index as u64 * 7919),
     };
@@ -353,25 +387,43 @@ fn record(shared: &Shared, event: Event) {
         Event::Granted {
             client,
             process,
+            lock,
             token,
+            second,
             granted_ns,
             long,
         } => {
             o.attempts += 1;
-            o.grants.push((granted_ns, process));
-            o.open.insert((client, token), (process, granted_ns, long));
+            let open = Open {
+                process,
+                lock,
+                second,
+                granted_ns,
+                long,
+            };
+            if open.holds_main() {
+                o.grants.push((granted_ns, process));
+            }
+            o.open.insert((client, token), open);
         }
         Event::Section(section) => {
             o.open.remove(&(section.client.clone(), section.token));
             o.sections.push(section);
         }
-        Event::AcquireFailed { .. } => o.attempts += 1,
+        Event::AcquireFailed(failure) => {
+            o.attempts += 1;
+            o.failures.push(failure);
+        }
+        Event::Closed(close) => o.closes.push(close),
+        Event::MultiWaiting {
+            process, client, at_ns, ..
+        } => o.multi_waiting.push((at_ns, process, client)),
         Event::ReleaseFailed { .. } => o.release_failures += 1,
         Event::Exit { process, .. } => o.exited.push(process),
     }
 }
 
-/// Waits until someone outside `target` is granted the lock at or after `from`, bounded.
+/// Waits until someone outside `target` is granted the main lock at or after `from`, bounded.
 fn wait_for_grant(shared: &Shared, from: u64, target: Option<usize>, bound: Duration) -> bool {
     let deadline = Instant::now() + bound;
     loop {
@@ -391,29 +443,50 @@ fn wait_for_grant(shared: &Shared, from: u64, target: Option<usize>, bound: Dura
 }
 
 /// Asks contender process `process` for a long section and waits (up to 20 s) until it holds
-/// the lock in one; falls back to whoever holds the lock then. Returns the holder's process and
-/// task name.
+/// the main lock in one; falls back to whoever holds the main lock then. Returns the holder's
+/// process and task name.
 fn pick_holder(shared: &Shared, contenders: &mut [Contender], process: usize) -> Option<(usize, String)> {
-    if let Some(c) = contenders.iter_mut().find(|c| c.index == process) {
-        c.send("long");
-    }
+    send_to(contenders, process, "long");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         {
             let o = shared.lock();
-            let long = o.open.iter().find(|(_, (p, _, long))| *p == process && *long);
-            if let Some(((client, _), (p, _, _))) = long {
-                let holder = (*p, client.clone());
+            let long = o
+                .open
+                .iter()
+                .find(|(_, open)| open.process == process && open.long && open.holds_main());
+            if let Some(((client, _), open)) = long {
+                let holder = (open.process, client.clone());
                 drop(o);
                 // Let it get going: claimed the register, writing.
                 thread::sleep(Duration::from_millis(300));
                 return Some(holder);
             }
             if Instant::now() > deadline {
-                let mut open: Vec<_> = o.open.iter().collect();
-                open.sort_by_key(|(_, (_, at, _))| std::cmp::Reverse(*at));
-                return open.first().map(|((client, _), (p, _, _))| (*p, client.clone()));
+                let mut open: Vec<_> = o.open.iter().filter(|(_, open)| open.holds_main()).collect();
+                open.sort_by_key(|(_, open)| std::cmp::Reverse(open.granted_ns));
+                return open.first().map(|((client, _), open)| (open.process, client.clone()));
             }
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn send_to(contenders: &mut [Contender], process: usize, line: &str) {
+    if let Some(c) = contenders.iter_mut().find(|c| c.index == process) {
+        c.send(line);
+    }
+}
+
+/// Polls `find` on what the contenders reported every 5 ms until it answers, for up to `bound`.
+fn wait_for<T>(shared: &Shared, bound: Duration, find: impl Fn(&Observed) -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Some(found) = find(&shared.lock()) {
+            return Some(found);
+        }
+        if Instant::now() > deadline {
+            return None;
         }
         thread::sleep(Duration::from_millis(5));
     }
@@ -438,6 +511,7 @@ fn inject(
         measure_from_ns: 0,
         bound_ms,
         target_process: None,
+        target_client: None,
         effective: true,
         note: String::new(),
     };
@@ -578,6 +652,103 @@ fn inject(
                 ms_between(record.injected_ns, record.healed_ns)
             );
         }
+        FaultKind::CloseUnderLoad => {
+            let Some((p, holder)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
+                return Ok(record.not_taken("no holder whose client to close"));
+            };
+            let asked_ns = now_ns();
+            send_to(contenders, p, "close");
+            let closed = wait_for(shared, Duration::from_secs(60), |o| {
+                o.closes
+                    .iter()
+                    .find(|c| c.process == p && c.called_ns >= asked_ns)
+                    .cloned()
+            });
+            let Some(close) = closed else {
+                return Ok(record.not_taken(format!("process {p} did not report close() returning within 60 s")));
+            };
+            let leftover = match close.session {
+                Some(session) => rt.block_on(session_nodes(&ensemble.connect_string(), session))?,
+                None => Vec::new(),
+            };
+            if let Some(c) = shared
+                .lock()
+                .closes
+                .iter_mut()
+                .find(|c| c.process == p && c.called_ns == close.called_ns)
+            {
+                c.leftover_nodes = leftover.clone();
+                c.bound_ms = CLOSE_BOUND.as_millis() as u64;
+            }
+            record.injected_ns = close.called_ns;
+            record.healed_ns = close.returned_ns;
+            record.measure_from_ns = close.called_ns;
+            record.target_process = Some(p);
+            record.effective = !close.holders.is_empty() || !close.waiters.is_empty();
+            record.note = format!(
+                "closed the client of process {p} (holder {holder}) with {} holder(s) and {} waiter(s); close() took {} ms; \
+                 {} node(s) of its session left",
+                close.holders.len(),
+                close.waiters.len(),
+                ms_between(close.called_ns, close.returned_ns),
+                leftover.len()
+            );
+        }
+        FaultKind::MultiWaitExpiry => {
+            // One process holds the second lock for a long section; the multi-lock task that
+            // then takes the main lock waits for the second with the main one held.
+            let q = next_target(contenders.len());
+            send_to(contenders, q, "long-b");
+            let b_holder = wait_for(shared, Duration::from_secs(20), |o| {
+                o.open
+                    .iter()
+                    .find(|(_, open)| open.process == q && open.long && open.lock == LOCK_B)
+                    .map(|((client, _), _)| client.clone())
+            });
+            let Some(b_holder) = b_holder else {
+                return Ok(record.not_taken(format!("process {q} did not hold {LOCK_B} in a long section")));
+            };
+            let asked_ns = now_ns();
+            for c in contenders.iter_mut() {
+                c.send("probe");
+            }
+            let waiting = wait_for(shared, Duration::from_secs(20), |o| {
+                o.multi_waiting
+                    .iter()
+                    .find(|(at, _, _)| *at >= asked_ns)
+                    .map(|(_, p, client)| (*p, client.clone()))
+            });
+            for c in contenders.iter_mut() {
+                c.send("probe-off");
+            }
+            let Some((p, multi)) = waiting else {
+                return Ok(record.not_taken(format!(
+                    "no multi-lock task was seen holding {LOCK} while {b_holder} held {LOCK_B}"
+                )));
+            };
+            let c = contenders
+                .iter()
+                .find(|c| c.index == p)
+                .ok_or("the multi-lock waiter is not a contender")?;
+            record.injected_ns = now_ns();
+            for proxy in &c.proxies {
+                proxy.blackhole();
+            }
+            thread::sleep(outage);
+            for proxy in &c.proxies {
+                proxy.pass();
+            }
+            record.healed_ns = now_ns();
+            record.measure_from_ns = record.injected_ns;
+            record.target_process = Some(p);
+            record.target_client = Some(multi.clone());
+            record.note = format!(
+                "blackholed process {p}, whose multi-lock task {multi} held {LOCK} waiting for {LOCK_B} (held by \
+                 {b_holder}), for {} ms (session timeout {} ms)",
+                ms_between(record.injected_ns, record.healed_ns),
+                st.as_millis()
+            );
+        }
         FaultKind::ReapDir => {
             let dir = format!("{NAMESPACE}/{LOCK}");
             let connect = ensemble.connect_string();
@@ -659,23 +830,51 @@ async fn dir_czxid(client: &zk::Client, dir: &str) -> Result<Option<i64>, BoxErr
     Ok(client.check_stat(dir).await?.map(|s| s.czxid))
 }
 
-/// Contender nodes left in the lock dir, after waiting (bounded) for dead sessions to expire.
+/// The contender nodes in the lock dirs, as `dir/node` paths (after a sync, so the member
+/// answering is up to date).
+async fn lock_nodes(client: &zk::Client) -> Result<Vec<String>, BoxError> {
+    let mut nodes = Vec::new();
+    for lock in [LOCK, LOCK_B] {
+        let dir = format!("{NAMESPACE}/{lock}");
+        match client.sync(&dir).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match client.list_children(&dir).await {
+            Ok(children) => nodes.extend(children.into_iter().map(|c| format!("{dir}/{c}"))),
+            Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(nodes)
+}
+
+/// Contender nodes left in the lock dirs, after waiting (bounded) for dead sessions to expire.
 async fn leaked_nodes(connect: &str, session_timeout: Duration) -> Result<(Vec<String>, usize), BoxError> {
     let client = raw_client(connect).await?;
-    let dir = format!("{NAMESPACE}/{LOCK}");
     let deadline = Instant::now() + session_timeout * 2 + Duration::from_secs(5);
     loop {
-        let children = match client.list_children(&dir).await {
-            Ok(children) => children,
-            Err(zk::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-        if children.is_empty() || Instant::now() > deadline {
-            let n = children.len();
-            return Ok((children, n));
+        let nodes = lock_nodes(&client).await?;
+        if nodes.is_empty() || Instant::now() > deadline {
+            let n = nodes.len();
+            return Ok((nodes, n));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The contender nodes owned by `session`.
+async fn session_nodes(connect: &str, session: i64) -> Result<Vec<String>, BoxError> {
+    let client = raw_client(connect).await?;
+    let mut owned = Vec::new();
+    for node in lock_nodes(&client).await? {
+        if let Some(stat) = client.check_stat(&node).await? {
+            if stat.ephemeral_owner == session {
+                owned.push(node);
+            }
+        }
+    }
+    Ok(owned)
 }
 
 fn write_history(path: &std::path::Path, history: &History) -> Result<(), BoxError> {
@@ -691,6 +890,12 @@ fn write_history(path: &std::path::Path, history: &History) -> Result<(), BoxErr
     }
     for f in &history.faults {
         writeln!(out, "{}", serde_json::json!({ "type": "fault", "fault": f }))?;
+    }
+    for c in &history.closes {
+        writeln!(out, "{}", serde_json::json!({ "type": "close", "close": c }))?;
+    }
+    for f in &history.acquire_failures {
+        writeln!(out, "{}", serde_json::json!({ "type": "failure", "failure": f }))?;
     }
     writeln!(
         out,
@@ -722,6 +927,10 @@ pub fn read_history(path: &std::path::Path) -> Result<History, BoxError> {
             Some("section") => history.sections.push(serde_json::from_value(field("section")?)?),
             Some("write") => history.writes.push(serde_json::from_value(field("write")?)?),
             Some("fault") => history.faults.push(serde_json::from_value(field("fault")?)?),
+            Some("close") => history.closes.push(serde_json::from_value(field("close")?)?),
+            Some("failure") => history
+                .acquire_failures
+                .push(serde_json::from_value(field("failure")?)?),
             Some("end") => {
                 history.acquire_attempts = serde_json::from_value(field("acquire_attempts")?)?;
                 history.leaked_nodes = serde_json::from_value(field("leaked_nodes")?)?;
