@@ -117,6 +117,11 @@ pub(crate) struct ClientInner {
 pub(crate) struct ClientId(u64);
 
 impl ClientId {
+    #[cfg(test)]
+    pub(crate) fn for_model() -> ClientId {
+        ClientId(0)
+    }
+
     fn next() -> ClientId {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         ClientId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))

@@ -484,6 +484,20 @@ pub struct LossSignal {
 }
 
 impl LossSignal {
+    /// A signal that never fires, for scopes made without a server in model tests.
+    #[cfg(test)]
+    pub(crate) fn never(name: &str) -> LossSignal {
+        let (_, rx) = watch::channel(Health {
+            status: crate::SessionStatus::Connected,
+            losses: 0,
+        });
+        LossSignal {
+            name: name.to_owned(),
+            rx,
+            losses_at_grant: 0,
+        }
+    }
+
     /// Whether the hold has been lost.
     pub fn is_lost(&self) -> bool {
         self.rx.borrow().invalidates(self.losses_at_grant)

@@ -38,11 +38,14 @@ mod error;
 mod guard;
 mod holder;
 mod inspect;
+#[cfg(test)]
+mod interleavings;
 mod local_queue;
 mod lock;
 #[doc(hidden)]
 pub mod macro_support;
 mod metrics;
+mod model_lock;
 mod multi;
 mod name;
 mod queue;

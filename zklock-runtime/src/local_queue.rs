@@ -16,6 +16,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::model_lock::Lock;
+
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use tokio::sync::oneshot;
@@ -109,10 +111,16 @@ impl Drop for Warm {
     }
 }
 
-/// What the front of the local queue owns: possibly a node handed over by the previous holder.
-#[derive(Default)]
-pub(crate) struct Slot {
-    warm: Option<Warm>,
+/// What the front of the local queue owns: possibly a node handed over by the previous holder
+/// (a [`Warm`] node; the model tests hand over tokens of their own).
+pub(crate) struct Slot<W = Warm> {
+    warm: Option<W>,
+}
+
+impl<W> Default for Slot<W> {
+    fn default() -> Self {
+        Slot { warm: None }
+    }
 }
 
 /// The local queue for one exclusive lock.
@@ -122,28 +130,36 @@ pub(crate) struct Slot {
 /// parties can find the queue empty: the holder leaving the front, and the last waiter giving
 /// up. Both decide under `waiting`'s lock, and the holder leaves the front inside it, so
 /// whichever comes second sees the other's move and drops the node.
-#[derive(Default)]
-pub(crate) struct Gate {
-    slot: Arc<AsyncMutex<Slot>>,
+pub(crate) struct Gate<W = Warm> {
+    slot: Arc<AsyncMutex<Slot<W>>>,
     /// How many tasks wait for the front of the queue.
-    waiting: Mutex<usize>,
+    waiting: Lock<usize>,
+}
+
+impl<W> Default for Gate<W> {
+    fn default() -> Self {
+        Gate {
+            slot: Arc::default(),
+            waiting: Lock::default(),
+        }
+    }
 }
 
 /// The front of a local queue: held for as long as the lock is held in this process.
-pub(crate) struct Turn {
-    gate: Arc<Gate>,
+pub(crate) struct Turn<W = Warm> {
+    gate: Arc<Gate<W>>,
     /// `None` only while dropping.
-    slot: Option<OwnedMutexGuard<Slot>>,
+    slot: Option<OwnedMutexGuard<Slot<W>>>,
 }
 
-impl Turn {
+impl<W> Turn<W> {
     /// Takes the node the previous holder handed over, if any.
-    pub fn take_warm(&mut self) -> Option<Warm> {
+    pub fn take_warm(&mut self) -> Option<W> {
         self.slot.as_mut()?.warm.take()
     }
 
     /// Leaves `warm` for the next local holder.
-    pub fn hand_over(&mut self, warm: Warm) {
+    pub fn hand_over(&mut self, warm: W) {
         if let Some(slot) = self.slot.as_mut() {
             slot.warm = Some(warm);
         }
@@ -155,9 +171,9 @@ impl Turn {
     }
 }
 
-impl Drop for Turn {
+impl<W> Drop for Turn<W> {
     fn drop(&mut self) {
-        let waiting = self.gate.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let waiting = self.gate.waiting.lock();
         let mut slot = self.slot.take();
         if *waiting == 0 {
             if let Some(slot) = slot.as_mut() {
@@ -169,19 +185,34 @@ impl Drop for Turn {
     }
 }
 
-impl Gate {
+impl<W> Gate<W> {
     fn waiting(&self) -> usize {
-        *self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        *self.waiting.lock()
+    }
+
+    /// A node is kept in the slot while nobody waits for it and nobody is at the front to
+    /// decide about it: the state the gate must never be in. Judged under `waiting`'s lock, as
+    /// the gate's own decisions are.
+    #[cfg(test)]
+    pub fn stranded(&self) -> bool {
+        let waiting = self.waiting.lock();
+        *waiting == 0 && self.slot.try_lock().is_ok_and(|slot| slot.warm.is_some())
+    }
+
+    /// Nobody waits and no node is kept in the slot (the model tests' end state).
+    #[cfg(test)]
+    pub fn is_idle(&self) -> bool {
+        self.waiting() == 0 && self.slot.try_lock().is_ok_and(|slot| slot.warm.is_none())
     }
 
     /// Waits for the front of the queue. Cancel safe: a dropped wait leaves the queue.
-    pub async fn enter(self: Arc<Self>) -> Turn {
+    pub async fn enter(self: Arc<Self>) -> Turn<W> {
         /// Leaves the count of waiters; a waiter that gives up last also deletes a node that
         /// was kept for it, unless someone is at the front of the queue (who decides then).
-        struct Waiting<'a>(&'a Gate);
-        impl Drop for Waiting<'_> {
+        struct Waiting<'a, W>(&'a Gate<W>);
+        impl<W> Drop for Waiting<'_, W> {
             fn drop(&mut self) {
-                let mut waiting = self.0.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                let mut waiting = self.0.waiting.lock();
                 *waiting -= 1;
                 if *waiting == 0 {
                     if let Ok(mut slot) = self.0.slot.try_lock() {
@@ -190,10 +221,10 @@ impl Gate {
                 }
             }
         }
-        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        *self.waiting.lock() += 1;
         let waiting = Waiting(&self);
         let slot = self.slot.clone().lock_owned().await;
-        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        *self.waiting.lock() -= 1;
         std::mem::forget(waiting);
         Turn {
             gate: self,

@@ -77,12 +77,14 @@ pub(crate) fn enter<'h, F: Future>(
     holds: impl IntoIterator<Item = &'h Arc<Holding>>,
     fut: F,
 ) -> impl Future<Output = F::Output> {
-    let own: Vec<Entry> = holds.into_iter().map(Entry::of).collect();
-    async move {
-        let mut entries: Vec<Entry> = SCOPE.try_with(|e| e.to_vec()).unwrap_or_default();
-        entries.extend(own);
-        SCOPE.scope(Arc::new(entries), fut).await
-    }
+    within(holds.into_iter().map(Entry::of).collect(), fut)
+}
+
+/// Runs `fut` with `own` appended to the scope current where it is first polled.
+async fn within<F: Future>(own: Vec<Entry>, fut: F) -> F::Output {
+    let mut entries: Vec<Entry> = SCOPE.try_with(|e| e.to_vec()).unwrap_or_default();
+    entries.extend(own);
+    SCOPE.scope(Arc::new(entries), fut).await
 }
 
 impl Entry {
@@ -184,6 +186,26 @@ pub fn fencing_token(name: &str) -> Option<FencingToken> {
 /// `current_loss_signal().is_some_and(|loss| loss.is_lost())` between steps and stop early.
 pub fn current_loss_signal() -> Option<LossSignal> {
     with_scope(|entries| entries.last().map(|e| e.loss.clone()))
+}
+
+/// Scopes made without a server, for the model tests (`interleavings.rs`): an entry for the
+/// lock `name` with `token`, whose hold is already gone (so it is never re-entered) and whose
+/// loss signal never fires.
+#[cfg(test)]
+pub(crate) fn model_scope<F: Future>(locks: &[(&str, FencingToken)], fut: F) -> impl Future<Output = F::Output> {
+    let own = locks
+        .iter()
+        .map(|&(name, token)| Entry {
+            hold: Weak::new(),
+            client: ClientId::for_model(),
+            name: name.into(),
+            dir: format!("/model/{name}").into(),
+            kind: LockKind::Mutex,
+            token,
+            loss: LossSignal::never(name),
+        })
+        .collect();
+    within(own, fut)
 }
 
 #[cfg(test)]
