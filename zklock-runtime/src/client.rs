@@ -669,8 +669,9 @@ impl LockClient {
     }
 
     /// The raw ZooKeeper client of the live session (opening one if needed), for adapters
-    /// that keep their own state next to the locks. A clone keeps the session open as a
-    /// guard does.
+    /// that keep their own state next to the locks. The handle you keep holds the session
+    /// open until you drop it, even past [`close`](Self::close), which otherwise ends the
+    /// session at once: drop it when done.
     ///
     /// # Cancel safety
     ///

@@ -156,7 +156,9 @@ impl MultiLock {
     ///
     /// Locks are taken one after the other in path order; each one re-enters a hold of the
     /// current call scope as [`Lock::acquire`] does. If one fails, the ones already taken are
-    /// released before the error is returned.
+    /// released before the error is returned. `Ok` means every lock is held: a lock lost while
+    /// a later one was awaited (its session expired meanwhile) makes the acquisition release
+    /// them all and start over, or, after a few rounds, return the [`LockError::Lost`].
     ///
     /// # Cancel safety
     ///
