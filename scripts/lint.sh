@@ -32,7 +32,7 @@ cargo clippy --workspace --all-targets --all-features "${locked[@]}" -- -D warni
 step "rustdoc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features "${locked[@]}"
 
-# zklock-examples and zklock-renamed-dependency are `publish = false`; every other member is packaged and its packaged copy
+# zklock-examples, zklock-renamed-dependency and zklock-downstream are `publish = false`; every other member is packaged and its packaged copy
 # built against the others' packaged copies (a local registry overlay), so a file outside a
 # crate's directory or a missing `include` fails here, not on publish.
 step "cargo package"
@@ -50,6 +50,6 @@ for copy in "$cargo_home"/registry/src/*/zklock*-[0-9]*; do
         *) [[ -d "$copy" ]] && rm -rf -- "$copy" ;;
     esac
 done
-cargo package --workspace --exclude zklock-examples --exclude zklock-renamed-dependency "${locked[@]}" "${allow_dirty[@]}"
+cargo package --workspace --exclude zklock-examples --exclude zklock-renamed-dependency --exclude zklock-downstream "${locked[@]}" "${allow_dirty[@]}"
 
 step "all checks passed"

@@ -1,6 +1,6 @@
 //! A client's life against a real server: bad connect strings refused up front, an unknown host
-//! named as such, `close()` freeing every lock at once, a client whose runtime shut down saying
-//! so, and `release()` reporting what became of the grant.
+//! named as such, `close()` freeing every lock at once, a client outliving the runtime that made
+//! it, and `release()` reporting what became of the grant.
 
 mod support;
 
@@ -143,8 +143,11 @@ async fn closing_a_client_without_guards_closes_its_session_before_returning() {
     assert!(closed, "the server still has session {session:#x} open after close()");
 }
 
+/// A client's session lives on a thread of its own: the runtime that made the client (and
+/// took a lock with it) can end, and the client, its session and the guard carry on in the
+/// next runtime.
 #[test]
-fn a_client_whose_runtime_shut_down_says_so_at_once() {
+fn a_client_outlives_the_runtime_that_made_it() {
     let zk = server();
     let first = tokio::runtime::Runtime::new().unwrap();
     let (client, guard) = first.block_on(async {
@@ -152,28 +155,28 @@ fn a_client_whose_runtime_shut_down_says_so_at_once() {
         let guard = client.mutex("runtime-gone").unwrap().acquire().await.unwrap();
         (client, guard)
     });
-    assert_eq!(client.status(), SessionStatus::Connected);
-    drop(first); // the session's connection task dies with its runtime
+    let session = client.session_id();
+    drop(first);
 
-    assert!(guard.is_lost(), "a hold of a dead session still looks held");
-    assert_eq!(client.status(), SessionStatus::Closed);
-    let second = tokio::runtime::Runtime::new().unwrap();
+    assert!(!guard.is_lost(), "the hold died with the runtime that took it");
+    assert_eq!(client.status(), SessionStatus::Connected);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     second.block_on(async {
-        let acquired = tokio::time::timeout(SOON, client.mutex("runtime-gone").unwrap().acquire()).await;
-        match acquired.expect("acquire on a dead runtime's client hung") {
-            Err(LockError::Closed(why)) => assert!(why.contains("runtime"), "{why}"),
-            other => panic!("expected Closed, got {other:?}"),
-        }
-        drop(guard); // its delete cannot run anywhere: it must not be waited for
-        tokio::time::timeout(SOON, client.flush())
+        guard.ensure_held().await.expect("still held, as the server sees it");
+        guard.release().await.expect("released from another runtime");
+        let again = client
+            .mutex("runtime-gone")
+            .unwrap()
+            .acquire_timeout(SOON)
             .await
-            .expect("flush() on a dead runtime's client hung");
-    });
-    // The server frees the lock when the orphaned session expires.
-    second.block_on(async {
-        let other = support::client(&zk.connect_string()).await;
-        let granted = other.mutex("runtime-gone").unwrap().acquire_timeout(SOON).await;
-        assert!(granted.is_ok(), "{granted:?}");
+            .expect("acquired from another runtime");
+        assert_eq!(client.session_id(), session, "a new session was needed");
+        drop(again);
+        tokio::time::timeout(SOON, client.flush()).await.expect("flush hung");
+        client.close().await;
     });
 }
 

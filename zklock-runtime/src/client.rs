@@ -10,6 +10,7 @@ use zookeeper_client as zk;
 use crate::alone::DEFAULT_FAST_PATH_DIRS;
 use crate::cleanup::{delete_node, Cleanup};
 use crate::connect;
+use crate::driver::Driver;
 use crate::holder::Holder;
 use crate::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -30,6 +31,32 @@ const DEFAULT_NAMESPACE: &str = "/zklock";
 /// library reconnects across server failures (including leader failover) and held locks stay
 /// held. When the session expires, held locks are reported lost and the next acquisition opens
 /// a new session transparently.
+///
+/// # Runtimes
+///
+/// A client works from any tokio runtime, and keeps working after the runtime it was made in
+/// has ended: its sessions (the client library's connection, the engine's session monitor and
+/// background releases) run on a small runtime on a thread of the client's own, started with
+/// its first session and stopped once the client and everything of it (guards, sessions) is
+/// gone. So one client can serve a whole test suite of `#[tokio::test]`s, each of which has a
+/// runtime of its own, or a process whose runtimes come and go; no runtime needs to run between
+/// uses. The price is one mostly idle thread per client, and a hop to that thread and back
+/// for each request. The futures you await (acquire, release, …) run on your runtime and use
+/// its timers; a runtime with the time driver enabled is needed there, as for any tokio timer.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+/// use tokio::sync::OnceCell;
+/// use zklock_runtime::LockClient;
+///
+/// // One client for a whole test suite (each #[tokio::test] has a runtime of its own).
+/// static CLIENT: OnceCell<LockClient> = OnceCell::const_new();
+/// let client = CLIENT
+///     .get_or_try_init(|| LockClient::connect("127.0.0.1:2181"))
+///     .await?;
+/// let guard = client.mutex("orders:7")?.acquire().await?;
+/// # drop(guard); Ok(()) }
+/// ```
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
@@ -106,6 +133,8 @@ pub(crate) struct ClientInner {
     /// The same session, readable without awaiting.
     latest: StdRwLock<Option<Arc<Session>>>,
     status: watch::Sender<SessionStatus>,
+    /// The thread this client's sessions run on, started with the first session.
+    driver: tokio::sync::OnceCell<Arc<Driver>>,
     pub metrics: Arc<Metrics>,
     pub gates: Gates,
     pub cleanup: Cleanup,
@@ -463,6 +492,7 @@ impl LockClientBuilder {
                 current: AsyncMutex::new(None),
                 latest: StdRwLock::new(None),
                 status,
+                driver: tokio::sync::OnceCell::new(),
                 metrics: Arc::default(),
                 gates: Gates::default(),
                 cleanup: Cleanup::new(),
@@ -578,8 +608,7 @@ impl LockClient {
     }
 
     /// Waits until every release and abandoned-contender cleanup handed to the background so
-    /// far has finished (deleted its node, or seen its session end). Returns at once for work
-    /// that can no longer run because its runtime shut down.
+    /// far has finished (deleted its node, or seen its session end).
     ///
     /// # Cancel safety
     ///
@@ -760,14 +789,11 @@ impl LockClient {
         }
     }
 
-    /// `Err(Closed)` once the client cannot be used any more: it was closed, or the runtime
-    /// its session ran on has shut down (which closes it for good).
+    /// `Err(Closed)` once the client cannot be used any more: it was closed, or its driver
+    /// thread stopped under a session (which closes it for good).
     pub(crate) fn check_open(&self) -> Result<(), LockError> {
         if self.latest().is_some_and(|s| s.runtime_gone()) {
-            self.mark_closed(
-                "the tokio runtime it was opened on has shut down, and its ZooKeeper session \
-                 with it; a client lives on one runtime, open a new one on this runtime",
-            );
+            self.mark_closed("its driver thread stopped under its ZooKeeper session; open a new client");
         }
         match &*self.inner.closed.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(reason) => Err(LockError::Closed(reason.clone())),
@@ -788,12 +814,17 @@ impl LockClient {
         let config = &self.inner.config;
         self.inner.status.send_replace(SessionStatus::Connecting);
         connect::resolve(&config.connect, &self.inner.servers).await?;
-        let connector = self.connector();
+        let driver = self.inner.driver.get_or_try_init(Driver::start).await?.clone();
         debug!(connect = %config.connect, "opening zookeeper session");
-        let zk = config
-            .security
-            .connect(connector, &config.connect)
+        // On the driver: the client library's connection task is spawned where it connects.
+        let client = self.clone();
+        let connecting = driver.run(async move {
+            let config = &client.inner.config;
+            config.security.connect(client.connector(), &config.connect).await
+        });
+        let zk = connecting
             .await
+            .ok_or_else(|| LockError::Connection("the client's driver thread stopped".into()))?
             .map_err(|e| match e {
                 zk::Error::AuthFailed => config.security.auth_failed(),
                 zk::Error::BadArguments(why) => {
@@ -839,6 +870,6 @@ impl LockClient {
                 inner.status.send_replace(health.status);
             }
         });
-        Ok(Session::start(zk, loss_after, config.fast_path_dirs, on_change))
+        Ok(Session::start(zk, driver, loss_after, config.fast_path_dirs, on_change))
     }
 }

@@ -63,8 +63,8 @@ pub enum LockError {
     #[error("TLS connection to ZooKeeper failed: {0}")]
     Tls(String),
     /// The client cannot be used any more: it was closed with
-    /// [`LockClient::close`](crate::LockClient::close), or the tokio runtime its session ran on
-    /// has shut down. The message says which; open a new client.
+    /// [`LockClient::close`](crate::LockClient::close), or (should it ever happen) the thread its
+    /// sessions run on stopped. The message says which; open a new client.
     #[error("the lock client is closed: {0}")]
     Closed(String),
     /// The lock name cannot be used.

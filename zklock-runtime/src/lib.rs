@@ -34,6 +34,7 @@ mod alone;
 mod cleanup;
 mod client;
 mod connect;
+mod driver;
 mod error;
 mod guard;
 mod holder;

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use zookeeper_client as zk;
 
 use crate::alone::Alone;
+use crate::driver::Driver;
 
 /// The pause before a request that failed on the connection is sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -86,11 +87,11 @@ pub(crate) struct Session {
     pub id: i64,
     /// How long the connection may stay down before holds are reported lost.
     pub loss_after: Duration,
-    /// The runtime the session was opened on; background cleanup runs there, so a guard can be
-    /// dropped anywhere.
+    /// The client's driver runtime ([`crate::driver`]), where the session's connection, its
+    /// monitor and background cleanups run, so a guard can be dropped anywhere.
     pub runtime: tokio::runtime::Handle,
     health: watch::Sender<Health>,
-    /// Set when the runtime the session was opened on has shut down: the client library's
+    /// Set when the driver runtime has shut down under the session: the client library's
     /// connection task died with it, so nothing sent on this session will ever be answered.
     runtime_gone: Arc<AtomicBool>,
     /// Contender nodes granted in this session and not yet deleted (held or handed over), so
@@ -101,6 +102,9 @@ pub(crate) struct Session {
     alone: Arc<Mutex<Alone>>,
     /// Dropping the session drops this and so ends its monitor task.
     _stop: tokio::sync::oneshot::Sender<()>,
+    /// Keeps the driver running while the session lives (dropped last: after the handle, so
+    /// the close request can go out first).
+    _driver: Arc<Driver>,
 }
 
 impl std::fmt::Debug for Session {
@@ -116,12 +120,14 @@ impl Session {
     /// remembers up to `fast_path_dirs` lock directories it was alone in.
     pub fn start(
         zk: zk::Client,
+        driver: Arc<Driver>,
         loss_after: Duration,
         fast_path_dirs: usize,
         on_change: Arc<dyn Fn(Health) + Send + Sync>,
     ) -> Arc<Session> {
         let id = zk.session_id().0;
         let (states, timeout) = (zk.state_watcher(), zk.session_timeout());
+        driver.adopt(states.clone());
         let (health, _) = watch::channel(Health {
             status: SessionStatus::Connected,
             losses: 0,
@@ -134,12 +140,13 @@ impl Session {
             timeout,
             id,
             loss_after,
-            runtime: tokio::runtime::Handle::current(),
+            runtime: driver.handle().clone(),
             health,
             runtime_gone: runtime_gone.clone(),
             held: Mutex::default(),
             alone: Arc::new(Mutex::new(Alone::new(fast_path_dirs))),
             _stop: stop,
+            _driver: driver,
         });
         let sender = session.health.clone();
         let alone = session.alone.clone();
@@ -151,7 +158,7 @@ impl Session {
             health: sender.clone(),
             on_change: on_change.clone(),
         };
-        tokio::spawn(async move {
+        session.runtime.spawn(async move {
             tokio::select! {
                 _ = monitor(id, states, sender, loss_after, on_change, alone) => {}
                 _ = stopped => {}
