@@ -170,3 +170,101 @@ fn default_client_missing_is_an_error_not_a_panic() {
     let err = LockClient::default_client().unwrap_err();
     assert!(err.to_string().contains("install_default"), "{err}");
 }
+
+/// Every server refuses: `connect` says so after one look and a short second one, naming each
+/// address and what happened to it, long before its 30 s connect timeout.
+#[tokio::test]
+async fn a_refused_connect_fails_fast_naming_each_server() {
+    let (first, second) = (closed_port(), closed_port());
+    let started = Instant::now();
+    let err = LockClient::connect(&format!("{first},{second}")).await.unwrap_err();
+    let took = started.elapsed();
+    let LockError::Connection(why) = &err else {
+        panic!("expected Connection, got {err:?}")
+    };
+    assert!(why.contains(&first) && why.contains(&second), "{why}");
+    assert!(why.contains("refused"), "{why}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert_eq!(err.kind(), zklock_runtime::ErrorKind::Unavailable);
+}
+
+/// A connect that is merely slow (the server accepts the connection, then nothing answers)
+/// keeps its whole connect timeout: failing fast is only for refusals.
+#[tokio::test]
+async fn a_slow_connect_keeps_its_whole_timeout() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    proxy.blackhole();
+    let started = Instant::now();
+    let err = LockClient::builder(proxy.connect_string())
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "gave up after {took:?}, before its timeout"
+    );
+}
+
+/// While the client is not connected (its server went away), a try answers at once and a
+/// bounded acquire within its timeout, with the "unavailable" error naming what the last look
+/// at the server found; neither leaves a node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_disconnected_zero_tries_at_once_and_errors_name_the_refusal() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let mut status = c.watch_status();
+    tokio::task::block_in_place(|| zk.stop()).unwrap();
+    // (`is_ok()` at once: the watch's borrow must not outlive this line.)
+    let down = tokio::time::timeout(Duration::from_secs(20), status.wait_for(|s| !s.is_connected()))
+        .await
+        .is_ok();
+    assert!(down, "the client never saw its server go: {:?}", c.status());
+    let lock = c.mutex("down").unwrap();
+
+    let started = Instant::now();
+    let err = lock.acquire_timeout(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "a try took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        lock.try_acquire().await.is_err(),
+        "a try while down is an error, not `None`"
+    );
+
+    // The session monitor looks at the server while down; wait until it has.
+    let mut last = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !last.contains("refused") {
+        assert!(Instant::now() < deadline, "no look at the server was reported: {last}");
+        let started = Instant::now();
+        let err = lock.acquire_timeout(Duration::from_millis(300)).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(err.kind(), zklock_runtime::ErrorKind::Unavailable, "{err:?}");
+        last = err.to_string();
+    }
+    assert!(last.contains(&zk.addr().to_string()), "{last}");
+
+    tokio::task::block_in_place(|| zk.restart()).unwrap();
+    let guard = lock
+        .acquire_timeout(Duration::from_secs(20))
+        .await
+        .expect("acquired once the server is back");
+    guard.release().await.unwrap();
+    c.flush().await;
+    let view = support::raw(&zk.connect_string()).await;
+    assert!(
+        support::contenders(&view, "/zklock/down").await.is_empty(),
+        "a try left a node"
+    );
+}

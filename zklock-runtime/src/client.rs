@@ -1,5 +1,6 @@
 //! The lock client: configuration, the current ZooKeeper session, and the default client.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, RwLock as StdRwLock};
 use std::time::Duration;
 
@@ -123,8 +124,8 @@ pub(crate) struct ClientInner {
     /// reused (reentrancy and multi-lock de-duplication key on it).
     pub id: ClientId,
     pub config: Config,
-    /// The connect string's servers, checked when the client was built.
-    servers: Vec<connect::Server>,
+    /// The connect string's servers, and what the last look at them found.
+    pub contact: Arc<connect::Contact>,
     /// Why the client cannot be used any more, once it cannot.
     closed: StdMutex<Option<String>>,
     /// The session new work goes to. Locked while a session is being opened, so concurrent
@@ -135,6 +136,8 @@ pub(crate) struct ClientInner {
     status: watch::Sender<SessionStatus>,
     /// The thread this client's sessions run on, started with the first session.
     driver: tokio::sync::OnceCell<Arc<Driver>>,
+    /// Whether a session timeout cut by the server was reported (once per client).
+    cut_reported: AtomicBool,
     pub metrics: Arc<Metrics>,
     pub gates: Gates,
     pub cleanup: Cleanup,
@@ -487,12 +490,13 @@ impl LockClientBuilder {
             inner: Arc::new(ClientInner {
                 id: ClientId::next(),
                 config,
-                servers,
+                contact: Arc::new(connect::Contact::new(servers)),
                 closed: StdMutex::new(None),
                 current: AsyncMutex::new(None),
                 latest: StdRwLock::new(None),
                 status,
                 driver: tokio::sync::OnceCell::new(),
+                cut_reported: AtomicBool::new(false),
                 metrics: Arc::default(),
                 gates: Gates::default(),
                 cleanup: Cleanup::new(),
@@ -656,6 +660,9 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn close(&self) {
+        if self.inner.closed.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
+            info!(connect = %self.inner.config.connect, "closing the lock client");
+        }
         self.mark_closed("it was closed with LockClient::close()");
         let session = self.inner.current.lock().await.take();
         self.inner.latest.write().unwrap_or_else(|e| e.into_inner()).take();
@@ -781,10 +788,12 @@ impl LockClient {
         tokio::select! {
             biased;
             result = open => result,
-            why = secure::misconfiguration(&config.security, &self.inner.servers) => Err(why),
+            why = secure::misconfiguration(&config.security, self.inner.contact.servers()) => Err(why),
+            why = connect::all_refused(&config.connect, &self.inner.contact) => Err(why),
             () = tokio::time::sleep(limit) => Err(LockError::Connection(format!(
-                "no ZooKeeper session could be opened to {} within {limit:?}",
-                config.connect
+                "no ZooKeeper session could be opened to {} within {limit:?}{}",
+                config.connect,
+                self.inner.contact.clause()
             ))),
         }
     }
@@ -813,7 +822,7 @@ impl LockClient {
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
         let config = &self.inner.config;
         self.inner.status.send_replace(SessionStatus::Connecting);
-        connect::resolve(&config.connect, &self.inner.servers).await?;
+        connect::resolve(&config.connect, self.inner.contact.servers()).await?;
         let driver = self.inner.driver.get_or_try_init(Driver::start).await?.clone();
         debug!(connect = %config.connect, "opening zookeeper session");
         // On the driver: the client library's connection task is spawned where it connects.
@@ -834,6 +843,14 @@ impl LockClient {
             })?;
         config.security.check_authenticated(&zk).await?;
         let negotiated = zk.session_timeout();
+        if negotiated < config.session_timeout && !self.inner.cut_reported.swap(true, Ordering::Relaxed) {
+            warn!(
+                asked = ?config.session_timeout,
+                granted = ?negotiated,
+                "the server granted a shorter session timeout than asked (servers allow 2 to 20 \
+                 ticks): a dead holder blocks others for less, and loss is reported sooner"
+            );
+        }
         let loss_after = match config.loss_after {
             None => negotiated / 4,
             Some(asked) if asked > negotiated / 2 => {
@@ -870,6 +887,13 @@ impl LockClient {
                 inner.status.send_replace(health.status);
             }
         });
-        Ok(Session::start(zk, driver, loss_after, config.fast_path_dirs, on_change))
+        Ok(Session::start(
+            zk,
+            driver,
+            loss_after,
+            config.fast_path_dirs,
+            self.inner.contact.clone(),
+            on_change,
+        ))
     }
 }

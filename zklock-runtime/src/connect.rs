@@ -6,6 +6,7 @@
 //! address may carry the client library's scheme prefix (`tcp://`, `tcp+tls://`).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
 
 use crate::LockError;
 
@@ -140,6 +141,122 @@ pub(crate) async fn resolve(connect: &str, servers: &[Server]) -> Result<(), Loc
         "cannot resolve any server of {connect:?} ({})",
         failures.join("; ")
     )))
+}
+
+/// How long one probe of a server waits for its TCP connect to be accepted or refused.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The pause before the second look at servers that all refused.
+const PROBE_RETRY: Duration = Duration::from_millis(300);
+
+/// What a TCP connect to one server came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Something listens there.
+    Accepted,
+    /// Nothing does, or the name does not resolve: said at once, so waiting longer will not help
+    /// until a server comes up.
+    Refused(String),
+    /// No answer within the probe's time: a slow or filtered network, worth the full wait.
+    NoAnswer,
+}
+
+/// One TCP connect to every server, together.
+pub(crate) async fn probe(servers: &[Server]) -> Vec<(String, Reach)> {
+    futures_util::future::join_all(servers.iter().map(|server| async move {
+        let address = format!("{}:{}", server.host, server.port);
+        let connecting = tokio::net::TcpStream::connect((server.host.as_str(), server.port));
+        let reach = match tokio::time::timeout(PROBE_TIMEOUT, connecting).await {
+            Ok(Ok(_)) => Reach::Accepted,
+            Ok(Err(err)) => Reach::Refused(err.to_string()),
+            Err(_) => Reach::NoAnswer,
+        };
+        (address, reach)
+    }))
+    .await
+}
+
+/// Each server and what reaching it came to, for error messages.
+pub(crate) fn describe(probed: &[(String, Reach)]) -> String {
+    let each: Vec<String> = probed
+        .iter()
+        .map(|(address, reach)| match reach {
+            Reach::Accepted => format!("{address}: accepts connections"),
+            Reach::Refused(why) => format!("{address}: {why}"),
+            Reach::NoAnswer => format!("{address}: no answer within {PROBE_TIMEOUT:?}"),
+        })
+        .collect();
+    each.join("; ")
+}
+
+/// Resolves, with the error to report, once every server of `connect` has refused the
+/// connection (or failed to resolve) in two looks a moment apart: the ensemble is down, and a
+/// connect should say so now instead of at its timeout. Pending for ever otherwise, so a
+/// connect that is merely slow keeps its full timeout.
+/// Each look is kept in `contact`, for the error of a connect that times out instead.
+pub(crate) async fn all_refused(connect: &str, contact: &Contact) -> crate::LockError {
+    // A healthy connect is done long before this: no probe connection for it.
+    tokio::time::sleep(PROBE_RETRY).await;
+    let mut refused_before = false;
+    loop {
+        let probed = probe(&contact.servers).await;
+        contact.keep(&probed);
+        let refused = probed.iter().all(|(_, reach)| matches!(reach, Reach::Refused(_)));
+        if refused && refused_before {
+            return crate::LockError::Connection(format!(
+                "no server of {connect:?} accepts connections ({})",
+                describe(&probed)
+            ));
+        }
+        refused_before = refused;
+        tokio::time::sleep(if refused { PROBE_RETRY } else { PROBE_TIMEOUT }).await;
+    }
+}
+
+/// A client's servers, and what it last learnt about reaching them while it was not connected,
+/// for the "cannot reach ZooKeeper" errors of acquisitions that waited meanwhile.
+pub(crate) struct Contact {
+    servers: Vec<Server>,
+    found: std::sync::Mutex<Option<String>>,
+}
+
+impl Contact {
+    pub fn new(servers: Vec<Server>) -> Contact {
+        Contact {
+            servers,
+            found: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The connect string's servers, checked when the client was built.
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+
+    /// Probes the servers and keeps what it found.
+    pub async fn refresh(&self) {
+        self.keep(&probe(&self.servers).await);
+    }
+
+    fn keep(&self, probed: &[(String, Reach)]) {
+        *self.found.lock().unwrap_or_else(|e| e.into_inner()) = Some(describe(probed));
+    }
+
+    /// Probes the servers every second, for as long as it is polled (while disconnected).
+    pub async fn keep_looking(&self) {
+        loop {
+            self.refresh().await;
+            tokio::time::sleep(PROBE_TIMEOUT).await;
+        }
+    }
+
+    /// What was found, as a clause to append to an error message (empty if nothing yet).
+    pub fn clause(&self) -> String {
+        match &*self.found.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(found) => format!("; last look at the servers: {found}"),
+            None => String::new(),
+        }
+    }
 }
 
 #[cfg(test)]

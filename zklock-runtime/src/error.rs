@@ -96,7 +96,64 @@ pub enum LockError {
     },
 }
 
+/// What kind of failure a [`LockError`] is, for callers that decide by kind (retry, back off,
+/// give up, alert) rather than by variant. See [`LockError::kind`].
+///
+/// ```
+/// use zklock_runtime::{ErrorKind, LockError};
+///
+/// fn worth_retrying(err: &LockError) -> bool {
+///     matches!(err.kind(), ErrorKind::Busy | ErrorKind::Unavailable)
+/// }
+/// assert!(worth_retrying(&LockError::SessionExpired));
+/// assert!(!worth_retrying(&LockError::InvalidConfig("no".into())));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Someone else holds the lock: it was not granted within the caller's bound. Retrying
+    /// later may succeed. ([`LockError::Timeout`])
+    Busy,
+    /// ZooKeeper could not be reached, or the session ended under the operation. Retrying once
+    /// the ensemble is back may succeed. ([`LockError::Connection`],
+    /// [`LockError::SessionExpired`])
+    Unavailable,
+    /// A lock that was held can no longer be trusted; stop the work it protects.
+    /// ([`LockError::Lost`], [`LockError::NotHeld`])
+    Lost,
+    /// The client is closed; open a new one. ([`LockError::Closed`])
+    Closed,
+    /// The request or the configuration is wrong; retrying the same thing will fail the same
+    /// way. ([`LockError::InvalidName`], [`LockError::InvalidConfig`],
+    /// [`LockError::AuthFailed`], [`LockError::Tls`])
+    InvalidInput,
+    /// Anything else: work stopped at its `max_hold` ([`LockError::MaxHoldExceeded`]), or a
+    /// ZooKeeper error this crate does not translate ([`LockError::ZooKeeper`]).
+    Other,
+}
+
 impl LockError {
+    /// The kind of failure, for deciding what to do about it; see [`ErrorKind`].
+    ///
+    /// ```
+    /// use zklock_runtime::{ErrorKind, LockError};
+    /// let busy = LockError::Timeout { name: "ledger".into(), waited: std::time::Duration::ZERO };
+    /// assert_eq!(busy.kind(), ErrorKind::Busy);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            LockError::Timeout { .. } => ErrorKind::Busy,
+            LockError::Connection(_) | LockError::SessionExpired => ErrorKind::Unavailable,
+            LockError::Lost { .. } | LockError::NotHeld { .. } => ErrorKind::Lost,
+            LockError::Closed(_) => ErrorKind::Closed,
+            LockError::InvalidName { .. }
+            | LockError::InvalidConfig(_)
+            | LockError::AuthFailed(_)
+            | LockError::Tls(_) => ErrorKind::InvalidInput,
+            LockError::MaxHoldExceeded { .. } | LockError::ZooKeeper { .. } => ErrorKind::Other,
+        }
+    }
+
     /// Builds the error for a ZooKeeper failure, mapping the session- and connection-level
     /// codes onto their own variants.
     pub(crate) fn zk(op: &'static str, source: zookeeper_client::Error) -> Self {

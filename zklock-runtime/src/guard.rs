@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use crate::cleanup::{delete_node, Cleanup};
 use crate::client::ClientId;
@@ -93,7 +93,7 @@ impl Holding {
         self.metrics.record(Event::Released, self.labels());
         self.metrics
             .time(Timing::Hold, self.labels(), self.granted_at.elapsed());
-        info!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
+        debug!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
         let node_path = std::mem::take(&mut self.node_path);
         if self.can_hand_off() {
             if let Some(turn) = self.turn.as_mut() {

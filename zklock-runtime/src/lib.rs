@@ -61,7 +61,7 @@ mod token;
 
 pub use alone::DEFAULT_FAST_PATH_DIRS;
 pub use client::{LockClient, LockClientBuilder};
-pub use error::LockError;
+pub use error::{ErrorKind, LockError};
 pub use guard::{LockGuard, LossSignal};
 pub use holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
 pub use inspect::{LockView, QueueChanged, QueuedNode, RecipeKind, Side};

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info, Instrument};
+use tracing::{debug, Instrument};
 
 use crate::cleanup::{delete_node, Cleanup};
 use crate::client::{ClientId, LockClient};
@@ -28,8 +28,9 @@ use crate::session::Session;
 use crate::token::FencingToken;
 use crate::{LockError, SessionStatus};
 
-/// The least time one acquisition gets for its round trips, however short the caller's
-/// timeout: a try (`Duration::ZERO`) still needs one create-and-list round trip.
+/// The least time one acquisition of a connected client gets for its round trips, however
+/// short the caller's timeout: a try (`Duration::ZERO`) still needs one create-and-list round
+/// trip. A client that is not connected gets none of it (see `acquire_within`).
 const MIN_ATTEMPT_BUDGET: Duration = Duration::from_secs(2);
 
 /// How often one acquisition starts over on a fresh session before giving up.
@@ -257,9 +258,9 @@ impl Lock {
     /// Waits at most `timeout` for the lock; [`LockError::Timeout`] after that.
     ///
     /// `Duration::ZERO` tries once: one create-and-list round trip, no waiting on other
-    /// holders. If the ensemble is unreachable the error is [`LockError::Connection`], given
-    /// within `timeout` (or within 2 s for very short timeouts, which still need one round
-    /// trip).
+    /// holders. While the client is not connected, the error is [`LockError::Connection`]
+    /// (naming what the last look at each server found), within `timeout`, and at once for
+    /// `Duration::ZERO`; no node is left behind either way.
     ///
     /// # Cancel safety
     ///
@@ -322,38 +323,56 @@ impl Lock {
         }
 
         let started = Instant::now();
-        let span = tracing::info_span!("acquire", lock = %self.name, kind = ?self.kind);
+        let span = tracing::debug_span!("acquire", lock = %self.name, kind = ?self.kind);
         // A timeout too long to add to a clock is no deadline, not a panic.
         let deadline = timeout.and_then(|t| started.checked_add(t));
-        let contend = self.queue_up(deadline).instrument(span);
+        let contend = self.queue_up(deadline).instrument(span.clone());
         let timed_out = || LockError::Timeout {
             name: self.name.to_string(),
             waited: started.elapsed(),
         };
+        let unreachable = || {
+            LockError::Connection(format!(
+                "not connected to ZooKeeper at {} (waited {:?}){}",
+                self.client.inner.config.connect,
+                started.elapsed(),
+                self.client.inner.contact.clause()
+            ))
+        };
+        // A connected client gets at least one round trip's worth of time however short the
+        // timeout; a client that is not connected gets no more than the caller's timeout, and
+        // a try (zero) is answered at once.
+        let connected = self.client.status().is_connected();
         let result = match timeout {
             None => contend.await,
-            Some(timeout) => match tokio::time::timeout(timeout.max(MIN_ATTEMPT_BUDGET), contend).await {
-                Ok(result) => result,
-                // The round trips themselves did not finish in time: say whether the ensemble
-                // was out of reach.
-                Err(_) if self.client.status().is_connected() => Err(Failed::Error(timed_out())),
-                Err(_) => Err(Failed::Error(LockError::Connection(format!(
-                    "no answer from ZooKeeper at {} within {:?}",
-                    self.client.inner.config.connect,
-                    started.elapsed()
-                )))),
-            },
+            Some(timeout) if timeout.is_zero() && !connected => Err(Failed::Error(unreachable())),
+            Some(timeout) => {
+                let budget = if connected {
+                    timeout.max(MIN_ATTEMPT_BUDGET)
+                } else {
+                    timeout
+                };
+                match tokio::time::timeout(budget, contend).await {
+                    Ok(result) => result,
+                    // The round trips themselves did not finish in time: say whether the
+                    // ensemble was out of reach.
+                    Err(_) if self.client.status().is_connected() => Err(Failed::Error(timed_out())),
+                    Err(_) => Err(Failed::Error(unreachable())),
+                }
+            }
         };
         let result = result.map_err(|failed| match failed {
             Failed::TimedOut => timed_out(),
             Failed::SessionEnded => LockError::SessionExpired,
             Failed::Error(err) => err,
         });
+        // The outcome, like every step, is told inside the span that names the lock.
+        let _in_span = span.enter();
         match &result {
             Ok(guard) => {
                 metrics.record(Event::Acquired, self.labels());
                 metrics.time(Timing::Wait, self.labels(), started.elapsed());
-                info!(
+                debug!(
                     lock = %self.name,
                     node = %guard.node_path(),
                     token = %guard.fencing_token(),
@@ -363,7 +382,7 @@ impl Lock {
             }
             Err(LockError::Timeout { .. }) => {
                 metrics.record(Event::TimedOut, self.labels());
-                info!(lock = %self.name, waited_ms = started.elapsed().as_millis() as u64, "lock timed out");
+                debug!(lock = %self.name, waited_ms = started.elapsed().as_millis() as u64, "lock timed out");
             }
             Err(err) => debug!(lock = %self.name, %err, "acquire failed"),
         }

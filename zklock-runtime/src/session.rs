@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use zookeeper_client as zk;
 
 use crate::alone::Alone;
+use crate::connect::Contact;
 use crate::driver::Driver;
 
 /// The pause before a request that failed on the connection is sent again.
@@ -123,6 +124,7 @@ impl Session {
         driver: Arc<Driver>,
         loss_after: Duration,
         fast_path_dirs: usize,
+        contact: Arc<Contact>,
         on_change: Arc<dyn Fn(Health) + Send + Sync>,
     ) -> Arc<Session> {
         let id = zk.session_id().0;
@@ -160,7 +162,7 @@ impl Session {
         };
         session.runtime.spawn(async move {
             tokio::select! {
-                _ = monitor(id, states, sender, loss_after, on_change, alone) => {}
+                _ = monitor(id, states, sender, loss_after, on_change, alone, contact) => {}
                 _ = stopped => {}
             }
             sentinel.disarm();
@@ -312,6 +314,7 @@ async fn monitor(
     loss_after: Duration,
     on_change: Arc<dyn Fn(Health) + Send + Sync>,
     alone: Arc<Mutex<Alone>>,
+    contact: Arc<Contact>,
 ) {
     let set = |status: SessionStatus, lost: bool| {
         health.send_if_modified(|h| {
@@ -343,8 +346,13 @@ async fn monitor(
                     "zookeeper connection lost; held locks are at risk"
                 );
                 set(SessionStatus::Suspended, false);
+                // While down, look at the servers now and then: what the look finds goes into
+                // the errors of acquisitions that wait meanwhile.
+                let looking = contact.keep_looking();
+                tokio::pin!(looking);
                 tokio::select! {
                     next = states.changed() => state = next,
+                    _ = &mut looking => unreachable!("looks until dropped"),
                     _ = tokio::time::sleep(loss_after) => {
                         warn!(
                             session = format_args!("{id:#x}"),
@@ -352,7 +360,10 @@ async fn monitor(
                             "still disconnected; the session may expire, held locks are lost"
                         );
                         set(SessionStatus::Lost, true);
-                        state = states.changed().await;
+                        tokio::select! {
+                            next = states.changed() => state = next,
+                            _ = &mut looking => unreachable!("looks until dropped"),
+                        }
                     }
                 }
             }

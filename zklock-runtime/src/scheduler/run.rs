@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::Mutex as AsyncMutex;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, warn};
 
 use super::clock::Clock;
 use super::policy::{OnLoss, Policy};
@@ -111,19 +111,19 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
 async fn fire_skip(shared: &Shared, own: i64) {
     let Ok(_serial) = shared.serial.try_lock() else {
         shared.stats.skipped();
-        info!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: the previous run is still going on this node");
+        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: the previous run is still going on this node");
         return;
     };
     match shared.lock.try_acquire().await {
         Ok(Some(guard)) => {
             shared.stats.ran(own);
-            info!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), session = %shared.session(), token = %guard.fencing_token(), "running");
+            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), session = %shared.session(), token = %guard.fencing_token(), "running");
             let _ = execute(shared, &guard, own).await;
             drop(guard);
         }
         Ok(None) => {
             shared.stats.skipped();
-            info!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: running on another node");
+            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: running on another node");
         }
         Err(err) => {
             shared.stats.failed();
@@ -187,7 +187,7 @@ fn due_ticks(ticks: &Ticks, floor: Option<i64>, own: i64) -> (Vec<i64>, Option<(
 async fn catch_up(shared: &Shared, since: Option<i64>, own: i64) -> Option<i64> {
     let skip = |why: &str| {
         shared.stats.skipped();
-        info!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: {why}");
+        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: {why}");
     };
     let fail = |tick: i64, what: &str, err: &dyn std::fmt::Display| {
         shared.stats.failed();
@@ -286,7 +286,7 @@ async fn catch_up(shared: &Shared, since: Option<i64>, own: i64) -> Option<i64> 
                 // is ours and would otherwise run nowhere.
                 match shared.store.confirm(&zk, &claim, version, wait).await {
                     Some(stat) => {
-                        info!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
+                        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
                             "the claim's answer was lost, but the record shows it was applied");
                         stat
                     }
@@ -314,7 +314,7 @@ async fn catch_up(shared: &Shared, since: Option<i64>, own: i64) -> Option<i64> 
         }
         shared.stats.saw_recorded(tick);
         shared.stats.ran(tick);
-        info!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
+        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
             token = %guard.fencing_token(), catch_up = tick != own, "running");
 
         let state = match execute(shared, &guard, tick).await {
@@ -406,7 +406,7 @@ async fn execute(shared: &Shared, guard: &LockGuard, tick: i64) -> Outcome {
     };
     match &outcome {
         Outcome::Done => {
-            info!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), "run finished")
+            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), "run finished")
         }
         Outcome::Failed(reason) => {
             shared.stats.failed();
