@@ -3,10 +3,94 @@
 //! `tests/ui/pass/` must compile without warnings and run: each was once a misreported or
 //! refused use of the attribute.
 
+use std::path::Path;
+use std::process::Command;
+
 #[test]
 fn misuse_is_a_compile_error_at_the_offending_token() {
     // One `TestCases` for both kinds: they share trybuild's project directory.
     let cases = trybuild::TestCases::new();
     cases.pass("tests/ui/pass/*.rs");
     cases.compile_fail("tests/ui/*.rs");
+}
+
+const WORKSPACE_MANIFEST: &str = "[workspace]\nmembers = [\"platform\", \"app\"]\nresolver = \"2\"\n";
+
+/// A crate that reaches the attribute through a re-export: it does not list zklock itself.
+const PLATFORM_MANIFEST: &str = r#"
+[package]
+name = "platform"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+zklock-macros = { path = "@MACROS@" }
+"#;
+const PLATFORM_LIB: &str = "pub mod zklock {\n    pub use zklock_macros::distributed_lock;\n}\n";
+
+const APP_MANIFEST: &str = r#"
+[package]
+name = "app"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+platform = { path = "../platform" }
+"#;
+const APP_LIB: &str = r#"pub struct LockError;
+
+#[platform::zklock::distributed_lock("jobs:{id}", timeout = "1s")]
+pub async fn run(id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+"#;
+
+/// The one misuse trybuild cannot show: its test crate always depends on zklock, and the
+/// attribute finds zklock in the `Cargo.toml` of the crate being compiled. So this builds a
+/// two-crate workspace of its own, an app that reaches the attribute only through a
+/// `platform` crate, and checks the single error names the `crate = …` option.
+#[test]
+fn a_crate_without_zklock_in_its_manifest_is_told_about_the_crate_option() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("not_a_dependency");
+    let write = |path: &str, text: &str| {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write("Cargo.toml", WORKSPACE_MANIFEST);
+    let macros = repo.join("zklock-macros");
+    write(
+        "platform/Cargo.toml",
+        &PLATFORM_MANIFEST.replace("@MACROS@", &macros.display().to_string()),
+    );
+    write("platform/src/lib.rs", PLATFORM_LIB);
+    write("app/Cargo.toml", APP_MANIFEST);
+    write("app/src/lib.rs", APP_LIB);
+    // The repository's lock file pins the versions already built and downloaded.
+    std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["check", "--quiet", "--offline", "--color", "never", "-p", "app"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the app compiled:\n{stderr}");
+
+    let line = APP_LIB.lines().position(|l| l.starts_with("#[platform")).unwrap() + 1;
+    let expected = format!(
+        "error: zklock is not a dependency of this crate; if you reach zklock through a re-export, \
+         name it with `crate = \"path::to::zklock\"`, otherwise add zklock to [dependencies]\n \
+         --> app/src/lib.rs:{line}:1\n"
+    );
+    assert!(stderr.contains(&expected), "expected\n{expected}in\n{stderr}");
+    // No "unresolved import `zklock`" or other errors after it.
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 2, "{stderr}");
+    assert!(errors[1].starts_with("error: could not compile `app`"), "{stderr}");
 }

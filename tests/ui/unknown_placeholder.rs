@@ -25,4 +25,14 @@ async fn positional(id: u64) -> Result<u64, LockError> {
     Ok(id)
 }
 
+struct Store;
+
+impl Store {
+    #[distributed_lock("inventory:{skew}:{qty}")]
+    async fn reserve(&self, sku: &str, qty: u32) -> Result<u32, LockError> {
+        let _ = sku;
+        Ok(qty)
+    }
+}
+
 fn main() {}

@@ -10,6 +10,7 @@
 //!   taken inside that future, around the part that holds the original body.
 
 use proc_macro2::{Delimiter, Group, Span, TokenStream};
+use proc_macro_crate::FoundCrate;
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
@@ -82,7 +83,7 @@ pub fn expand(args: LockArgs, item: MaybeItemFn) -> syn::Result<TokenStream> {
         inner_attrs,
         body,
     } = item;
-    let import_crate = crate_path(args.krate.as_ref());
+    let import_crate = crate_path(args.krate.as_ref())?;
     let new_body = if sig.asyncness.is_some() {
         let ret = declared_return(&sig)?;
         let scope = Scope::of(&sig);
@@ -105,23 +106,40 @@ pub fn expand(args: LockArgs, item: MaybeItemFn) -> syn::Result<TokenStream> {
 }
 
 /// The path of the `zklock` crate in the expansion: `crate = …` if given, else the name the
-/// crate has in the user's `Cargo.toml` (renamed dependencies included), else `::zklock`.
+/// crate has in the user's `Cargo.toml` (renamed dependencies included), else `::zklock`; an
+/// error if that `Cargo.toml` was read and does not list zklock.
 ///
 /// The expansion imports it once, as `__zklock`, and uses that name: a wrong `crate = …` is one
 /// error, at the path.
-fn crate_path(explicit: Option<&Path>) -> TokenStream {
+fn crate_path(explicit: Option<&Path>) -> syn::Result<TokenStream> {
     if let Some(path) = explicit {
-        return quote_spanned!(path.span()=> use #path as __zklock;);
+        return Ok(quote_spanned!(path.span()=> use #path as __zklock;));
     }
-    let path = match proc_macro_crate::crate_name("zklock") {
-        // `Itself` is the zklock package's own tests and examples, which name it `zklock`.
-        Ok(proc_macro_crate::FoundCrate::Name(name)) if is_crate_ident(&name) => {
+    import_found(proc_macro_crate::crate_name("zklock"))
+}
+
+/// What the attribute tells a crate whose `Cargo.toml` does not list zklock. rustc alone would
+/// say "unresolved import `zklock`" at the attribute, which does not lead to `crate = …`.
+const NOT_A_DEPENDENCY: &str = "zklock is not a dependency of this crate; if you reach zklock through a \
+     re-export, name it with `crate = \"path::to::zklock\"`, otherwise add zklock to [dependencies]";
+
+/// The import for what the search of the user's `Cargo.toml` found.
+fn import_found(found: Result<FoundCrate, proc_macro_crate::Error>) -> syn::Result<TokenStream> {
+    let path = match found {
+        Ok(FoundCrate::Name(name)) if is_crate_ident(&name) => {
             let ident = Ident::new(&name, Span::call_site());
             quote!(::#ident)
         }
+        // The manifest was read and zklock is in none of its dependency tables, so `::zklock`
+        // cannot resolve under Cargo: the crate is reached through a re-export, if at all.
+        Err(proc_macro_crate::Error::CrateNotFound { .. }) => {
+            return Err(syn::Error::new(Span::call_site(), NOT_A_DEPENDENCY))
+        }
+        // `Itself` is the zklock package's own tests and examples, which name it `zklock`. With
+        // no manifest to read (a build without Cargo), `--extern zklock` is the likely setup.
         _ => quote!(::zklock),
     };
-    quote!(use #path as __zklock;)
+    Ok(quote!(use #path as __zklock;))
 }
 
 /// The name the expansion imports the crate as, with the span of the code that uses it.
@@ -626,6 +644,27 @@ mod tests {
         assert!(!out.contains(":: zklock"), "{out}");
     }
 
+    #[test]
+    fn the_crate_is_found_in_the_manifest_or_named_in_the_error() {
+        let import = |found| import_found(found).map(|t| t.to_string()).map_err(|e| e.to_string());
+        assert_eq!(
+            import(Ok(FoundCrate::Name("zk".into()))).unwrap(),
+            "use :: zk as __zklock ;"
+        );
+        assert_eq!(import(Ok(FoundCrate::Itself)).unwrap(), "use :: zklock as __zklock ;");
+        assert_eq!(
+            import(Err(proc_macro_crate::Error::CargoManifestDirNotSet)).unwrap(),
+            "use :: zklock as __zklock ;"
+        );
+        let err = import(Err(proc_macro_crate::Error::CrateNotFound {
+            crate_name: "zklock".into(),
+            path: "/app/Cargo.toml".into(),
+        }))
+        .unwrap_err();
+        assert!(err.contains("zklock is not a dependency of this crate"), "{err}");
+        assert!(err.contains(r#"`crate = "path::to::zklock"`"#), "{err}");
+    }
+
     /// What `#[async_trait]` makes of `async fn run(&self, job: &str, (a, b): (u8, u8)) -> R`.
     fn async_trait_method(body: TokenStream) -> TokenStream {
         quote!(
@@ -681,7 +720,7 @@ mod tests {
 
         let err = expand_str(quote!("job:{__arg2}"), async_trait_method(quote!({ Ok(1) }))).unwrap_err();
         assert!(
-            err.contains("the parameters of `run` are `a`, `b`, `job`, `self`"),
+            err.contains("the parameters of `run` are `self`, `job`, `a`, `b`"),
             "{err}"
         );
     }

@@ -108,13 +108,15 @@
 //!   ShedLock's `lockAtMostFor` do. It is not what frees the lock of a crashed process: the end
 //!   of that process's ZooKeeper session does that, with or without a bound.
 //! * **`token`**: names a binding for the fencing token, to pass to the protected resource.
-//!   `zklock::current_fencing_token()` returns the same value anywhere in the body's task. It
-//!   cannot have the name of a parameter (that would hide the parameter in the body).
+//!   `zklock::current_fencing_token()` returns the same value in the body's scope: the body and
+//!   what it awaits, not futures polled beside it nor tasks it spawns. It cannot have the name
+//!   of a parameter (that would hide the parameter in the body).
 //! * **`crate`**: where the expansion finds `zklock`. By default the attribute reads the name
 //!   from the `Cargo.toml` of the crate being compiled, so a renamed dependency
 //!   (`locks = { package = "zklock", … }`, also through `[workspace.dependencies]`) works as
 //!   is. Give `crate = …` when zklock is reached through a re-export instead, as with serde's
-//!   `#[serde(crate = "…")]`: `crate = my_platform::zklock`.
+//!   `#[serde(crate = "…")]`: `crate = my_platform::zklock`. Without it, a crate whose
+//!   `Cargo.toml` does not list zklock gets a compile error at the attribute that says so.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -169,9 +171,12 @@
 //!
 //! # Reentrancy
 //!
-//! A locked function whose body calls (and awaits) another function locked on the same name
-//! and kind re-enters the hold at once: no deadlock, no ZooKeeper round trip, the same fencing
-//! token. Recursive calls work the same way (box the recursive future, as any recursive
+//! A locked function whose body calls (and awaits) another function locked on the same name,
+//! through the same client, re-enters the hold at once when the kinds allow it (a mutex in a
+//! mutex, a write lock in a write lock, a read lock in a read or a write lock): no deadlock, no
+//! ZooKeeper round trip, the same fencing token. Semaphore leases never re-enter: each
+//! acquisition is another lease, and with every lease taken it waits until its timeout.
+//! Recursive calls work the same way (box the recursive future, as any recursive
 //! `async fn` must). Reentrancy follows the call scope, not the task: two calls run side by
 //! side in one task (`join!`, `buffer_unordered`, …) are two holders and exclude each other,
 //! and a task spawned from the body that takes the same lock waits for the body to finish.

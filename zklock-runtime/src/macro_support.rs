@@ -184,8 +184,9 @@ pub fn converter<R: LockedReturn>() -> fn(LockError) -> R {
 ///    with neither, the function returns [`LockError::InvalidConfig`] through its error type.
 /// 2. The locks are acquired together as one [`MultiLock`](crate::MultiLock) (one name is a
 ///    multi-lock of one), with the timeout of `options` ([`DEFAULT_TIMEOUT`] unless given);
-///    called from inside the body of a function locked on the same name and kind, a lock
-///    re-enters at once, without a round trip (see [`Lock`](crate::Lock#reentrancy)).
+///    called from inside the body of a function locked on the same name through the same
+///    client, a lock re-enters at once, without a round trip, when the kinds allow it (never
+///    for semaphore leases; see [`Lock`](crate::Lock#reentrancy)).
 /// 3. The body runs with the fencing token of the first name, inside the scope of every hold
 ///    ([`MultiGuard::scope`](crate::MultiGuard::scope)), which makes nested acquisitions
 ///    re-enter and [`fencing_token`](crate::fencing_token) answer. With [`OnLost::Abort`] the
