@@ -50,7 +50,9 @@ const JARS: [&str; 4] = [
     "slf4j-nop.jar",
 ];
 
-const INSTALL_HINT: &str = "run scripts/install-deps.sh";
+const INSTALL_HINT: &str = "the Curator peer needs a JDK (javac) and the Apache Curator 5 jars in \
+     /usr/share/java: on Debian or Ubuntu, apt-get install default-jdk-headless libcurator-recipes-java; \
+     in the zklock repository, scripts/install-deps.sh installs them";
 
 /// What can go wrong while driving the Curator peer.
 #[derive(Debug, thiserror::Error)]

@@ -10,26 +10,55 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestingError {
-    /// No ZooKeeper server jars were found.
+    /// No ZooKeeper server jars were found: `ZOOKEEPER_HOME` is not set and Debian's
+    /// `/usr/share/java/zookeeper.jar` is not there.
     #[error(
-        "ZooKeeper server jars not found (looked for {searched}); run scripts/install-deps.sh \
-         (Debian package `zookeeper`) or set ZOOKEEPER_HOME to an unpacked Apache ZooKeeper release"
+        "ZooKeeper server jars not found (looked for {searched}). Install them: on Debian or \
+         Ubuntu, `apt-get install zookeeper` (it puts the jars in /usr/share/java and pulls in a \
+         Java runtime); anywhere else, unpack an Apache ZooKeeper 3.8 release \
+         (apache-zookeeper-3.8.x-bin.tar.gz) and set ZOOKEEPER_HOME to its directory. (In the \
+         zklock repository, scripts/install-deps.sh installs everything its tests need.)"
     )]
     ServerNotInstalled {
         /// The places that were searched.
         searched: String,
     },
-    /// No `java` launcher was found.
+    /// `ZOOKEEPER_HOME` is set, but no ZooKeeper server jar is where a release or a source
+    /// build keeps it. It is not ignored in favour of another installation: the user asked for
+    /// this one.
     #[error(
-        "no `java` found in JAVA_HOME or PATH; run scripts/install-deps.sh (Debian package \
-         `openjdk-17-jdk-headless`)"
+        "ZOOKEEPER_HOME is set to {home}, but it holds no ZooKeeper server jar (looked for \
+         {looked_for}). Point ZOOKEEPER_HOME at an unpacked Apache ZooKeeper 3.8 release (the \
+         apache-zookeeper-3.8.x-bin.tar.gz one: its lib/ holds zookeeper-3.8.x.jar and the jars \
+         it needs), or unset it to use Debian's packaged server (`apt-get install zookeeper`)."
     )]
-    JavaNotFound,
+    ZookeeperHomeWithoutJars {
+        /// The value of `ZOOKEEPER_HOME`.
+        home: String,
+        /// The jar patterns that matched nothing.
+        looked_for: String,
+    },
+    /// No `java` launcher was found, neither in `JAVA_HOME` nor on `PATH`.
+    #[error(
+        "no `java` launcher found: JAVA_HOME is {java_home}, and no directory of PATH holds \
+         `java` (PATH={path}). ZooKeeper test servers run in a JVM: install Java (on Debian or \
+         Ubuntu, `apt-get install default-jdk-headless`, which also has the `javac` the Curator \
+         peer is compiled with; `default-jre-headless` is enough for servers alone) or set \
+         JAVA_HOME to the directory of a JDK or JRE (the one holding bin/java). (In the zklock \
+         repository, scripts/install-deps.sh installs everything its tests need.)"
+    )]
+    JavaNotFound {
+        /// What `JAVA_HOME` was: `not set`, or the directory it names and why it did not do.
+        java_home: String,
+        /// The value of `PATH` that was searched.
+        path: String,
+    },
     /// No PostgreSQL server binaries (`initdb`, `postgres`) were found.
     #[error(
-        "PostgreSQL server binaries (initdb, postgres) not found (looked in {searched}); run \
-         scripts/install-deps.sh (Debian package `postgresql`) or set PG_BINDIR to the directory \
-         holding them"
+        "PostgreSQL server binaries (initdb, postgres) not found (looked in {searched}). Install \
+         them (on Debian or Ubuntu, `apt-get install postgresql`) or set PG_BINDIR to the \
+         directory holding initdb and postgres. (In the zklock repository, \
+         scripts/install-deps.sh installs everything its tests need.)"
     )]
     PostgresNotInstalled {
         /// The places that were searched.
@@ -38,9 +67,9 @@ pub enum TestingError {
     /// The tests run as root, which PostgreSQL refuses, and there is no unprivileged user to run
     /// the server as.
     #[error(
-        "PostgreSQL refuses to run as root and there is no user `{user}` to run it as; run \
-         scripts/install-deps.sh (Debian package `postgresql` creates the user) or run the tests \
-         as an ordinary user"
+        "PostgreSQL refuses to run as root and there is no user `{user}` to run it as: run the \
+         tests as an ordinary user, or create the user (on Debian or Ubuntu, \
+         `apt-get install postgresql` creates it)"
     )]
     NoUnprivilegedUser {
         /// The user that was looked for.

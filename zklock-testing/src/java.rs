@@ -2,6 +2,7 @@
 //! process that started them.
 
 use std::env;
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -31,8 +32,19 @@ pub(crate) const DEBIAN_NETTY_EXTRA_JARS: [&str; 3] = [
 
 /// The class path of a ZooKeeper server: the installed jars and a log backend.
 pub(crate) fn server_classpath() -> Result<String, TestingError> {
-    let mut searched = Vec::new();
-    if let Some(home) = env::var_os("ZOOKEEPER_HOME").filter(|h| !h.is_empty()) {
+    server_classpath_from(
+        env::var_os("ZOOKEEPER_HOME").as_deref(),
+        Path::new(DEBIAN_ZOOKEEPER_JAR),
+    )
+}
+
+/// [`server_classpath`] with the value of `ZOOKEEPER_HOME` and the place of Debian's server jar
+/// given, so tests can try every case without touching the process environment.
+///
+/// A `ZOOKEEPER_HOME` that is set must hold the server jar: falling back to another
+/// installation would run a server other than the one the user asked for.
+pub(crate) fn server_classpath_from(zookeeper_home: Option<&OsStr>, debian_jar: &Path) -> Result<String, TestingError> {
+    if let Some(home) = zookeeper_home.filter(|h| !h.is_empty()) {
         let home = PathBuf::from(home);
         let mut jars = jars_in(&home.join("lib"));
         // Release tarballs keep the server jar in lib/; source builds keep it at the top.
@@ -41,21 +53,27 @@ pub(crate) fn server_classpath() -> Result<String, TestingError> {
                 .into_iter()
                 .filter(|j| file_name(j).starts_with("zookeeper-")),
         );
-        let has_server = jars.iter().any(|j| file_name(j).starts_with("zookeeper-"));
-        if has_server {
-            let has_backend = jars.iter().any(|j| {
-                let n = file_name(j);
-                n.starts_with("logback-classic") || n.starts_with("slf4j-simple") || n.starts_with("slf4j-log4j")
+        if !jars.iter().any(|j| file_name(j).starts_with("zookeeper-")) {
+            return Err(TestingError::ZookeeperHomeWithoutJars {
+                home: home.display().to_string(),
+                looked_for: format!(
+                    "{lib}/zookeeper-*.jar, {top}/zookeeper-*.jar",
+                    lib = home.join("lib").display(),
+                    top = home.display()
+                ),
             });
-            if !has_backend && Path::new(DEBIAN_SLF4J_SIMPLE_JAR).is_file() {
-                jars.push(PathBuf::from(DEBIAN_SLF4J_SIMPLE_JAR));
-            }
-            return Ok(join_classpath(&jars));
         }
-        searched.push(format!("{}/lib/zookeeper-*.jar (ZOOKEEPER_HOME)", home.display()));
+        let has_backend = jars.iter().any(|j| {
+            let n = file_name(j);
+            n.starts_with("logback-classic") || n.starts_with("slf4j-simple") || n.starts_with("slf4j-log4j")
+        });
+        if !has_backend && Path::new(DEBIAN_SLF4J_SIMPLE_JAR).is_file() {
+            jars.push(PathBuf::from(DEBIAN_SLF4J_SIMPLE_JAR));
+        }
+        return Ok(join_classpath(&jars));
     }
-    if Path::new(DEBIAN_ZOOKEEPER_JAR).is_file() {
-        let mut jars = vec![PathBuf::from(DEBIAN_ZOOKEEPER_JAR)];
+    if debian_jar.is_file() {
+        let mut jars = vec![debian_jar.to_path_buf()];
         jars.extend(
             [DEBIAN_SLF4J_SIMPLE_JAR]
                 .iter()
@@ -65,9 +83,8 @@ pub(crate) fn server_classpath() -> Result<String, TestingError> {
         );
         return Ok(join_classpath(&jars));
     }
-    searched.push(DEBIAN_ZOOKEEPER_JAR.to_string());
     Err(TestingError::ServerNotInstalled {
-        searched: searched.join(", "),
+        searched: format!("{} (ZOOKEEPER_HOME is not set)", debian_jar.display()),
     })
 }
 
@@ -98,20 +115,39 @@ fn join_classpath(jars: &[PathBuf]) -> String {
 
 /// The `java` launcher: `$JAVA_HOME/bin/java` when set, else `java` from `PATH`.
 pub(crate) fn java_binary() -> Result<PathBuf, TestingError> {
-    if let Some(home) = env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
+    java_binary_from(env::var_os("JAVA_HOME").as_deref(), env::var_os("PATH").as_deref())
+}
+
+/// [`java_binary`] with the values of `JAVA_HOME` and `PATH` given, so tests can try every
+/// case without touching the process environment.
+pub(crate) fn java_binary_from(java_home: Option<&OsStr>, path: Option<&OsStr>) -> Result<PathBuf, TestingError> {
+    let java_home = java_home.filter(|h| !h.is_empty());
+    if let Some(home) = java_home {
         let java = PathBuf::from(home).join("bin/java");
         if java.is_file() {
             return Ok(java);
         }
+        tracing::warn!(
+            java_home = %Path::new(home).display(),
+            "JAVA_HOME has no bin/java; looking for `java` on PATH instead"
+        );
     }
-    let path = env::var_os("PATH").unwrap_or_default();
-    for dir in env::split_paths(&path) {
+    for dir in env::split_paths(path.unwrap_or_default()) {
         let java = dir.join("java");
         if java.is_file() {
             return Ok(java);
         }
     }
-    Err(TestingError::JavaNotFound)
+    Err(TestingError::JavaNotFound {
+        java_home: match java_home {
+            Some(home) => format!("set to {}, which has no bin/java", Path::new(home).display()),
+            None => "not set".to_string(),
+        },
+        path: match path {
+            Some(path) if !path.is_empty() => path.to_string_lossy().into_owned(),
+            _ => "(not set)".to_string(),
+        },
+    })
 }
 
 type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
@@ -332,4 +368,110 @@ fn all_threads_stopped(pid: u32) -> bool {
             .and_then(|(_, rest)| rest.trim_start().chars().next());
         matches!(state, Some('T' | 't') | None)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zookeeper_home_without_server_jars_is_an_error_that_names_it() {
+        let home = tempfile::tempdir().expect("temp dir");
+        fs::create_dir(home.path().join("lib")).expect("lib/");
+        fs::write(home.path().join("lib/slf4j-api-1.7.30.jar"), b"").expect("a jar that is not the server");
+        // Even with a usable jar elsewhere: the user asked for this installation.
+        let elsewhere = home.path().join("zookeeper.jar");
+        fs::write(&elsewhere, b"").expect("fallback jar");
+
+        let err = server_classpath_from(Some(home.path().as_os_str()), &elsewhere).expect_err("no server jar");
+        assert!(matches!(err, TestingError::ZookeeperHomeWithoutJars { .. }), "{err:?}");
+        let message = err.to_string();
+        let shown = home.path().display().to_string();
+        assert!(
+            message.contains(&format!("ZOOKEEPER_HOME is set to {shown}")),
+            "{message}"
+        );
+        assert!(message.contains(&format!("{shown}/lib/zookeeper-*.jar")), "{message}");
+        assert!(message.contains("apt-get install zookeeper"), "{message}");
+        assert!(!message.contains("install-deps"), "{message}");
+    }
+
+    #[test]
+    fn a_zookeeper_home_with_a_release_layout_gives_its_jars() {
+        let home = tempfile::tempdir().expect("temp dir");
+        fs::create_dir(home.path().join("lib")).expect("lib/");
+        for jar in [
+            "zookeeper-3.8.4.jar",
+            "zookeeper-jute-3.8.4.jar",
+            "logback-classic-1.2.13.jar",
+        ] {
+            fs::write(home.path().join("lib").join(jar), b"").expect("jar");
+        }
+        let classpath = server_classpath_from(Some(home.path().as_os_str()), Path::new("/nonexistent/zookeeper.jar"))
+            .expect("a server jar is there");
+        assert!(classpath.contains("lib/zookeeper-3.8.4.jar"), "{classpath}");
+        assert!(classpath.contains("lib/logback-classic-1.2.13.jar"), "{classpath}");
+        assert!(
+            !classpath.contains("slf4j-simple"),
+            "a backend is there already: {classpath}"
+        );
+    }
+
+    #[test]
+    fn no_jars_anywhere_says_what_to_install() {
+        let err = server_classpath_from(None, Path::new("/nonexistent/zookeeper.jar")).expect_err("nothing there");
+        let message = err.to_string();
+        assert!(message.contains("/nonexistent/zookeeper.jar"), "{message}");
+        assert!(message.contains("ZOOKEEPER_HOME is not set"), "{message}");
+        assert!(message.contains("apt-get install zookeeper"), "{message}");
+        assert!(message.contains("set ZOOKEEPER_HOME"), "{message}");
+        assert!(
+            message.contains("In the zklock repository, scripts/install-deps.sh"),
+            "{message}"
+        );
+        // An empty value counts as unset, as a shell's `ZOOKEEPER_HOME=` means.
+        let empty = server_classpath_from(Some(OsStr::new("")), Path::new("/nonexistent/zookeeper.jar"));
+        assert!(
+            matches!(empty, Err(TestingError::ServerNotInstalled { .. })),
+            "{empty:?}"
+        );
+    }
+
+    #[test]
+    fn java_not_found_names_the_variables_and_what_to_install() {
+        let home = tempfile::tempdir().expect("temp dir");
+        let bin = tempfile::tempdir().expect("temp dir");
+        let path = bin.path().as_os_str();
+
+        let err = java_binary_from(Some(home.path().as_os_str()), Some(path)).expect_err("no java anywhere");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!(
+                "JAVA_HOME is set to {}, which has no bin/java",
+                home.path().display()
+            )),
+            "{message}"
+        );
+        assert!(message.contains(&format!("PATH={}", bin.path().display())), "{message}");
+        assert!(message.contains("apt-get install default-jdk-headless"), "{message}");
+        assert!(message.contains("set JAVA_HOME"), "{message}");
+
+        let unset = java_binary_from(None, None).expect_err("no java anywhere").to_string();
+        assert!(unset.contains("JAVA_HOME is not set"), "{unset}");
+        assert!(unset.contains("PATH=(not set)"), "{unset}");
+    }
+
+    #[test]
+    fn java_is_found_in_java_home_then_on_path() {
+        let home = tempfile::tempdir().expect("temp dir");
+        fs::create_dir(home.path().join("bin")).expect("bin/");
+        fs::write(home.path().join("bin/java"), b"").expect("java");
+        let bin = tempfile::tempdir().expect("temp dir");
+        fs::write(bin.path().join("java"), b"").expect("java");
+
+        let found = java_binary_from(Some(home.path().as_os_str()), Some(bin.path().as_os_str())).expect("java");
+        assert_eq!(found, home.path().join("bin/java"));
+        let found = java_binary_from(None, Some(bin.path().as_os_str())).expect("java");
+        assert_eq!(found, bin.path().join("java"));
+    }
 }

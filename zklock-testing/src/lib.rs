@@ -20,9 +20,12 @@
 //! - [`FaultProxy`]: a TCP proxy between a client and a server that can drop all traffic
 //!   (a partition), reset every connection, or add latency, switched at runtime.
 //!
-//! Everything is synchronous (std threads and processes), so it works from plain `#[test]`s and
-//! from `#[tokio::test]`s alike. Servers die with their handle — on drop, also while a test
-//! unwinds from a panic — and with the test process, even when it is killed.
+//! Servers, ensembles, [`PgServer`] and [`FaultProxy`] are synchronous (std threads and
+//! processes, no async runtime needed), so they work from plain `#[test]`s and from
+//! `#[tokio::test]`s alike; their calls block briefly (a start for seconds, while the JVM comes
+//! up). [`curator::CuratorPeer`] is async: its calls are awaited on a tokio runtime. Servers die
+//! with their handle — on drop, also while a test unwinds from a panic — and with the test
+//! process, even when it is killed.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -42,8 +45,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! When the server jars, `java` or the PostgreSQL binaries are missing, starting a server fails
-//! with an error that says to run `scripts/install-deps.sh`.
+//! What it needs on the machine: a Java runtime (`java` from `JAVA_HOME` or `PATH`) and the
+//! ZooKeeper 3.8 server jars, from Debian's or Ubuntu's `zookeeper` package
+//! (`apt-get install zookeeper default-jdk-headless`) or from an unpacked Apache ZooKeeper
+//! release named by `ZOOKEEPER_HOME`; for [`curator::CuratorPeer`] also `javac` and the
+//! Curator jars (`libcurator-recipes-java`, `libslf4j-java`); for [`PgServer`] PostgreSQL's
+//! `initdb` and `postgres` (`postgresql`, or `PG_BINDIR`). When one is missing, starting fails
+//! with an error that names the variables and places it looked at and what to install.
 
 mod certs;
 pub mod curator;
