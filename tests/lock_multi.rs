@@ -123,8 +123,8 @@ struct Bank {
 impl Bank {
     #[distributed_lock("account:{from}", "account:{to}", timeout = "20s", client = self.locks)]
     async fn transfer(&self, from: usize, to: usize) -> Result<(), AppError> {
-        let debit = zklock::fencing_token(&format!("account:{from}"));
-        let credit = zklock::fencing_token(&format!("account:{to}"));
+        let debit = zklock::current_fencing_token_for(&format!("account:{from}"));
+        let credit = zklock::current_fencing_token_for(&format!("account:{to}"));
         if debit.is_none() || credit.is_none() {
             return Err(AppError::Other(format!("no token in the body: {debit:?} {credit:?}")));
         }
@@ -282,8 +282,8 @@ async fn tokens_and_reentrancy_work_per_name() {
             assert_eq!(contenders(&raw, "/zklock/re-a").await.len(), 1);
             multi
                 .scope(async {
-                    assert_eq!(zklock::fencing_token("re-a"), Some(outer_token));
-                    assert_eq!(zklock::fencing_token("re-b"), Some(b_token));
+                    assert_eq!(zklock::current_fencing_token_for("re-a"), Some(outer_token));
+                    assert_eq!(zklock::current_fencing_token_for("re-b"), Some(b_token));
                     // Nested acquisitions of either name re-enter.
                     let nested = c.mutex("re-b").unwrap().try_acquire().await.unwrap().unwrap();
                     assert_eq!(nested.fencing_token(), b_token);

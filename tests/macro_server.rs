@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Barrier;
-use zklock::{current_fencing_token, distributed_lock, fencing_token, FencingToken, LockClient, LockError};
+use zklock::{current_fencing_token, current_fencing_token_for, distributed_lock, FencingToken, LockClient, LockError};
 use zklock_testing::FaultProxy;
 
 /// Bound on anything that should happen "soon": generous, so a loaded machine does not flake.
@@ -88,7 +88,10 @@ impl Nested {
     async fn inner(&self, key: &str) -> Result<u32, AppError> {
         self.tokens.lock().unwrap().push(fence);
         assert_eq!(current_fencing_token(), Some(fence));
-        assert_eq!(fencing_token(&format!("macro-reentrant:{key}")), Some(fence));
+        assert_eq!(
+            current_fencing_token_for(&format!("macro-reentrant:{key}")),
+            Some(fence)
+        );
         Ok(1)
     }
 
@@ -477,4 +480,74 @@ async fn async_trait_methods_lock_in_zookeeper_and_release() {
     // Once it returned, the lock is free again.
     let guard = lock.acquire_timeout(PATIENCE).await;
     assert!(guard.is_ok(), "the method did not release the lock: {guard:?}");
+}
+
+#[distributed_lock("macro-skip:{n}", client = locks, if_busy = "skip")]
+async fn refresh_once(locks: &LockClient, n: u32, ran: &AtomicUsize) -> Result<Option<u32>, AppError> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    Ok(Some(n))
+}
+
+#[distributed_lock("macro-skip-wait", client = locks, if_busy = "skip", timeout = "5s")]
+async fn refresh_waiting(locks: &LockClient) -> Result<bool, AppError> {
+    Ok(true)
+}
+
+/// `if_busy = "skip"`: a call that finds the lock held elsewhere returns `Ok(Default)` at once
+/// without running its body (ShedLock's behaviour); with the lock free the body runs; with a
+/// timeout it waits that long first; and an unreachable ZooKeeper is still an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_busy_skip_returns_the_default_without_running_the_body() {
+    let zk = server();
+    let locks = client(&zk.connect_string()).await;
+    let other = client(&zk.connect_string()).await;
+    let ran = AtomicUsize::new(0);
+
+    assert_eq!(refresh_once(&locks, 1, &ran).await.unwrap(), Some(1));
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+
+    let held = other.mutex("macro-skip:1").unwrap().acquire().await.unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(
+        refresh_once(&locks, 1, &ran).await.unwrap(),
+        None,
+        "a busy lock skips the body"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "the body ran although the lock was busy");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a skip tries once: {:?}",
+        started.elapsed()
+    );
+    drop(held);
+
+    // With a timeout, a skip waits that long: freed meanwhile, the body runs.
+    let held = other.mutex("macro-skip-wait").unwrap().acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        async move { refresh_waiting(&locks).await }
+    });
+    let view = support::raw(&zk.connect_string()).await;
+    let queued = support::eventually(PATIENCE, || async {
+        support::contenders(&view, "/zklock/macro-skip-wait").await.len() == 2
+    })
+    .await;
+    assert!(queued, "the waiting call never queued");
+    held.release().await.unwrap();
+    assert!(
+        waiting.await.unwrap().unwrap(),
+        "the body did not run once the lock was free"
+    );
+
+    // Not busy but unreachable: an error, not a skip.
+    tokio::task::block_in_place(|| zk.stop()).unwrap();
+    let mut status = locks.watch_status();
+    let down = tokio::time::timeout(PATIENCE, status.wait_for(|s| !s.is_connected()))
+        .await
+        .is_ok();
+    assert!(down);
+    match refresh_once(&locks, 2, &ran).await {
+        Err(AppError::Lock(err)) => assert_eq!(err.kind(), zklock::ErrorKind::Unavailable, "{err:?}"),
+        other => panic!("expected an unavailable error, got {other:?}"),
+    }
 }

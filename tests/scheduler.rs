@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use zklock::scheduler::tokio_cron_scheduler::JobScheduler;
-use zklock::scheduler::{Clock, JobSchedulerExt, JobStats, OffsetClock, OnLoss, Policy, SingletonJob, SystemClock};
+use zklock::scheduler::{Clock, JobSchedulerExt, JobStats, OffsetClock, Policy, SingletonJob, SystemClock};
 use zklock::LockClient;
+use zklock::OnLost;
 use zklock_testing::FaultProxy;
 
 const EVERY_SECOND: &str = "* * * * * *";
@@ -482,7 +483,7 @@ async fn a_tick_claimed_while_the_hold_was_lost_is_not_run() {
         .unwrap();
     let session = client.session_id().unwrap();
     let log: Log = Arc::default();
-    // `OnLoss::Flag` lets a run that has started finish, so only the check made after the
+    // `OnLost::Continue` lets a run that has started finish, so only the check made after the
     // claim, before the run starts, keeps this tick from running.
     let job = SingletonJob::new_async(EVERY_SECOND, &client, "claim-while-lost", {
         let log = log.clone();
@@ -497,7 +498,7 @@ async fn a_tick_claimed_while_the_hold_was_lost_is_not_run() {
         }
     })
     .unwrap()
-    .on_loss(OnLoss::Flag);
+    .on_lost(OnLost::Continue);
     let mut scheduler = JobScheduler::new().await.unwrap();
     let (_, stats) = scheduler.add_singleton(job).await.unwrap();
     scheduler.start().await.unwrap();

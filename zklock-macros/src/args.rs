@@ -14,9 +14,9 @@ use crate::duration::parse_duration;
 use crate::template::Template;
 
 /// The option names, for "unknown option" errors.
-const OPTIONS: &str = "`timeout`, `mode`, `leases`, `client`, `on_lost`, `max_hold`, `token`, `crate`";
+const OPTIONS: &str = "`timeout`, `mode`, `leases`, `client`, `on_lost`, `if_busy`, `max_hold`, `token`, `crate`";
 const OPTION_NAMES: &[&str] = &[
-    "timeout", "mode", "leases", "client", "on_lost", "max_hold", "token", "crate",
+    "timeout", "mode", "leases", "client", "on_lost", "if_busy", "max_hold", "token", "crate",
 ];
 
 /// `timeout = …`.
@@ -45,6 +45,15 @@ pub enum OnLostArg {
     Continue,
 }
 
+/// `if_busy = …`: what a call does when the lock stays held elsewhere past its timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfBusyArg {
+    /// Return the timeout through the function's error type.
+    Fail,
+    /// Skip the body and return `Ok(Default::default())` (ShedLock's behaviour).
+    Skip,
+}
+
 /// The checked arguments of one `#[distributed_lock(…)]`.
 pub struct LockArgs {
     /// One or more; several are locked together, in one canonical order.
@@ -53,6 +62,7 @@ pub struct LockArgs {
     pub mode: ModeArg,
     pub client: Option<Expr>,
     pub on_lost: OnLostArg,
+    pub if_busy: IfBusyArg,
     /// `max_hold = …`: stop the body once the lock has been held this long.
     pub max_hold: Option<Duration>,
     pub token: Option<Ident>,
@@ -76,6 +86,7 @@ impl Parse for LockArgs {
         let mut leases: Option<LitInt> = None;
         let mut client = None;
         let mut on_lost = OnLostArg::Abort;
+        let mut if_busy = IfBusyArg::Fail;
         let mut max_hold = None;
         let mut token = None;
         let mut krate = None;
@@ -155,6 +166,19 @@ impl Parse for LockArgs {
                         }
                     };
                 }
+                "if_busy" => {
+                    let lit = expect_str(input, &key_name, "\"skip\"")?;
+                    if_busy = match lit.value().as_str() {
+                        "fail" => IfBusyArg::Fail,
+                        "skip" => IfBusyArg::Skip,
+                        other => {
+                            return Err(syn::Error::new(
+                                lit.span(),
+                                format!("unknown if_busy {other:?}; expected \"fail\" (the default) or \"skip\""),
+                            ))
+                        }
+                    };
+                }
                 "max_hold" => max_hold = Some(parse_max_hold(&expect_str(input, &key_name, "\"30s\"")?)?),
                 "token" => {
                     let ident: Ident = input.parse().map_err(|e| {
@@ -195,7 +219,7 @@ impl Parse for LockArgs {
             let mut err = syn::Error::new(
                 token.span(),
                 "`token` names one fencing token, but this function locks several names; read each \
-                 one in the body with `zklock::fencing_token(\"<name>\")`",
+                 one in the body with `zklock::current_fencing_token_for(\"<name>\")`",
             );
             err.combine(syn::Error::new(second.lit.span(), "the second lock name"));
             return Err(err);
@@ -207,6 +231,7 @@ impl Parse for LockArgs {
             mode,
             client,
             on_lost,
+            if_busy,
             max_hold,
             token,
             krate,

@@ -21,7 +21,7 @@ use syn::{
     Signature, Stmt, Type, TypeParamBound, Visibility,
 };
 
-use crate::args::{LockArgs, ModeArg, OnLostArg, TimeoutArg};
+use crate::args::{IfBusyArg, LockArgs, ModeArg, OnLostArg, TimeoutArg};
 use crate::template::Scope;
 
 /// A function whose body is kept as raw tokens, so a syntax error inside the body is reported
@@ -250,6 +250,10 @@ fn lock_call(
         ModeArg::Semaphore(leases) => quote!(#krate::LockKind::Semaphore { leases: #leases }),
     };
     let timeout = match args.timeout {
+        // Skipping when busy is ShedLock's try-once: one attempt unless a timeout is given.
+        TimeoutArg::Default if args.if_busy == IfBusyArg::Skip => {
+            quote!(#krate::__private::Timeout::After(::core::time::Duration::ZERO))
+        }
         TimeoutArg::Default => quote!(#krate::__private::Timeout::Default),
         TimeoutArg::Forever => quote!(#krate::__private::Timeout::Forever),
         TimeoutArg::After(d) => {
@@ -270,7 +274,7 @@ fn lock_call(
     };
     let templates = args.names.iter().map(|name| name.lit.value());
     let ret_infer = infer_impl_trait(ret);
-    let converter = converter(ret, &ret_infer);
+    let converter = converter(ret, &ret_infer, args.if_busy);
     let token = match &args.token {
         Some(ident) => quote!(#ident),
         None => quote!(_),
@@ -323,7 +327,13 @@ impl VisitMut for RenameSelf<'_> {
 
 /// The call that yields the `LockError` conversion for the return type. For a type written
 /// `Result<T, E>`, only `E` is checked, so a missing `From<LockError>` is reported on `E`.
-fn converter(ret: &Type, ret_infer: &Type) -> TokenStream {
+/// With `if_busy = "skip"` the conversion turns a timeout into `Ok(T::default())`, and `T` is
+/// checked for `Default` (reported on the return type).
+fn converter(ret: &Type, ret_infer: &Type, if_busy: IfBusyArg) -> TokenStream {
+    if if_busy == IfBusyArg::Skip {
+        let krate = krate_at(ret.span());
+        return quote_spanned!(ret.span()=> #krate::__private::skipping_converter::<#ret_infer>());
+    }
     if let Type::Path(path) = ret {
         if let Some(last) = path.path.segments.last() {
             if last.ident == "Result" {

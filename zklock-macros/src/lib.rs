@@ -59,8 +59,8 @@
 //!
 //! #[distributed_lock("account:{from}", "account:{to}", timeout = "5s")]
 //! async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), LockError> {
-//!     let debit = zklock::fencing_token(&format!("account:{from}"));
-//!     let credit = zklock::fencing_token(&format!("account:{to}"));
+//!     let debit = zklock::current_fencing_token_for(&format!("account:{from}"));
+//!     let credit = zklock::current_fencing_token_for(&format!("account:{to}"));
 //!     # let _ = (debit, credit, cents);
 //!     Ok(())
 //! }
@@ -71,7 +71,7 @@
 //! `transfer(2, 1, …)` running at once cannot deadlock; all or nothing (on timeout or error the
 //! ones already taken are released); one `timeout` for the whole acquisition; names that are
 //! equal once filled in (`transfer(7, 7, …)`) are one lock. The loss of any of them is the loss
-//! of all (`on_lost`), and `zklock::fencing_token(name)` gives each one's token in the body;
+//! of all (`on_lost`), and `zklock::current_fencing_token_for(name)` gives each one's token in the body;
 //! `token = …` is refused with several names, as it could name only one.
 //!
 //! # Options
@@ -82,7 +82,8 @@
 //! | `mode` | `"mutex"`, `"read"`, `"write"`, `"semaphore"` (with `leases = N`) | `"mutex"` |
 //! | `leases` | a positive integer, with `mode = "semaphore"` | — |
 //! | `client` | an expression yielding a `LockClient`, `&LockClient` or `Arc<LockClient>` | the process-wide default |
-//! | `on_lost` | `"abort"`, `"continue"` | `"abort"` |
+//! | `on_lost` | `"abort"`, `"continue"` (`zklock::OnLost`) | `"abort"` |
+//! | `if_busy` | `"fail"`, `"skip"` | `"fail"` |
 //! | `max_hold` | a duration such as `"30s"` | no bound |
 //! | `token` | an identifier, bound to the hold's `FencingToken` in the body | — |
 //! | `crate` | the path of the `zklock` crate, as `crate = path` or `crate = "path"` | found in `Cargo.toml` |
@@ -101,6 +102,12 @@
 //!   or connection down past the client's `loss_after`), the body's future is dropped at its
 //!   next `.await` and the function returns `LockError::Lost`. With `"continue"` the body runs
 //!   to its end; it can check `zklock::current_loss_signal()`.
+//! * **`if_busy`**: with `"skip"`, a call that finds the lock held elsewhere does not run the
+//!   body and returns `Ok(T::default())` (`Ok(())` for `Result<(), E>`): ShedLock's behaviour,
+//!   for work that only needs doing once somewhere (a cache refresh, a report). It tries once
+//!   unless a `timeout` is given, then waits up to that long before skipping. The `Ok` type
+//!   must implement `Default` (a compile error on the return type says so otherwise); other
+//!   errors (unreachable ZooKeeper, a loss) still come back as errors.
 //! * **`max_hold`**: the longest the body may run under the lock, counted from the grant.
 //!   Past it, the body's future is dropped at its next `.await`, the lock is released, and
 //!   the function returns `LockError::MaxHoldExceeded`, whatever `on_lost` says. It guards

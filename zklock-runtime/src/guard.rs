@@ -119,6 +119,28 @@ impl Holding {
     }
 }
 
+/// What work running under a hold does when the hold is lost: the one loss policy of the
+/// attribute (`on_lost = "abort" | "continue"`), of [`LockGuard::run`]-style supervision, and of
+/// singleton jobs ([`SingletonJob::on_lost`](crate::scheduler::SingletonJob::on_lost), feature
+/// `scheduler`).
+///
+/// ```
+/// use zklock_runtime::OnLost;
+/// assert_eq!(OnLost::default(), OnLost::Abort);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnLost {
+    /// Stop the work at its next `.await` (its future is dropped, a job's task aborted) and
+    /// report [`LockError::Lost`]: another holder may already be at work.
+    #[default]
+    Abort,
+    /// Let the work run to its end and only report the loss: for work that fences its writes
+    /// with the token, or watches [`current_loss_signal`](crate::current_loss_signal) or a
+    /// [`LossSignal`] itself.
+    Continue,
+}
+
 /// A `max_hold` bound on work under a hold.
 pub(crate) struct MaxHold<'a> {
     /// The hold reported in the error and counted in the metrics.

@@ -30,7 +30,7 @@ use shuttle::rand::{thread_rng, Rng};
 use tokio::sync::oneshot;
 
 use crate::local_queue::Gate;
-use crate::reentrancy::{current_fencing_token, fencing_token, model_scope};
+use crate::reentrancy::{current_fencing_token, current_fencing_token_for, model_scope};
 use crate::token::FencingToken;
 
 /// Interleavings per test and scheduler; the whole file runs in a few seconds.
@@ -211,22 +211,22 @@ fn scope_model() {
         // A task inside the scope of `a`, and a sibling task outside every scope.
         let inside = spawn(model_scope(&[("a", a)], async move {
             for _ in 0..3 {
-                assert_eq!(fencing_token("a"), Some(a));
+                assert_eq!(current_fencing_token_for("a"), Some(a));
                 yield_now().await;
             }
             model_scope(&[("b", b)], async move {
                 yield_now().await;
                 assert_eq!(current_fencing_token(), Some(b), "the innermost scope answers");
-                assert_eq!(fencing_token("a"), Some(a), "outer scopes stay visible");
+                assert_eq!(current_fencing_token_for("a"), Some(a), "outer scopes stay visible");
             })
             .await;
-            assert_eq!(fencing_token("b"), None, "a scope ends with its future");
+            assert_eq!(current_fencing_token_for("b"), None, "a scope ends with its future");
             // A scope future made here and run outside takes the scope of where it runs.
-            Some(model_scope(&[("b", b)], async { fencing_token("a") }))
+            Some(model_scope(&[("b", b)], async { current_fencing_token_for("a") }))
         }));
         let outside = spawn(async move {
             for _ in 0..3 {
-                assert_eq!(fencing_token("a"), None, "a task outside the scope saw it");
+                assert_eq!(current_fencing_token_for("a"), None, "a task outside the scope saw it");
                 yield_now().await;
             }
         });
@@ -234,11 +234,11 @@ fn scope_model() {
         let (in_scope, beside) = futures_util::join!(
             model_scope(&[("a", a)], async move {
                 yield_now().await;
-                fencing_token("a")
+                current_fencing_token_for("a")
             }),
             async {
                 yield_now().await;
-                fencing_token("a")
+                current_fencing_token_for("a")
             }
         );
         assert_eq!((in_scope, beside), (Some(a), None));
@@ -249,7 +249,7 @@ fn scope_model() {
             "a scope future carried the scope it was made in"
         );
         // Made out here, run inside `a`: sees `a`.
-        let made_outside = model_scope(&[("b", b)], async { fencing_token("a") });
+        let made_outside = model_scope(&[("b", b)], async { current_fencing_token_for("a") });
         assert_eq!(model_scope(&[("a", a)], made_outside).await, Some(a));
         outside.await.unwrap();
     });

@@ -62,14 +62,16 @@ mod token;
 pub use alone::DEFAULT_FAST_PATH_DIRS;
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{ErrorKind, LockError};
-pub use guard::{LockGuard, LossSignal};
+pub use guard::{LockGuard, LossSignal, OnLost};
 pub use holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
 pub use inspect::{LockView, QueueChanged, QueuedNode, RecipeKind, Side};
 pub use lock::{Lock, LockKind};
 pub use metrics::MetricsSnapshot;
 pub use multi::{MultiGuard, MultiLock};
 pub use name::{validate_name, MAX_NAME_LEN};
-pub use reentrancy::{current_fencing_token, current_loss_signal, fencing_token};
+#[allow(deprecated)]
+pub use reentrancy::fencing_token;
+pub use reentrancy::{current_fencing_token, current_fencing_token_for, current_loss_signal};
 #[cfg(feature = "tls")]
 pub use secure::TlsConfig;
 pub use session::SessionStatus;

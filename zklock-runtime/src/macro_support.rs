@@ -47,15 +47,7 @@ use crate::{FencingToken, LockClient, LockError, LockKind, MultiLock};
 /// How long `#[distributed_lock]` waits for the lock when the attribute gives no `timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the locked function does if the lock is lost while its body runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnLost {
-    /// Drop the body's future at its next `.await` and return [`LockError::Lost`] through the
-    /// function's error type.
-    Abort,
-    /// Let the body run to its end; it can look at [`current_loss_signal`](crate::current_loss_signal) itself.
-    Continue,
-}
+pub use crate::guard::OnLost;
 
 /// How long to wait for the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +165,36 @@ pub fn result_converter<T, E: LockErrorSink>() -> fn(LockError) -> Result<T, E> 
     |err| Err(E::from_lock_error(err))
 }
 
+/// Return types of a function locked with `if_busy = "skip"`: what it returns when the lock
+/// stayed busy and the body was skipped.
+#[diagnostic::on_unimplemented(
+    message = "with `if_busy = \"skip\"`, a #[distributed_lock] function must return `Result<T, E>` with `T: Default` (returned when the body is skipped), not `{Self}`",
+    label = "no value to return when the lock is busy and the body is skipped",
+    note = "return `Result<(), E>` (a skipped call returns `Ok(())`), or an `Ok` type with a `Default` such as `Option<T>` or `Vec<T>`"
+)]
+pub trait SkippableReturn: LockedReturn {
+    /// The value of a call whose body was skipped.
+    fn skipped() -> Self;
+}
+
+impl<T: Default, E: LockErrorSink> SkippableReturn for Result<T, E> {
+    fn skipped() -> Self {
+        Ok(T::default())
+    }
+}
+
+/// The conversion for `if_busy = "skip"`: a lock still held elsewhere at the timeout skips the
+/// body and returns [`SkippableReturn::skipped`]; every other error goes through the error type.
+pub fn skipping_converter<R: SkippableReturn>() -> fn(LockError) -> R {
+    |err| match err {
+        LockError::Timeout { name, .. } => {
+            tracing::debug!(lock = %name, "lock busy; skipped the body (if_busy = \"skip\")");
+            R::skipped()
+        }
+        err => R::from_lock_error(err),
+    }
+}
+
 /// The conversion for any other return type (an alias such as `io::Result<T>`).
 pub fn converter<R: LockedReturn>() -> fn(LockError) -> R {
     R::from_lock_error
@@ -189,7 +211,7 @@ pub fn converter<R: LockedReturn>() -> fn(LockError) -> R {
 ///    for semaphore leases; see [`Lock`](crate::Lock#reentrancy)).
 /// 3. The body runs with the fencing token of the first name, inside the scope of every hold
 ///    ([`MultiGuard::scope`](crate::MultiGuard::scope)), which makes nested acquisitions
-///    re-enter and [`fencing_token`](crate::fencing_token) answer. With [`OnLost::Abort`] the
+///    re-enter and [`current_fencing_token_for`](crate::current_fencing_token_for) answer. With [`OnLost::Abort`] the
 ///    body is dropped and the result is [`LockError::Lost`] if any lock is lost; with
 ///    `max_hold`, it is dropped and the result is [`LockError::MaxHoldExceeded`] once the locks
 ///    have been held that long.

@@ -348,7 +348,7 @@ impl MultiGuard {
     }
 
     /// Runs `fut` inside the scope of every lock held ([`LockGuard::scope`]): acquisitions of
-    /// any of them made inside re-enter, and [`fencing_token`](crate::fencing_token) answers
+    /// any of them made inside re-enter, and [`current_fencing_token_for`](crate::current_fencing_token_for) answers
     /// for each name.
     ///
     /// # Cancel safety
@@ -362,7 +362,7 @@ impl MultiGuard {
     /// let guard = client.multi_lock(["a", "b"])?.acquire().await?;
     /// guard
     ///     .scope(async {
-    ///         assert!(zklock_runtime::fencing_token("a").is_some());
+    ///         assert!(zklock_runtime::current_fencing_token_for("a").is_some());
     ///     })
     ///     .await;
     /// # Ok(()) }

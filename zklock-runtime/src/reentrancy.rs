@@ -166,13 +166,20 @@ pub fn current_fencing_token() -> Option<FencingToken> {
 /// whose scope the current code runs in, innermost first.
 ///
 /// ```
-/// assert_eq!(zklock_runtime::fencing_token("account:7"), None);
+/// assert_eq!(zklock_runtime::current_fencing_token_for("account:7"), None);
 /// ```
 ///
 /// Inside `#[distributed_lock("account:{id}")] async fn debit(id: u64)` called with `id = 7`,
-/// `fencing_token("account:7")` is the token of that hold.
-pub fn fencing_token(name: &str) -> Option<FencingToken> {
+/// `current_fencing_token_for("account:7")` is the token of that hold.
+pub fn current_fencing_token_for(name: &str) -> Option<FencingToken> {
     with_scope(|entries| entries.iter().rev().find(|e| &*e.name == name).map(|e| e.token))
+}
+
+/// The old name of [`current_fencing_token_for`], which read like the guard method
+/// [`LockGuard::fencing_token`] but answers for the current scope.
+#[deprecated(since = "0.1.0", note = "renamed to `current_fencing_token_for`")]
+pub fn fencing_token(name: &str) -> Option<FencingToken> {
+    current_fencing_token_for(name)
 }
 
 /// The loss signal of the innermost hold whose scope the current code runs in; useful with

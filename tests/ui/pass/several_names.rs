@@ -6,8 +6,8 @@ use zklock::{distributed_lock, LockClient, LockError};
 
 #[distributed_lock("account:{from}", "account:{to}", timeout = "5s", max_hold = "30s")]
 async fn transfer(from: u64, to: u64, cents: u64) -> Result<u64, LockError> {
-    let debit = zklock::fencing_token(&format!("account:{from}"));
-    let credit = zklock::fencing_token(&format!("account:{to}"));
+    let debit = zklock::current_fencing_token_for(&format!("account:{from}"));
+    let credit = zklock::current_fencing_token_for(&format!("account:{to}"));
     let _ = (debit, credit);
     Ok(cents)
 }

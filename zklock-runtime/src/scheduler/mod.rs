@@ -88,7 +88,8 @@
 //! If the node running a job dies, its session expires, its lock node disappears and the next
 //! tick runs on another node; the dead node's tick stays recorded as `state=running`. If a node
 //! loses the lock while its run is still going (see [`LockGuard::lost`](crate::LockGuard::lost)),
-//! the run is cancelled ([`OnLoss::Cancel`], the default) or let finish ([`OnLoss::Flag`]); either
+//! the run is cancelled ([`OnLost::Abort`](crate::OnLost::Abort), the default) or let finish
+//! ([`OnLost::Continue`](crate::OnLost::Continue)); either
 //! way it is counted in [`JobStats::lost`] and reported at `warn` level.
 //!
 //! # Visibility
@@ -109,7 +110,9 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 pub use clock::{Clock, OffsetClock, SystemClock};
-pub use policy::{OnLoss, Policy};
+#[allow(deprecated)]
+pub use policy::OnLoss;
+pub use policy::Policy;
 pub use record::JobRecord;
 pub use run::JobRun;
 pub use stats::{JobStats, StatsSnapshot};
@@ -192,14 +195,15 @@ impl<T: Send + 'static, E: std::fmt::Display + Send + 'static> RunResult for Res
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use zklock_runtime::scheduler::{OnLoss, Policy, SingletonJob};
+/// use zklock_runtime::scheduler::{Policy, SingletonJob};
+/// use zklock_runtime::OnLost;
 ///
 /// let job = SingletonJob::new_async("*/10 * * * * *", &client, "cleanup", |run| async move {
 ///     // do the work; run.fencing_token() fences writes, run.loss_signal() reports a lost lock
 ///     let _ = run;
 /// })?
 /// .policy(Policy::Skip)
-/// .on_loss(OnLoss::Cancel)
+/// .on_lost(OnLost::Abort)
 /// .lock_wait(Duration::from_secs(2));
 /// let stats = job.stats();
 /// let job = job.into_job()?; // a tokio_cron_scheduler::Job
@@ -211,7 +215,7 @@ pub struct SingletonJob {
     client: LockClient,
     ticks: Ticks,
     policy: Policy,
-    on_loss: OnLoss,
+    on_lost: crate::OnLost,
     clock: Arc<dyn Clock>,
     lock_wait: Option<Duration>,
     stats: JobStats,
@@ -224,7 +228,7 @@ impl std::fmt::Debug for SingletonJob {
             .field("name", &self.name)
             .field("schedule", &self.schedule)
             .field("policy", &self.policy)
-            .field("on_loss", &self.on_loss)
+            .field("on_lost", &self.on_lost)
             .field("lock_wait", &self.lock_wait)
             .finish_non_exhaustive()
     }
@@ -276,7 +280,7 @@ impl SingletonJob {
             client: client.clone(),
             ticks,
             policy: Policy::default(),
-            on_loss: OnLoss::default(),
+            on_lost: crate::OnLost::default(),
             clock: Arc::new(SystemClock),
             lock_wait: None,
             stats: JobStats::new(name),
@@ -290,10 +294,19 @@ impl SingletonJob {
         self
     }
 
-    /// Chooses what happens to a run whose lock is lost (default [`OnLoss::Cancel`]).
-    pub fn on_loss(mut self, on_loss: OnLoss) -> Self {
-        self.on_loss = on_loss;
+    /// Chooses what happens to a run whose lock is lost (default
+    /// [`OnLost::Abort`](crate::OnLost::Abort): the run's task is aborted). Either way the run
+    /// is counted in [`JobStats::lost`] and reported at `warn` level.
+    pub fn on_lost(mut self, on_lost: crate::OnLost) -> Self {
+        self.on_lost = on_lost;
         self
+    }
+
+    /// The old name of [`on_lost`](Self::on_lost).
+    #[deprecated(since = "0.1.0", note = "use on_lost(zklock::OnLost::…)")]
+    #[allow(deprecated)]
+    pub fn on_loss(self, on_loss: OnLoss) -> Self {
+        self.on_lost(on_loss.into())
     }
 
     /// The clock used to map fires to ticks (default [`SystemClock`]); tests inject skew here.
@@ -331,7 +344,7 @@ impl SingletonJob {
             lock,
             ticks: self.ticks,
             policy: self.policy,
-            on_loss: self.on_loss,
+            on_lost: self.on_lost,
             clock: self.clock,
             lock_wait: self.lock_wait,
             store,

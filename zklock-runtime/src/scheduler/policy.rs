@@ -27,17 +27,37 @@ pub enum Policy {
 /// Either way the run is counted in [`JobStats::lost`](super::JobStats::lost) and reported
 /// through `tracing` at `warn` level.
 ///
-/// ```
-/// use zklock_runtime::scheduler::OnLoss;
-/// assert_eq!(OnLoss::default(), OnLoss::Cancel);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The scheduler's old name for the loss policy, now [`OnLost`](crate::OnLost) everywhere:
+/// `Cancel` is [`OnLost::Abort`](crate::OnLost::Abort), `Flag` is
+/// [`OnLost::Continue`](crate::OnLost::Continue).
+#[deprecated(
+    since = "0.1.0",
+    note = "use zklock::OnLost (Cancel is OnLost::Abort, Flag is OnLost::Continue)"
+)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnLoss {
     /// Abort the run's task at its next `.await`: another node may already be running the job.
-    #[default]
     Cancel,
     /// Let the run finish, and only report it. For jobs that protect their side effects with the
     /// fencing token ([`JobRun::fencing_token`](super::JobRun::fencing_token)) or watch
     /// [`JobRun::loss_signal`](super::JobRun::loss_signal) themselves.
     Flag,
+}
+
+// Written out: a derived `Default` would warn of the deprecated variant it names.
+#[allow(deprecated, clippy::derivable_impls)]
+impl Default for OnLoss {
+    fn default() -> Self {
+        OnLoss::Cancel
+    }
+}
+
+#[allow(deprecated)]
+impl From<OnLoss> for crate::OnLost {
+    fn from(old: OnLoss) -> Self {
+        match old {
+            OnLoss::Cancel => crate::OnLost::Abort,
+            OnLoss::Flag => crate::OnLost::Continue,
+        }
+    }
 }

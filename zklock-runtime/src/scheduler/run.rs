@@ -9,11 +9,12 @@ use tokio::sync::Mutex as AsyncMutex;
 use tracing::{debug, error, warn};
 
 use super::clock::Clock;
-use super::policy::{OnLoss, Policy};
+use super::policy::Policy;
 use super::record::{RecordStore, RunState, TickRecord, WriteError};
 use super::stats::JobStats;
 use super::ticks::{show, tick_time, Ticks};
 use crate::error::is_transient;
+use crate::OnLost;
 use crate::{FencingToken, Lock, LockClient, LockError, LockGuard, LossSignal};
 
 /// The boxed user closure: builds the run's future for one tick.
@@ -54,7 +55,7 @@ impl JobRun {
         self.token
     }
 
-    /// Resolves when this run's lock is lost; see [`OnLoss`] for what the adapter does then.
+    /// Resolves when this run's lock is lost; see [`OnLost`] for what the adapter does then.
     pub fn loss_signal(&self) -> LossSignal {
         self.loss.clone()
     }
@@ -67,7 +68,7 @@ pub(crate) struct Shared {
     pub lock: Lock,
     pub ticks: Ticks,
     pub policy: Policy,
-    pub on_loss: OnLoss,
+    pub on_lost: OnLost,
     pub clock: Arc<dyn Clock>,
     pub lock_wait: Option<Duration>,
     pub store: RecordStore,
@@ -383,15 +384,15 @@ async fn execute(shared: &Shared, guard: &LockGuard, tick: i64) -> Outcome {
         joined = &mut task => finished(joined),
         err = guard.lost() => {
             shared.stats.lost_lock();
-            match shared.on_loss {
-                OnLoss::Cancel => {
+            match shared.on_lost {
+                OnLost::Abort => {
                     task.abort();
                     let _ = task.await;
                     warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
                         "lock lost during the run; run cancelled");
                     return Outcome::Lost;
                 }
-                OnLoss::Flag => {
+                OnLost::Continue => {
                     warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
                         "lock lost during the run; letting it finish");
                     let outcome = finished(task.await);
