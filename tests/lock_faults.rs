@@ -293,6 +293,15 @@ async fn held_lock_survives_leader_failover() {
     .expect("holder reconnected")
     .unwrap();
     assert!(!guard.is_lost(), "the hold was given up during failover");
+    // A try answers at once while its client is not connected: wait for the other client too.
+    let mut other_status = other.watch_status();
+    let other_back = tokio::time::timeout(
+        Duration::from_secs(40),
+        other_status.wait_for(|s| *s == SessionStatus::Connected),
+    )
+    .await
+    .is_ok();
+    assert!(other_back, "the other client never reconnected: {:?}", other.status());
     let lock = other.mutex("failover").unwrap();
     assert!(
         lock.try_acquire().await.unwrap().is_none(),
