@@ -133,6 +133,21 @@ impl Contender {
         self.child.id() as i32
     }
 
+    /// Blackholes every proxy of this process for `outage`, then heals them, and records the
+    /// times in `record` (unavailability is measured from the cut).
+    fn cut_off_for(&self, outage: Duration, record: &mut FaultRecord) {
+        record.injected_ns = now_ns();
+        for proxy in &self.proxies {
+            proxy.blackhole();
+        }
+        thread::sleep(outage);
+        for proxy in &self.proxies {
+            proxy.pass();
+        }
+        record.healed_ns = now_ns();
+        record.measure_from_ns = record.injected_ns;
+    }
+
     fn send(&mut self, line: &str) {
         if let Some(stdin) = self.stdin.as_mut() {
             let _ = writeln!(stdin, "{line}");
@@ -539,16 +554,7 @@ fn inject(
                 .iter()
                 .find(|c| c.index == p)
                 .ok_or("holder is not a contender")?;
-            record.injected_ns = now_ns();
-            for proxy in &c.proxies {
-                proxy.blackhole();
-            }
-            thread::sleep(outage);
-            for proxy in &c.proxies {
-                proxy.pass();
-            }
-            record.healed_ns = now_ns();
-            record.measure_from_ns = record.injected_ns;
+            c.cut_off_for(outage, &mut record);
             record.target_process = Some(p);
             record.note = format!(
                 "blackholed process {p} (holder {client}) for {} ms (session timeout {} ms)",
@@ -730,16 +736,7 @@ fn inject(
                 .iter()
                 .find(|c| c.index == p)
                 .ok_or("the multi-lock waiter is not a contender")?;
-            record.injected_ns = now_ns();
-            for proxy in &c.proxies {
-                proxy.blackhole();
-            }
-            thread::sleep(outage);
-            for proxy in &c.proxies {
-                proxy.pass();
-            }
-            record.healed_ns = now_ns();
-            record.measure_from_ns = record.injected_ns;
+            c.cut_off_for(outage, &mut record);
             record.target_process = Some(p);
             record.target_client = Some(multi.clone());
             record.note = format!(
