@@ -42,12 +42,11 @@ impl Inventory {
                 if let ::core::option::Option::Some(ret) = ::core::option::Option::None::<Result<u32, AppError>> {
                     return ret;
                 }
-                {
-                    if qty > 100 {
-                        return Err(AppError::OutOfStock);
-                    }
-                    Ok(100 - qty)
+                // The body's own statements follow: its braces are the async block's.
+                if qty > 100 {
+                    return Err(AppError::OutOfStock);
                 }
+                Ok(100 - qty)
             },
         )
         .await

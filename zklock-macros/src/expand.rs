@@ -288,6 +288,8 @@ fn lock_call(
         }
     };
 
+    let future_body = opened_with(body, return_edge);
+
     Ok(quote! {
         #import
         let #names_var = ::std::vec![#(#names),*];
@@ -303,13 +305,28 @@ fn lock_call(
                 templates: &[#(#templates),*],
             },
             #converter,
-            move |#token: #krate::FencingToken| async move {
-                #return_edge
-                #body
-            },
+            move |#token: #krate::FencingToken| async move #future_body,
         )
         .await
     })
+}
+
+/// The body block with `first` put at its top, to be the block of the `async move` that runs
+/// it: the user's braces become the async block's own, so no lint sees a block wrapped in a
+/// block (`{ Ok(()) }` as a body would otherwise draw "unnecessary braces" on the user's code).
+/// A body that is not one brace group is wrapped in a block of its own.
+fn opened_with(body: TokenStream, first: TokenStream) -> TokenStream {
+    let mut trees = body.clone().into_iter();
+    if let (Some(proc_macro2::TokenTree::Group(block)), None) = (trees.next(), trees.next()) {
+        if block.delimiter() == Delimiter::Brace {
+            let mut inside = first;
+            inside.extend(block.stream());
+            let mut opened = Group::new(Delimiter::Brace, inside);
+            opened.set_span(block.span());
+            return opened.into_token_stream();
+        }
+    }
+    quote!({ #first #body })
 }
 
 /// Replaces the expression `self` by another binding (`__self` in an `#[async_trait]`
@@ -586,7 +603,7 @@ mod tests {
             out.contains(
                 "async move { if let :: core :: option :: Option :: Some (__zklock_ret) = \
                  :: core :: option :: Option :: None :: < Result < u32 , AppError > > \
-                 { return __zklock_ret ; } { Ok (qty) } }"
+                 { return __zklock_ret ; } Ok (qty) }"
             ),
             "{out}"
         );
@@ -636,7 +653,7 @@ mod tests {
             out.contains("-> Result < () , E > { # ! [allow (unused_variables)] use :: zklock as __zklock ;"),
             "{out}"
         );
-        assert!(out.contains("{ Ok (()) }"), "{out}");
+        assert!(out.contains("{ return __zklock_ret ; } Ok (()) }"), "{out}");
     }
 
     #[test]
@@ -724,7 +741,9 @@ mod tests {
         );
         assert!(out.contains("explicit_client (& (__self . locks))"), "{out}");
         assert!(
-            out.contains("{ Ok (__self . count) } } ,) . await } ; # [allow (unreachable_code)] __ret"),
+            out.contains(
+                "{ return __zklock_ret ; } Ok (__self . count) } ,) . await } ; # [allow (unreachable_code)] __ret"
+            ),
             "{out}"
         );
 
@@ -752,7 +771,7 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("{ return __zklock_ret ; } { Ok (id + x) } } ,) . await } }"),
+            out.contains("{ return __zklock_ret ; } Ok (id + x) } ,) . await } }"),
             "{out}"
         );
     }

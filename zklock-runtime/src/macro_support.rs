@@ -31,7 +31,7 @@
 //!             if let Some(ret) = None::<Result<u32, AppError>> {
 //!                 return ret;
 //!             }
-//!             { body }
+//!             body   // the body's statements: its braces are the async block's
 //!         },
 //!     )
 //!     .await

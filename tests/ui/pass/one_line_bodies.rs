@@ -1,0 +1,20 @@
+//! One-line bodies, as users write them, under `deny(warnings)`: the expansion adds no lint of
+//! its own to the user's code.
+#![deny(warnings)]
+
+use zklock::{distributed_lock, LockError};
+
+#[distributed_lock("free")]
+async fn free() -> Result<(), LockError> { Ok(()) }
+
+#[distributed_lock("value:{n}")]
+async fn value(n: u32) -> Result<u32, LockError> { Ok(n + 1) }
+
+#[distributed_lock("nightly", if_busy = "skip")]
+async fn nightly() -> Result<(), LockError> { Ok(()) }
+
+fn main() {
+    let _ = free();
+    let _ = value(1);
+    let _ = nightly();
+}
