@@ -268,3 +268,38 @@ async fn while_disconnected_zero_tries_at_once_and_errors_name_the_refusal() {
         "a try left a node"
     );
 }
+
+/// "At once while not connected" is about a session that is cut off: a client that has no
+/// session yet, or whose session expired, opens one for a try, so a caller that only ever tries
+/// (a skip-if-busy job) is not stuck with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_opens_a_session_when_there_is_none_or_it_expired() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let lazy = LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let lock = lazy.mutex("try-opens").unwrap();
+    let first = lock.try_acquire().await.expect("a first try opens the session");
+    assert!(first.is_some());
+    drop(first);
+    let first_session = lazy.session_id().unwrap();
+
+    proxy.blackhole();
+    let mut status = lazy.watch_status();
+    let expired = tokio::time::timeout(
+        Duration::from_secs(30),
+        status.wait_for(|s| *s == zklock_runtime::SessionStatus::Expired),
+    )
+    .await
+    .is_ok();
+    assert!(expired, "the session never expired: {:?}", lazy.status());
+    proxy.pass();
+    let again = lock
+        .try_acquire()
+        .await
+        .expect("a try after an expiry opens a new session");
+    assert!(again.is_some());
+    assert_ne!(lazy.session_id(), Some(first_session));
+}

@@ -28,9 +28,10 @@ use crate::session::Session;
 use crate::token::FencingToken;
 use crate::{LockError, SessionStatus};
 
-/// The least time one acquisition of a connected client gets for its round trips, however
-/// short the caller's timeout: a try (`Duration::ZERO`) still needs one create-and-list round
-/// trip. A client that is not connected gets none of it (see `acquire_within`).
+/// The least time one acquisition gets for its round trips (and for opening a session, when
+/// the client has none or its last one expired), however short the caller's timeout: a try
+/// (`Duration::ZERO`) still needs one create-and-list round trip. A client whose session is cut
+/// off gets none of it (see `acquire_within`).
 const MIN_ATTEMPT_BUDGET: Duration = Duration::from_secs(2);
 
 /// How often one acquisition starts over on a fresh session before giving up.
@@ -258,9 +259,11 @@ impl Lock {
     /// Waits at most `timeout` for the lock; [`LockError::Timeout`] after that.
     ///
     /// `Duration::ZERO` tries once: one create-and-list round trip, no waiting on other
-    /// holders. While the client is not connected, the error is [`LockError::Connection`]
-    /// (naming what the last look at each server found), within `timeout`, and at once for
-    /// `Duration::ZERO`; no node is left behind either way.
+    /// holders. While the client's session is cut off (disconnected), the error is
+    /// [`LockError::Connection`] (naming what the last look at each server found), within
+    /// `timeout`, and at once for `Duration::ZERO`; no node is left behind either way. A client
+    /// with no session yet, or whose session expired, opens one first, within the connect
+    /// timeout.
     ///
     /// # Cancel safety
     ///
@@ -339,18 +342,24 @@ impl Lock {
                 self.client.inner.contact.clause()
             ))
         };
-        // A connected client gets at least one round trip's worth of time however short the
-        // timeout; a client that is not connected gets no more than the caller's timeout, and
-        // a try (zero) is answered at once.
-        let connected = self.client.status().is_connected();
+        // A client that can send now, or that will open a session for this acquisition (none
+        // yet, or the last one expired), gets at least one round trip's worth of time however
+        // short the timeout. A client whose session is cut off (or being opened by another
+        // caller) gets no more than the caller's timeout, and a try (zero) is answered at once.
+        let cut_off = match self.client.status() {
+            SessionStatus::Suspended | SessionStatus::Lost => true,
+            // Opening a session: a first one (nothing to wait behind), or another caller's.
+            SessionStatus::Connecting => self.client.latest().is_some(),
+            _ => false,
+        };
         let result = match timeout {
             None => contend.await,
-            Some(timeout) if timeout.is_zero() && !connected => Err(Failed::Error(unreachable())),
+            Some(timeout) if timeout.is_zero() && cut_off => Err(Failed::Error(unreachable())),
             Some(timeout) => {
-                let budget = if connected {
-                    timeout.max(MIN_ATTEMPT_BUDGET)
-                } else {
+                let budget = if cut_off {
                     timeout
+                } else {
+                    timeout.max(MIN_ATTEMPT_BUDGET)
                 };
                 match tokio::time::timeout(budget, contend).await {
                     Ok(result) => result,
