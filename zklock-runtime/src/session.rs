@@ -201,6 +201,7 @@ impl Session {
         self.alone.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Notes a node granted in this session.
     pub fn track(&self, node_path: &str) {
         self.held
             .lock()
