@@ -155,29 +155,16 @@ impl Parse for LockArgs {
                 "client" => client = Some(input.parse::<Expr>()?),
                 "on_lost" => {
                     let lit = expect_str(input, &key_name, "\"continue\"")?;
-                    on_lost = match lit.value().as_str() {
-                        "abort" => OnLostArg::Abort,
-                        "continue" => OnLostArg::Continue,
-                        other => {
-                            return Err(syn::Error::new(
-                                lit.span(),
-                                format!("unknown on_lost {other:?}; expected \"abort\" (the default) or \"continue\""),
-                            ))
-                        }
-                    };
+                    on_lost = either(
+                        &lit,
+                        "on_lost",
+                        ("abort", OnLostArg::Abort),
+                        ("continue", OnLostArg::Continue),
+                    )?;
                 }
                 "if_busy" => {
                     let lit = expect_str(input, &key_name, "\"skip\"")?;
-                    if_busy = match lit.value().as_str() {
-                        "fail" => IfBusyArg::Fail,
-                        "skip" => IfBusyArg::Skip,
-                        other => {
-                            return Err(syn::Error::new(
-                                lit.span(),
-                                format!("unknown if_busy {other:?}; expected \"fail\" (the default) or \"skip\""),
-                            ))
-                        }
-                    };
+                    if_busy = either(&lit, "if_busy", ("fail", IfBusyArg::Fail), ("skip", IfBusyArg::Skip))?;
                 }
                 "max_hold" => max_hold = Some(parse_max_hold(&expect_str(input, &key_name, "\"30s\"")?)?),
                 "token" => {
@@ -309,6 +296,22 @@ fn parse_timeout(lit: &LitStr) -> syn::Result<TimeoutArg> {
     parse_duration(&value)
         .map(TimeoutArg::After)
         .map_err(|why| syn::Error::new(lit.span(), format!("bad timeout {value:?}: {why}")))
+}
+
+/// The value `lit` names of an option with two choices, the first its default; otherwise an
+/// error on `lit` that names both.
+fn either<T>(lit: &LitStr, option: &str, default: (&str, T), other: (&str, T)) -> syn::Result<T> {
+    match lit.value().as_str() {
+        value if value == default.0 => Ok(default.1),
+        value if value == other.0 => Ok(other.1),
+        value => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "unknown {option} {value:?}; expected {:?} (the default) or {:?}",
+                default.0, other.0
+            ),
+        )),
+    }
 }
 
 fn parse_max_hold(lit: &LitStr) -> syn::Result<Duration> {
