@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{client, contenders, eventually, raw, server};
+use support::{client, contenders, eventually, raw, server, session_is_open};
 use zklock_runtime::{LockClient, LockError, SessionStatus};
 use zklock_testing::{FaultProxy, ZkServer};
 
@@ -63,12 +63,6 @@ async fn an_unresolvable_host_is_named_as_such_not_left_to_the_connect_timeout()
         "the lookup failure waited for the connect timeout: {:?}",
         started.elapsed()
     );
-}
-
-/// The server's view of whether a session is still open.
-async fn session_is_open(server: &ZkServer, session: i64) -> bool {
-    let dump = tokio::task::block_in_place(|| server.four_letter_word("cons")).unwrap_or_default();
-    dump.contains(&format!("sid=0x{session:x}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{client, contenders, eventually, raw, server, AppError};
+use support::{client, contenders, eventually, raw, server, session_is_open, AppError};
 use zklock::{distributed_lock, LockClient, LockError, MultiLock};
 use zklock_testing::{FaultProxy, ZkServer};
 
@@ -18,12 +18,6 @@ const SOON: Duration = Duration::from_secs(20);
 /// Long enough to tell "waits for another holder" from "granted at once" (a grant takes one
 /// round trip on loopback).
 const SHORT: Duration = Duration::from_millis(700);
-
-/// The server's view of whether a session is still open.
-async fn session_is_open(server: &ZkServer, session: i64) -> bool {
-    let dump = tokio::task::block_in_place(|| server.four_letter_word("cons")).unwrap_or_default();
-    dump.contains(&format!("sid=0x{session:x}"))
-}
 
 /// Waits until `dir` has at least `n` contender nodes, as the server sees it.
 async fn until_contenders(view: &zklock::zk::Client, dir: &str, n: usize) {

@@ -62,6 +62,12 @@ pub async fn contenders(raw: &zk::Client, dir: &str) -> Vec<String> {
     }
 }
 
+/// The server's view of whether a session is still open (its `cons` list names it).
+pub async fn session_is_open(server: &ZkServer, session: i64) -> bool {
+    let dump = tokio::task::block_in_place(|| server.four_letter_word("cons")).unwrap_or_default();
+    dump.contains(&format!("sid=0x{session:x}"))
+}
+
 /// Polls `cond` every 20 ms until it holds or `within` passes; returns whether it held.
 pub async fn eventually<F, Fut>(within: Duration, mut cond: F) -> bool
 where
