@@ -282,6 +282,12 @@ impl LockGuard {
         Arc::strong_count(&self.hold)
     }
 
+    /// The ensemble's clock now, estimated from the session this lock is held in
+    /// ([`Session::server_now_ms`]).
+    pub(crate) fn server_now_ms(&self) -> Option<i64> {
+        self.hold.session.server_now_ms()
+    }
+
     /// Whether the hold can no longer be trusted (see [`lost`](Self::lost)).
     pub fn is_lost(&self) -> bool {
         self.hold.is_lost()

@@ -107,6 +107,7 @@ impl<'a> Contending<'a> {
             armed: true,
         };
         let created = create_and_list(recipe, session, &protect).await?;
+        session.saw_server_time(created.stat.ctime);
         let Created {
             ours,
             stat,

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -101,6 +101,11 @@ pub(crate) struct Session {
     /// Lock directories this session was last alone in (the listing-free fast path); cleared
     /// by the monitor when the connection drops.
     alone: Arc<Mutex<Alone>>,
+    /// The ensemble's clock as last seen in this session: the commit time of a node we created,
+    /// and when (by this process's monotonic clock) its answer came ([`server_now_ms`]).
+    ///
+    /// [`server_now_ms`]: Self::server_now_ms
+    server_time: Mutex<Option<(i64, Instant)>>,
     /// Dropping the session drops this and so ends its monitor task.
     _stop: tokio::sync::oneshot::Sender<()>,
     /// Keeps the driver running while the session lives (dropped last: after the handle, so
@@ -146,6 +151,7 @@ impl Session {
             health,
             runtime_gone: runtime_gone.clone(),
             held: Mutex::default(),
+            server_time: Mutex::default(),
             alone: Arc::new(Mutex::new(Alone::new(fast_path_dirs))),
             _stop: stop,
             _driver: driver,
@@ -199,6 +205,20 @@ impl Session {
     /// await).
     pub fn alone(&self) -> std::sync::MutexGuard<'_, Alone> {
         self.alone.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes the commit time (`ctime`/`mtime`, ms since the epoch by the leader's clock) of a
+    /// write this session just had answered.
+    pub fn saw_server_time(&self, committed_ms: i64) {
+        *self.server_time.lock().unwrap_or_else(|e| e.into_inner()) = Some((committed_ms, Instant::now()));
+    }
+
+    /// The ensemble's clock now, as far as this session can tell: the last commit time seen plus
+    /// the time passed here since its answer came (which the answer's travel time makes a
+    /// little early). `None` before the session's first write.
+    pub fn server_now_ms(&self) -> Option<i64> {
+        let (committed, at) = (*self.server_time.lock().unwrap_or_else(|e| e.into_inner()))?;
+        Some(committed.saturating_add(at.elapsed().as_millis() as i64))
     }
 
     /// Notes a node granted in this session.

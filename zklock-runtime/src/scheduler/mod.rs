@@ -33,7 +33,8 @@
 //! * [`Policy::OncePerTick`] (default): each scheduled tick runs exactly once in the cluster
 //!   (late ticks within a bound, see [below](#late-ticks)).
 //! * [`Policy::Skip`]: ShedLock's behaviour; a fire runs if nobody is running the job right now
-//!   and is skipped otherwise.
+//!   and is skipped otherwise. It takes its tick through the same record, so it never runs a
+//!   tick that already ran, whatever the policy of the node that ran it.
 //!
 //! # Once per tick without synchronized clocks
 //!
@@ -62,8 +63,17 @@
 //!
 //! What it does not cover: a node that joins while another node's clock is more than a tick
 //! ahead may find its first tick already passed; a cluster that is down misses the ticks in
-//! between, like cron (a node's first fire offers only its own tick); and ticks later than
-//! the catch-up bound below are given up.
+//! between, like cron (a node's first fire offers only its own tick); ticks later than the
+//! catch-up bound below are given up; and a record that was deleted, edited by hand or
+//! restored from a backup proves nothing about the ticks after it, so a node then offers only
+//! its own tick (ticks in between that never ran are lost, but none runs twice).
+//!
+//! Clocks that disagree by more than the period are caught where it matters: a node never
+//! takes a tick more than [`CLOCK_AHEAD_LIMIT`](run::CLOCK_AHEAD_LIMIT) (one second) ahead of
+//! ZooKeeper's clock (it takes the ticks due by ZooKeeper's clock instead, and warns once), and
+//! a record claiming a tick far beyond its own write time, as only such a node could have
+//! written, is honoured only up to that time. A node with a clock set to 2100 thus runs the
+//! job's current ticks, not the ticks of 2100, and cannot stop the others.
 //!
 //! # Late ticks
 //!
@@ -74,9 +84,10 @@
 //!
 //! "Exactly once" has a bound in time: one fire runs at most ten ticks before its own
 //! tick. When more ticks than that are pending, the oldest are **given up**: they run on no
-//! node (never twice), a `warn` event names the first and last of them, and the record moves
-//! past them with the next tick taken. A job whose runs keep taking longer than its period thus
-//! runs its latest ticks, not an ever-growing backlog.
+//! node (never twice), a `warn` event names the first and last of them, they are counted in
+//! [`JobStats::missed`], and the record moves past them with the next tick taken. A fire reads
+//! the clock when its turn on this node comes, not when the scheduler fired it, so a job whose
+//! runs keep taking longer than its period runs its latest ticks, not an ever-growing backlog.
 //!
 //! # Failed runs, lost locks, dead nodes
 //!
@@ -86,7 +97,8 @@
 //! same tick is exactly what this policy promises not to do. The next tick is the retry.
 //!
 //! If the node running a job dies, its session expires, its lock node disappears and the next
-//! tick runs on another node; the dead node's tick stays recorded as `state=running`. If a node
+//! tick runs on another node; the first node to hold the lock after it records the dead node's
+//! tick as `state=lost` (and does not run it again). If a node
 //! loses the lock while its run is still going (see [`LockGuard::lost`](crate::LockGuard::lost)),
 //! the run is cancelled ([`OnLost::Abort`](crate::OnLost::Abort), the default) or let finish
 //! ([`OnLost::Continue`](crate::OnLost::Continue)); either
@@ -103,6 +115,8 @@ mod policy;
 mod record;
 mod run;
 mod stats;
+#[cfg(test)]
+mod tests;
 mod ticks;
 
 use std::future::Future;
@@ -336,6 +350,15 @@ impl SingletonJob {
 
     /// The tokio-cron-scheduler job to add to this node's `JobScheduler`.
     pub fn into_job(self) -> Result<Job, SchedulerError> {
+        let schedule = self.schedule.clone();
+        let shared = self.into_shared()?;
+        Ok(Job::new_async(schedule, move |_id, _scheduler| {
+            Box::pin(run::fire(shared.clone()))
+        })?)
+    }
+
+    /// What every fire of the job shares.
+    fn into_shared(self) -> Result<Arc<Shared>, SchedulerError> {
         let store = RecordStore::for_job(self.client.namespace(), &self.name);
         let lock = self.client.mutex(&self.name).map_err(SchedulerError::InvalidName)?;
         let shared = Arc::new(Shared {
@@ -349,12 +372,11 @@ impl SingletonJob {
             lock_wait: self.lock_wait,
             store,
             stats: self.stats,
-            serial: tokio::sync::Mutex::new(None),
+            serial: tokio::sync::Mutex::default(),
             run: StdMutex::new(self.run),
+            clock_ahead_reported: Default::default(),
         });
-        Ok(Job::new_async(self.schedule, move |_id, _scheduler| {
-            Box::pin(run::fire(shared.clone()))
-        })?)
+        Ok(shared)
     }
 }
 

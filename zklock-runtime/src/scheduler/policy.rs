@@ -7,6 +7,7 @@
 /// assert_eq!(Policy::default(), Policy::OncePerTick);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Policy {
     /// Every scheduled tick runs exactly once in the whole cluster.
     ///
@@ -16,8 +17,9 @@ pub enum Policy {
     #[default]
     OncePerTick,
     /// ShedLock's behaviour: a fire runs if the job's lock is free and is skipped if the job is
-    /// running anywhere (on another node, or still on this one). Nothing is recorded, so a node
-    /// whose timer fires after another node's run finished runs the same tick again.
+    /// running anywhere (on another node, or still on this one). The tick is taken through the
+    /// same record as under [`OncePerTick`](Self::OncePerTick), so a node whose timer fires
+    /// after another node ran the tick skips it; late ticks are not run.
     Skip,
 }
 

@@ -16,7 +16,7 @@
 use crate::zk;
 
 /// How the run of the recorded tick ended (as far as the node that took it could tell).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RunState {
     /// Taken; the run started and has not reported back (or its node died).
     Running,
@@ -24,34 +24,90 @@ pub(crate) enum RunState {
     Done,
     /// The run returned an error or panicked.
     Failed,
-    /// The node lost the lock during the run.
+    /// The run's node lost the lock (or died) before the run reported back.
     Lost,
+    /// A state written by a later version: kept as written, never a reason to stop.
+    Other(String),
 }
 
 impl RunState {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             RunState::Running => "running",
             RunState::Done => "done",
             RunState::Failed => "failed",
             RunState::Lost => "lost",
+            RunState::Other(state) => state,
+        }
+    }
+
+    fn parse(word: &str) -> RunState {
+        match word {
+            "running" => RunState::Running,
+            "done" => RunState::Done,
+            "failed" => RunState::Failed,
+            "lost" => RunState::Lost,
+            other => RunState::Other(other.to_owned()),
         }
     }
 }
 
 /// The content of the record.
+///
+/// The format's rule for versions: a reader skips keys it does not know and keeps states it
+/// does not know, and a writer carries the words of unknown keys over unchanged into the record
+/// it writes next ([`next`](Self::next)). So a key added later survives every older node, and
+/// a key that describes one run must name the tick it belongs to, since a node that does not
+/// know it leaves it in place while writing later ticks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TickRecord {
     pub tick: i64,
     pub state: RunState,
     pub session: Option<i64>,
+    /// The version of the znode this data was written at (`version=`). A record whose node
+    /// has another version was written by something other than a scheduler node (an operator's
+    /// edit, a restored backup): its tick is still honoured, but it does not prove which ticks
+    /// after it are still untaken.
+    pub version: Option<i32>,
+    /// The words of keys this version does not know, in their order.
+    pub other: Vec<String>,
 }
 
 impl TickRecord {
+    /// The record to write over `previous` (read at znode version `over`): `tick` in `state`,
+    /// taken by `session`, carrying over the keys this version does not know.
+    pub fn next(
+        previous: Option<&TickRecord>,
+        tick: i64,
+        state: RunState,
+        session: Option<i64>,
+        over: i32,
+    ) -> TickRecord {
+        TickRecord {
+            tick,
+            state,
+            session,
+            version: over.checked_add(1),
+            other: previous.map(|p| p.other.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// Whether this data was written by a scheduler node as the node's current version.
+    pub fn intact(&self, node_version: i32) -> bool {
+        self.version == Some(node_version)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut text = format!("tick={} state={}", self.tick, self.state.as_str());
         if let Some(session) = self.session {
             text.push_str(&format!(" session={session:#x}"));
+        }
+        if let Some(version) = self.version {
+            text.push_str(&format!(" version={version}"));
+        }
+        for word in &self.other {
+            text.push(' ');
+            text.push_str(word);
         }
         text.into_bytes()
     }
@@ -65,6 +121,8 @@ impl TickRecord {
         let mut tick = None;
         let mut state = RunState::Running;
         let mut session = None;
+        let mut version = None;
+        let mut other = Vec::new();
         for word in text.split_whitespace() {
             let (key, value) = word
                 .split_once('=')
@@ -77,15 +135,7 @@ impl TickRecord {
                             .map_err(|_| format!("tick `{value}` is not a number"))?,
                     )
                 }
-                "state" => {
-                    state = match value {
-                        "running" => RunState::Running,
-                        "done" => RunState::Done,
-                        "failed" => RunState::Failed,
-                        "lost" => RunState::Lost,
-                        other => return Err(format!("unknown state `{other}`")),
-                    }
-                }
+                "state" => state = RunState::parse(value),
                 "session" => {
                     // The id's 64 bits, as `encode` writes them: negative ids (from a server
                     // whose `myid` is 128 or more) have the top bit set.
@@ -93,11 +143,19 @@ impl TickRecord {
                         .ok()
                         .map(|id| id as i64);
                 }
-                _ => {} // later versions may add keys
+                // Unparsable: the record is then simply not intact.
+                "version" => version = value.parse::<i32>().ok(),
+                _ => other.push(word.to_owned()),
             }
         }
         let tick = tick.ok_or_else(|| "the record has no tick".to_owned())?;
-        Ok(Some(TickRecord { tick, state, session }))
+        Ok(Some(TickRecord {
+            tick,
+            state,
+            session,
+            version,
+            other,
+        }))
     }
 }
 
@@ -162,16 +220,28 @@ pub struct JobRecord {
     pub job: String,
     /// The last tick taken, in milliseconds since the Unix epoch; `None` before the first.
     pub tick_ms: Option<i64>,
-    /// How that tick's run ended: `running`, `done`, `failed` or `lost`; `unreadable` when the
-    /// record cannot be parsed.
+    /// How that tick's run ended: `running`, `done`, `failed` or `lost` (or a state written by
+    /// a later version); `unreadable` when the record cannot be parsed, `forbidden` when its ACL
+    /// does not let this client read it, `none` before the first tick.
     pub state: String,
     /// The ZooKeeper session of the node that took the tick.
     pub session: Option<String>,
-    /// When the record was last written, by ZooKeeper's clock (ms since the Unix epoch).
+    /// When the record was last written, by ZooKeeper's clock (ms since the Unix epoch); 0 when
+    /// it could not be read.
     pub written_ms: i64,
 }
 
 impl JobRecord {
+    fn forbidden(job: String) -> JobRecord {
+        JobRecord {
+            job,
+            tick_ms: None,
+            state: "forbidden".to_owned(),
+            session: None,
+            written_ms: 0,
+        }
+    }
+
     fn read(job: String, data: &[u8], stat: &zk::Stat) -> JobRecord {
         let (tick_ms, state, session) = match TickRecord::decode(data) {
             Ok(Some(record)) => (
@@ -215,7 +285,11 @@ pub(crate) async fn read_all(zk: &zk::Client, root: &str) -> Result<Vec<JobRecor
     for (job, read) in jobs.into_iter().zip(reads) {
         match read {
             Ok((data, stat)) => records.push(JobRecord::read(job, &data, &stat)),
+            // Deleted between the listing and the read.
             Err(zk::Error::NoNode) => {}
+            // One record this client may not read (its ACL) is shown as such; the rest are
+            // still listed.
+            Err(zk::Error::NoAuth) => records.push(JobRecord::forbidden(job)),
             Err(err) => return Err(err),
         }
     }
@@ -242,10 +316,10 @@ impl RecordStore {
         &self,
         zk: &zk::Client,
         acls: zk::Acls<'_>,
-    ) -> Result<(Result<Option<TickRecord>, String>, i32), zk::Error> {
+    ) -> Result<(Result<Option<TickRecord>, String>, zk::Stat), zk::Error> {
         loop {
             match zk.get_data(&self.path).await {
-                Ok((data, stat)) => return Ok((TickRecord::decode(&data), stat.version)),
+                Ok((data, stat)) => return Ok((TickRecord::decode(&data), stat)),
                 Err(zk::Error::NoNode) => self.create(zk, acls).await?,
                 Err(e) => return Err(e),
             }
@@ -324,7 +398,13 @@ mod tests {
             tick: 1_718_000_000_000,
             state: RunState::Failed,
             session: Some(0x1000a2b3c4d0001),
+            version: Some(7),
+            other: vec!["zone=Europe/Berlin".into()],
         };
+        assert_eq!(
+            String::from_utf8(rec.encode()).unwrap(),
+            "tick=1718000000000 state=failed session=0x1000a2b3c4d0001 version=7 zone=Europe/Berlin"
+        );
         assert_eq!(TickRecord::decode(&rec.encode()), Ok(Some(rec)));
         assert_eq!(TickRecord::decode(b""), Ok(None));
     }
@@ -335,7 +415,28 @@ mod tests {
         assert!(TickRecord::decode(b"state=done").is_err());
         assert!(TickRecord::decode(b"garbage").is_err());
         assert!(TickRecord::decode(&[0xff, 0xfe]).is_err());
-        assert!(TickRecord::decode(b"tick=5 state=weird").is_err());
+    }
+
+    /// What a later version writes does not stop this one: an unknown state is kept as written,
+    /// unknown keys are carried into the next record, and the version stamp says whether the
+    /// data is the node's current version.
+    #[test]
+    fn a_later_versions_record_is_read_and_carried_over() {
+        let newer = TickRecord::decode(b"tick=5 state=paused session=0x1 version=3 owner=ops until=9")
+            .unwrap()
+            .unwrap();
+        assert_eq!(newer.state, RunState::Other("paused".into()));
+        assert!(newer.intact(3) && !newer.intact(4));
+        let next = TickRecord::next(Some(&newer), 6, RunState::Running, Some(2), 3);
+        assert_eq!(
+            String::from_utf8(next.encode()).unwrap(),
+            "tick=6 state=running session=0x2 version=4 owner=ops until=9"
+        );
+        assert!(next.intact(4));
+        // Hand-written, or a version that had no stamp: honoured, never intact.
+        let plain = TickRecord::decode(b"tick=5 state=done").unwrap().unwrap();
+        assert!(!plain.intact(0) && !plain.intact(1));
+        assert!(!TickRecord::decode(b"tick=5 version=x").unwrap().unwrap().intact(0));
     }
 
     /// A claim whose multi-operation was applied but whose answer was lost (a connection drop
@@ -350,12 +451,15 @@ mod tests {
             .await
             .unwrap();
         let store = RecordStore::for_job("/zklock", "ambiguous");
-        let (_, version) = store.read(&zk, zk::Acls::anyone_all()).await.unwrap();
-        let ours = TickRecord {
-            tick: 1_718_000_000_000,
-            state: RunState::Running,
-            session: Some(zk.session_id().0),
-        };
+        let (_, stat) = store.read(&zk, zk::Acls::anyone_all()).await.unwrap();
+        let version = stat.version;
+        let ours = TickRecord::next(
+            None,
+            1_718_000_000_000,
+            RunState::Running,
+            Some(zk.session_id().0),
+            version,
+        );
         let within = std::time::Duration::from_secs(5);
         // Not applied: the record is still at `version`.
         assert!(store.confirm(&zk, &ours, version, within).await.is_none());
@@ -382,35 +486,47 @@ mod tests {
     #[test]
     fn a_negative_session_survives_encoding() {
         for session in [-1, 0x8100_0a2b_3c4d_0001_u64 as i64] {
-            let rec = TickRecord {
-                tick: 0,
-                state: RunState::Running,
-                session: Some(session),
-            };
+            let rec = TickRecord::next(None, 0, RunState::Running, Some(session), 0);
             assert_eq!(TickRecord::decode(&rec.encode()), Ok(Some(rec)));
         }
     }
 
     fn state() -> impl Strategy<Value = RunState> {
-        prop::sample::select(vec![
-            RunState::Running,
-            RunState::Done,
-            RunState::Failed,
-            RunState::Lost,
-        ])
+        prop_oneof![
+            prop::sample::select(vec![
+                RunState::Running,
+                RunState::Done,
+                RunState::Failed,
+                RunState::Lost,
+            ]),
+            "[a-z][a-z_-]{0,10}".prop_map(|s| RunState::parse(&s)),
+        ]
     }
 
     fn record() -> impl Strategy<Value = TickRecord> {
-        (any::<i64>(), state(), any::<Option<i64>>()).prop_map(|(tick, state, session)| TickRecord {
-            tick,
-            state,
-            session,
-        })
+        let other = prop::collection::vec(("[a-z_]{1,8}", "[!-~]{0,8}"), 0..3).prop_map(|words| {
+            words
+                .into_iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "tick" | "state" | "session" | "version"))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect()
+        });
+        (any::<i64>(), state(), any::<Option<i64>>(), any::<Option<i32>>(), other).prop_map(
+            |(tick, state, session, version, other)| TickRecord {
+                tick,
+                state,
+                session,
+                version,
+                other,
+            },
+        )
     }
 
     /// `key=value` words of keys this version does not know, each with where it goes.
     fn unknown_words() -> impl Strategy<Value = Vec<(String, prop::sample::Index)>> {
-        let key = "[a-z_]{1,10}".prop_filter("a known key", |k| !matches!(k.as_str(), "tick" | "state" | "session"));
+        let key = "[a-z_]{1,10}".prop_filter("a known key", |k| {
+            !matches!(k.as_str(), "tick" | "state" | "session" | "version")
+        });
         let word = (key, "[!-~]{0,12}").prop_map(|(k, v)| format!("{k}={v}"));
         prop::collection::vec((word, any::<prop::sample::Index>()), 0..4)
     }
@@ -437,15 +553,21 @@ mod tests {
             prop_assert_eq!(TickRecord::decode(&rec.encode()), Ok(Some(rec)));
         }
 
-        /// A later version's keys, anywhere in the line and with any spacing, are skipped.
+        /// A later version's keys, anywhere in the line and with any spacing, are kept in their
+        /// order and change nothing else.
         #[test]
-        fn unknown_keys_are_skipped(rec in record(), extra in unknown_words(), gap in "[ \t\n]{1,3}") {
+        fn unknown_keys_are_kept(rec in record(), extra in unknown_words(), gap in "[ \t\n]{1,3}") {
             let encoded = String::from_utf8(rec.encode()).unwrap();
             let mut words: Vec<String> = encoded.split(' ').map(str::to_owned).collect();
             for (word, at) in extra {
                 words.insert(at.index(words.len() + 1), word);
             }
-            prop_assert_eq!(TickRecord::decode(words.join(&gap).as_bytes()), Ok(Some(rec)));
+            let known = |w: &String| ["tick=", "state=", "session=", "version="].iter().any(|k| w.starts_with(k));
+            let expected = TickRecord {
+                other: words.iter().filter(|w| !known(w)).cloned().collect(),
+                ..rec
+            };
+            prop_assert_eq!(TickRecord::decode(words.join(&gap).as_bytes()), Ok(Some(expected)));
         }
 
         /// Node data is anyone's bytes: decoding answers a record, nothing, or a reason; and an
@@ -473,16 +595,17 @@ mod tests {
             prop_assert_eq!(shown.written_ms, mtime);
         }
 
-        /// A tick or state of the wrong type makes the record unreadable, with the culprit named.
+        /// A tick that is not a number makes the record unreadable, with the culprit named.
         #[test]
         fn a_value_of_the_wrong_type_is_named(rec in record(), tick in "[a-z.][!-~]{0,10}|[1-9][0-9]{19,29}", state in "[!-~]{1,10}") {
             let text = format!("tick={tick} state={}", rec.state.as_str());
             let decoded = TickRecord::decode(text.as_bytes());
             prop_assert!(decoded.as_ref().is_err_and(|why| why.contains(&tick)), "{:?}", decoded);
+            // A state this version does not know is a later version's, kept as written.
             prop_assume!(!matches!(state.as_str(), "running" | "done" | "failed" | "lost"));
             let text = format!("tick={} state={state}", rec.tick);
-            let decoded = TickRecord::decode(text.as_bytes());
-            prop_assert!(decoded.as_ref().is_err_and(|why| why.contains(&state)), "{:?}", decoded);
+            let decoded = TickRecord::decode(text.as_bytes()).unwrap().unwrap();
+            prop_assert_eq!(decoded.state, RunState::Other(state));
         }
     }
 

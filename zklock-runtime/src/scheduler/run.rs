@@ -12,8 +12,9 @@ use super::clock::Clock;
 use super::policy::Policy;
 use super::record::{RecordStore, RunState, TickRecord, WriteError};
 use super::stats::JobStats;
-use super::ticks::{show, tick_time, Ticks};
+use super::ticks::{due_ticks, show, tick_time, Missed, Ticks, MAX_CATCH_UP};
 use crate::error::is_transient;
+use crate::zk;
 use crate::OnLost;
 use crate::{FencingToken, Lock, LockClient, LockError, LockGuard, LossSignal};
 
@@ -73,10 +74,22 @@ pub(crate) struct Shared {
     pub lock_wait: Option<Duration>,
     pub store: RecordStore,
     pub stats: JobStats,
-    /// Fires of this job on this node are handled one at a time; holds the latest tick this
-    /// node is done with: run, found taken, or given up (once-per-tick policy).
-    pub serial: AsyncMutex<Option<i64>>,
+    /// Fires of this job on this node are handled one at a time.
+    pub serial: AsyncMutex<Handled>,
     pub run: StdMutex<RunFn>,
+    /// Whether this node was warned that its clock runs ahead of the ensemble's.
+    pub clock_ahead_reported: std::sync::atomic::AtomicBool,
+}
+
+/// What this node has done with the job's ticks so far.
+#[derive(Debug, Default)]
+pub(crate) struct Handled {
+    /// The latest tick this node is done with: run, found taken, or given up.
+    pub last: Option<i64>,
+    /// A claim whose write may have been applied although its answer never came, with the
+    /// record version it was written over: if the record still shows exactly it, the tick is
+    /// this node's to run ([`resume_unconfirmed`]).
+    pub unconfirmed: Option<(TickRecord, i32)>,
 }
 
 enum Outcome {
@@ -92,125 +105,144 @@ impl Shared {
             None => "none".into(),
         }
     }
+
+    fn wait_for_lock(&self, own: i64) -> Duration {
+        self.lock_wait
+            .or_else(|| self.ticks.period_after(own))
+            .unwrap_or(Duration::from_secs(60))
+    }
 }
 
 /// Entry point of every fire.
 pub(crate) async fn fire(shared: Arc<Shared>) {
     let _in_flight = shared.stats.fire_started();
-    let seen = shared.clock.now();
-    let Some(own) = shared.ticks.tick_at(seen) else {
+    // One fire at a time on this node. The clock is read once this fire's turn has come: a
+    // fire that queued behind a long run decides by the time it runs, so the catch-up bound
+    // applies to it, and fires that queued meanwhile find their tick handled.
+    let mut handled = match shared.policy {
+        Policy::Skip => match shared.serial.try_lock() {
+            Ok(handled) => handled,
+            Err(_) => {
+                shared.stats.skipped();
+                debug!(target: "zklock::scheduler", job = %shared.name, "skipped: the previous run is still going on this node");
+                return;
+            }
+        },
+        Policy::OncePerTick => shared.serial.lock().await,
+    };
+    let Some(own) = shared.ticks.tick_at(shared.clock.now()) else {
         shared.stats.failed();
         error!(target: "zklock::scheduler", job = %shared.name, "the schedule has no tick at or before this node's clock");
         return;
     };
-    match shared.policy {
-        Policy::Skip => fire_skip(&shared, own).await,
-        Policy::OncePerTick => fire_once(&shared, own).await,
-    }
-}
-
-async fn fire_skip(shared: &Shared, own: i64) {
-    let Ok(_serial) = shared.serial.try_lock() else {
-        shared.stats.skipped();
-        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: the previous run is still going on this node");
-        return;
-    };
-    match shared.lock.try_acquire().await {
-        Ok(Some(guard)) => {
-            shared.stats.ran(own);
-            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), session = %shared.session(), token = %guard.fencing_token(), "running");
-            let _ = execute(shared, &guard, own).await;
-            drop(guard);
-        }
-        Ok(None) => {
-            shared.stats.skipped();
-            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: running on another node");
-        }
-        Err(err) => {
-            shared.stats.failed();
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), error = %err, "could not try the job's lock");
-        }
-    }
-}
-
-/// How many ticks before a fire's own tick one fire may still run late: ticks further back are
-/// given up (see the [module docs](super#late-ticks)).
-pub(crate) const MAX_CATCH_UP: usize = 10;
-
-async fn fire_once(shared: &Shared, own: i64) {
-    let mut last_local = shared.serial.lock().await;
-    // The scheduler fired again within a tick this node already handled: not a fire of its
-    // own, so not counted.
-    if last_local.is_some_and(|prev| own <= prev) {
+    // The scheduler fired again within a tick this node already handled (it fired twice, or
+    // this fire queued behind the run of its tick): not a fire of its own, so not counted.
+    if handled.last.is_some_and(|prev| own <= prev) {
         debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: this node already handled the tick");
         return;
     }
-    // A node's first fire offers its own tick only; later fires also offer every tick after
-    // the last one this node handled, so the node walks its ticks in order even when the
-    // scheduler fired late, a fire read the clock across a tick boundary, or an earlier fire
-    // could not take the lock.
-    let since = last_local.or_else(|| shared.ticks.before(own));
-    // When nothing could be decided, the floor stays where it was (on a first fire: just
-    // before its own tick), so the next fire offers this fire's tick again.
-    let decided = catch_up(shared, since, own).await.or(since);
-    *last_local = (*last_local).max(decided);
-}
-
-/// The ticks after `floor` up to and including `own`, oldest first, at most
-/// [`MAX_CATCH_UP`] of them before `own`; and the first and last tick given up, if there were
-/// more.
-fn due_ticks(ticks: &Ticks, floor: Option<i64>, own: i64) -> (Vec<i64>, Option<(i64, i64)>) {
-    let mut due = vec![own];
-    let Some(floor) = floor else {
-        return (due, None);
-    };
-    let mut missed = None;
-    let mut at = own;
-    while let Some(before) = ticks.before(at).filter(|b| *b > floor) {
-        if due.len() > MAX_CATCH_UP {
-            let first = ticks.after(floor).filter(|f| *f <= before).unwrap_or(before);
-            missed = Some((first, before));
-            break;
+    let guard = match shared.policy {
+        Policy::Skip => match shared.lock.try_acquire().await {
+            Ok(Some(guard)) => guard,
+            Ok(None) => {
+                shared.stats.skipped();
+                debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: running on another node");
+                return;
+            }
+            Err(err) => {
+                shared.stats.failed();
+                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), error = %err, "could not try the job's lock");
+                return;
+            }
+        },
+        Policy::OncePerTick => {
+            let wait = shared.wait_for_lock(own);
+            match shared.lock.acquire_timeout(wait).await {
+                Ok(guard) => guard,
+                Err(LockError::Timeout { .. }) => {
+                    shared.stats.skipped();
+                    debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
+                        "skipped: the job's lock stayed busy for {wait:?}; the next fire offers the tick again");
+                    return;
+                }
+                Err(err) => {
+                    shared.stats.failed();
+                    warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), error = %err, "could not take the job's lock");
+                    return;
+                }
+            }
         }
-        due.push(before);
-        at = before;
-    }
-    due.reverse();
-    (due, missed)
+    };
+    // A node's first fire offers its own tick only; a once-per-tick node's later fires also
+    // offer every tick after the last one it handled, so the node walks its ticks in order even
+    // when the scheduler fired late, a fire read the clock across a tick boundary, or an
+    // earlier fire could not take the lock. A skip-policy fire offers its own tick only.
+    let since = match shared.policy {
+        Policy::OncePerTick => handled.last,
+        Policy::Skip => None,
+    };
+    // When nothing could be decided, the floor stays where it was, so the next fire offers
+    // this fire's ticks again.
+    let decided = under_lock(&shared, &guard, &mut handled, since, own).await;
+    handled.last = handled.last.max(decided);
+    drop(guard);
 }
 
-/// Under one hold of the job's lock, runs in order every tick after `since` up to `own` that
-/// the cluster's record says nobody took yet.
+/// How far ahead of the ensemble's clock a tick may be and still be taken. A node whose clock
+/// runs further ahead takes the ticks that are due by ZooKeeper's clock instead of its own, so
+/// it cannot push the record past ticks the other nodes have yet to run.
+pub(crate) const CLOCK_AHEAD_LIMIT: Duration = Duration::from_secs(1);
+
+/// The latest tick that may be taken now: this node's `own` tick, unless the ensemble's clock
+/// says that is more than [`CLOCK_AHEAD_LIMIT`] in the future.
+fn cap_by_server_clock(shared: &Shared, guard: &LockGuard, own: i64) -> Option<i64> {
+    let Some(server_now) = guard.server_now_ms() else {
+        return Some(own);
+    };
+    let limit = server_now.saturating_add(CLOCK_AHEAD_LIMIT.as_millis() as i64);
+    if own <= limit {
+        return Some(own);
+    }
+    if !shared
+        .clock_ahead_reported
+        .swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), server_time = %show(server_now),
+            "this node's clock is ahead of ZooKeeper's; it takes only ticks due by ZooKeeper's clock (sync the clocks)");
+    }
+    shared.ticks.tick_at(tick_time(limit))
+}
+
+/// The tick a record proves taken: its own, unless it was written more than
+/// [`CLOCK_AHEAD_LIMIT`] before that tick by the ensemble's clock (`written_ms`), which only a
+/// node with a clock far ahead does; such a claim covers the ticks due when it was written.
+fn taken_up_to(shared: &Shared, record: &TickRecord, written_ms: i64) -> Option<i64> {
+    let limit = written_ms.saturating_add(CLOCK_AHEAD_LIMIT.as_millis() as i64);
+    if record.tick <= limit {
+        return Some(record.tick);
+    }
+    warn!(target: "zklock::scheduler", job = %shared.name, recorded = %show(record.tick), written = %show(written_ms),
+        "the record claims a tick far ahead of when it was written (a node's clock ran ahead); honouring only the ticks due by then");
+    shared.ticks.tick_at(tick_time(limit))
+}
+
+/// Under one hold of the job's lock: settles what the record says about earlier runs, then
+/// runs in order every tick after `since` up to `own` that nobody took yet (only `own` when
+/// the record cannot prove which earlier ticks are untaken).
 ///
 /// Returns the latest tick this node is done with (run, found taken, or given up), or `None`
 /// when it could not decide anything; ticks after the returned one are offered again by the
 /// next fire.
-async fn catch_up(shared: &Shared, since: Option<i64>, own: i64) -> Option<i64> {
-    let skip = |why: &str| {
-        shared.stats.skipped();
-        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: {why}");
-    };
+async fn under_lock(
+    shared: &Shared,
+    guard: &LockGuard,
+    handled: &mut Handled,
+    since: Option<i64>,
+    own: i64,
+) -> Option<i64> {
     let fail = |tick: i64, what: &str, err: &dyn std::fmt::Display| {
         shared.stats.failed();
         warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "{what}");
-    };
-
-    let wait = shared
-        .lock_wait
-        .or_else(|| shared.ticks.period_after(own))
-        .unwrap_or(Duration::from_secs(60));
-    let guard = match shared.lock.acquire_timeout(wait).await {
-        Ok(guard) => guard,
-        Err(LockError::Timeout { .. }) => {
-            skip(&format!(
-                "the job's lock stayed busy for {wait:?}; the next fire offers the tick again"
-            ));
-            return None;
-        }
-        Err(err) => {
-            fail(own, "could not take the job's lock", &err);
-            return None;
-        }
     };
     let zk = match shared.client.zookeeper().await {
         Ok(zk) => zk,
@@ -220,123 +252,219 @@ async fn catch_up(shared: &Shared, since: Option<i64>, own: i64) -> Option<i64> 
         }
     };
     let acls = shared.client.inner.config.acls();
-    let (record, mut version) = match shared.store.read(&zk, acls).await {
+    let (record, stat) = match shared.store.read(&zk, acls).await {
         Ok(read) => read,
         Err(err) => {
             fail(own, "could not read the tick record", &err);
             return None;
         }
     };
-    let record = match record {
+    let mut record = match record {
         Ok(record) => record,
         Err(reason) => {
             shared.stats.failed();
             error!(target: "zklock::scheduler", job = %shared.name, path = %shared.store.path, %reason,
-                "the tick record is unreadable; not running (fix or delete the node)");
+                "the tick record is unreadable; not running (fix it, or reset the job: `zklock jobs reset`)");
             return None;
         }
     };
-    let recorded = record.as_ref().map(|r| r.tick);
-    if let Some(record) = &record {
-        shared.stats.saw_recorded(record.tick);
-        if record.tick >= own {
-            let far = shared
-                .ticks
-                .after(own)
-                .and_then(|next| shared.ticks.after(next))
-                .is_some_and(|far| record.tick > far);
-            if far {
-                warn!(target: "zklock::scheduler", job = %shared.name, recorded = %show(record.tick), tick = %show(own),
-                    "the recorded tick is well ahead of this node's clock; check the clocks of the cluster");
+    let mut version = stat.version;
+    let ctx = Hold { shared, guard, zk: &zk };
+
+    // Earlier runs: our own claim whose answer was lost, or someone's run that never reported.
+    if let Some((claim, over)) = handled.unconfirmed.take() {
+        if record.as_ref() == Some(&claim) && version == over + 1 {
+            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(claim.tick),
+                "an earlier claim of this node was applied after all; running its tick now");
+            match ctx.run_claimed(&claim, version).await {
+                Some((done, v)) => (record, version) = (Some(done), v),
+                None => return None,
             }
-            skip(&format!(
-                "tick already taken (recorded {}, {:?})",
-                show(record.tick),
-                record.state
-            ));
-            return Some(own);
+        }
+    }
+    if let Some(orphan) = record.as_ref().filter(|r| r.state == RunState::Running) {
+        // We hold the lock, so the run that took this tick is not running under it any more.
+        let lost = TickRecord::next(Some(orphan), orphan.tick, RunState::Lost, orphan.session, version);
+        match shared.store.write(&zk, guard.node_path(), &lost, version).await {
+            Ok(v) => {
+                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(orphan.tick),
+                    session = %orphan.session.map_or_else(|| "none".to_owned(), |s| format!("{s:#x}")),
+                    "the run of this tick never reported back (its node died or lost the lock); recorded as lost");
+                (record, version) = (Some(lost), v);
+            }
+            Err(err) => {
+                fail(own, "could not record a dead run as lost", &err);
+                return None;
+            }
         }
     }
 
-    // Ticks at or before the record were taken; ticks at or before `since` were handled here.
-    let floor = since.max(recorded);
-    let (due, missed) = due_ticks(&shared.ticks, floor, own);
-    let mut decided = floor;
-    if let Some((first, last)) = missed {
-        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
-            max_catch_up = MAX_CATCH_UP, "missed: ticks from first to last were more than max_catch_up ticks late; giving them up");
-        decided = decided.max(Some(last));
+    let own = cap_by_server_clock(shared, guard, own)?;
+    let recorded = match &record {
+        Some(record) => {
+            shared.stats.saw_recorded(record.tick);
+            taken_up_to(shared, record, stat.mtime)
+        }
+        None => None,
+    };
+    if let Some(recorded) = recorded.filter(|recorded| *recorded >= own) {
+        shared.stats.skipped();
+        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), recorded = %show(recorded), "skipped: tick already taken");
+        return Some(own);
     }
-    for tick in due {
-        // Take the tick before running it: from here on no node runs it again, whatever
-        // happens to this run. The write is fenced, so it also proves the lock is still ours.
-        let session = shared.client.session_id();
-        let claim = TickRecord {
-            tick,
-            state: RunState::Running,
-            session,
+
+    // Ticks at or before the record were taken; ticks at or before `since` were handled here.
+    // Ticks in between are run late only when the record proves it was written by the node
+    // that took the last of them: a deleted, hand-edited or rolled-back record says nothing
+    // of the ticks after it, which may have run. A first fire offers only its own tick.
+    let proven = record.as_ref().is_some_and(|r| r.intact(version));
+    let floor = match since {
+        Some(since) if proven => Some(since).max(recorded),
+        _ => {
+            if since.is_some() {
+                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
+                    "the tick record is missing or was not written by a scheduler node (deleted, edited or restored?); not running late ticks");
+            }
+            since.max(recorded).max(shared.ticks.before(own))
+        }
+    };
+    let Some(floor) = floor else {
+        // The schedule has no tick before `own`: `own` is its first.
+        return ctx.run_due(&[own], record, version, handled).await;
+    };
+    let (due, missed) = due_ticks(&shared.ticks, floor, own);
+    let mut decided = Some(floor);
+    if let Some(Missed { first, last, count }) = missed {
+        shared.stats.gave_up(count);
+        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
+            count, max_catch_up = MAX_CATCH_UP, "missed: ticks from first to last were more than max_catch_up ticks late; giving them up");
+        decided = Some(last);
+    }
+    ctx.run_due(&due, record, version, handled).await.max(decided)
+}
+
+/// One hold of the job's lock, with the session it is held in.
+struct Hold<'a> {
+    shared: &'a Shared,
+    guard: &'a LockGuard,
+    zk: &'a zk::Client,
+}
+
+impl Hold<'_> {
+    /// Claims and runs `due` in order. Returns the latest tick taken, if any.
+    async fn run_due(
+        &self,
+        due: &[i64],
+        mut record: Option<TickRecord>,
+        mut version: i32,
+        handled: &mut Handled,
+    ) -> Option<i64> {
+        let shared = self.shared;
+        let mut decided = None;
+        for &tick in due {
+            // Take the tick before running it: from here on no node runs it again, whatever
+            // happens to this run. The write is fenced, so it also proves the lock is still ours.
+            let claim = TickRecord::next(
+                record.as_ref(),
+                tick,
+                RunState::Running,
+                shared.client.session_id(),
+                version,
+            );
+            let claimed = match self.claim(&claim, version, handled).await {
+                Some(stat) => stat,
+                None => return decided,
+            };
+            decided = Some(tick);
+            check_clock(shared, claimed.mtime);
+            match self.run_claimed(&claim, claimed.version).await {
+                Some((done, v)) => (record, version) = (Some(done), v),
+                None => return decided,
+            }
+        }
+        decided
+    }
+
+    /// Writes `claim` over `version`; the new stat once it is known to be applied.
+    async fn claim(&self, claim: &TickRecord, version: i32, handled: &mut Handled) -> Option<zk::Stat> {
+        let shared = self.shared;
+        let tick = claim.tick;
+        let failed = |what: &str, err: &dyn std::fmt::Display| {
+            shared.stats.failed();
+            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "{what}");
         };
-        let claimed = match shared.store.write_stat(&zk, guard.node_path(), &claim, version).await {
-            Ok(stat) => stat,
+        match shared
+            .store
+            .write_stat(self.zk, self.guard.node_path(), claim, version)
+            .await
+        {
+            Ok(stat) => Some(stat),
             Err(WriteError::Fenced) => {
-                fail(tick, "lost the job's lock before taking the tick", &WriteError::Fenced);
-                return decided;
+                failed("lost the job's lock before taking the tick", &WriteError::Fenced);
+                None
             }
             Err(WriteError::ZooKeeper(err)) if is_transient(&err) => {
                 // The answer was lost, not necessarily the write: if it was applied, the tick
                 // is ours and would otherwise run nowhere.
-                match shared.store.confirm(&zk, &claim, version, wait).await {
+                let wait = shared.wait_for_lock(tick);
+                match shared.store.confirm(self.zk, claim, version, wait).await {
                     Some(stat) => {
                         debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
                             "the claim's answer was lost, but the record shows it was applied");
-                        stat
+                        Some(stat)
                     }
                     None => {
-                        fail(tick, "could not take the tick", &err);
-                        return decided;
+                        // Applied or not, nobody can tell now; the next hold of this node
+                        // looks again, and runs the tick if the record still shows this claim.
+                        shared.stats.lost_lock();
+                        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
+                            "could not learn whether the tick was taken; the next fire looks again");
+                        handled.unconfirmed = Some((claim.clone(), version));
+                        None
                     }
                 }
             }
             Err(err) => {
-                fail(tick, "could not take the tick", &err);
-                return decided;
+                failed("could not take the tick", &err);
+                None
             }
-        };
-        version = claimed.version;
-        decided = Some(tick);
-        check_clock(shared, claimed.mtime);
+        }
+    }
+
+    /// Runs the tick of `claim`, which the record holds at `version`, and records how it ended.
+    /// Returns the record written and its version; `None` when the run was lost or its end
+    /// could not be recorded (later ticks are then left to the next fire or other nodes).
+    async fn run_claimed(&self, claim: &TickRecord, version: i32) -> Option<(TickRecord, i32)> {
+        let (shared, guard, tick) = (self.shared, self.guard, claim.tick);
         if guard.is_lost() {
             // The tick is taken (the record says so), but running it now would run it
             // without the lock; it is given up rather than risked twice.
             shared.stats.lost_lock();
             warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick),
                 "the job's lock was lost right after the tick was taken; not running it");
-            return decided;
+            return None;
         }
         shared.stats.saw_recorded(tick);
         shared.stats.ran(tick);
         debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
-            token = %guard.fencing_token(), catch_up = tick != own, "running");
-
-        let state = match execute(shared, &guard, tick).await {
+            token = %guard.fencing_token(), "running");
+        let state = match execute(shared, guard, tick).await {
             Outcome::Done => RunState::Done,
             Outcome::Failed(_) => RunState::Failed,
             // The lock is gone: the record can no longer be written by this node, and says
-            // `running` for this tick. Later ticks are left to the next fire or other nodes.
-            Outcome::Lost => return decided,
+            // `running` for this tick until a node holding the lock records it as lost.
+            Outcome::Lost => return None,
         };
-        let done = TickRecord { tick, state, session };
-        version = match shared.store.write(&zk, guard.node_path(), &done, version).await {
-            Ok(version) => version,
+        let done = TickRecord::next(Some(claim), tick, state, claim.session, version);
+        match shared.store.write(self.zk, guard.node_path(), &done, version).await {
+            Ok(v) => Some((done, v)),
             Err(err) => {
                 warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
                     "could not record how the run ended");
-                return decided;
+                None
             }
-        };
+        }
     }
-    drop(guard);
-    decided
 }
 
 /// How far this node's clock may be off ZooKeeper's before it is warned about.
@@ -416,46 +544,4 @@ async fn execute(shared: &Shared, guard: &LockGuard, tick: i64) -> Outcome {
         Outcome::Lost => {}
     }
     outcome
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const T: i64 = 1_700_000_000_000;
-
-    #[test]
-    fn due_ticks_are_every_tick_after_the_floor_oldest_first() {
-        let ticks = Ticks::parse("* * * * * *").unwrap();
-        assert_eq!(due_ticks(&ticks, Some(T - 1000), T), (vec![T], None));
-        assert_eq!(
-            due_ticks(&ticks, Some(T - 4000), T),
-            (vec![T - 3000, T - 2000, T - 1000, T], None)
-        );
-        // A floor between ticks: the tick after it is due.
-        assert_eq!(due_ticks(&ticks, Some(T - 1500), T), (vec![T - 1000, T], None));
-        // No floor: only the fire's own tick.
-        assert_eq!(due_ticks(&ticks, None, T), (vec![T], None));
-    }
-
-    #[test]
-    fn due_ticks_give_up_all_but_the_latest_ones() {
-        let ticks = Ticks::parse("* * * * * *").unwrap();
-        let limit = MAX_CATCH_UP as i64;
-        // Exactly the limit of late ticks: all run.
-        let (due, missed) = due_ticks(&ticks, Some(T - (limit + 1) * 1000), T);
-        assert_eq!(due.len(), MAX_CATCH_UP + 1);
-        assert_eq!(missed, None);
-        // One more: the oldest is given up.
-        let (due, missed) = due_ticks(&ticks, Some(T - (limit + 2) * 1000), T);
-        assert_eq!(due.len(), MAX_CATCH_UP + 1);
-        assert_eq!(due.first(), Some(&(T - limit * 1000)));
-        assert_eq!(due.last(), Some(&T));
-        let gone = T - (limit + 1) * 1000;
-        assert_eq!(missed, Some((gone, gone)));
-        // A floor a day back costs no more than the limit.
-        let (due, missed) = due_ticks(&ticks, Some(T - 86_400_000), T);
-        assert_eq!(due.len(), MAX_CATCH_UP + 1);
-        assert_eq!(missed, Some((T - 86_399_000, T - (limit + 1) * 1000)));
-    }
 }

@@ -15,6 +15,7 @@ struct Counters {
     skips: AtomicU64,
     failures: AtomicU64,
     lost: AtomicU64,
+    missed: AtomicU64,
     in_flight: AtomicU64,
     clock_skew_ms: AtomicI64,
     last_tick: AtomicI64,
@@ -41,6 +42,7 @@ pub struct JobStats {
 
 /// A copy of a job's counters at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StatsSnapshot {
     /// The job name.
     pub job: String,
@@ -51,8 +53,12 @@ pub struct StatsSnapshot {
     /// Runs on this node that returned an error or panicked, and fires that could not decide
     /// (ZooKeeper unreachable, unreadable tick record).
     pub failures: u64,
-    /// Runs on this node whose lock was lost while they ran.
+    /// Runs on this node whose lock was lost while they ran, and ticks this node took whose
+    /// claim may have been applied but could not be confirmed.
     pub lost: u64,
+    /// Ticks this node gave up without running them anywhere: more late ticks than the catch-up
+    /// bound allows (see [late ticks](super#late-ticks)).
+    pub missed: u64,
     /// The scheduled tick of the latest run started on this node.
     pub last_tick: Option<SystemTime>,
     /// The latest tick this node saw recorded as taken in ZooKeeper (once-per-tick policy).
@@ -68,6 +74,7 @@ impl JobStats {
                 skips: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
                 lost: AtomicU64::new(0),
+                missed: AtomicU64::new(0),
                 in_flight: AtomicU64::new(0),
                 clock_skew_ms: AtomicI64::new(NONE),
                 last_tick: AtomicI64::new(NONE),
@@ -96,9 +103,15 @@ impl JobStats {
         self.inner.failures.load(Ordering::Relaxed)
     }
 
-    /// Runs on this node whose lock was lost while they ran.
+    /// Runs on this node whose lock was lost while they ran, and claims whose outcome this
+    /// node could not learn.
     pub fn lost(&self) -> u64 {
         self.inner.lost.load(Ordering::Relaxed)
+    }
+
+    /// Ticks this node gave up: they run nowhere (see [late ticks](super#late-ticks)).
+    pub fn missed(&self) -> u64 {
+        self.inner.missed.load(Ordering::Relaxed)
     }
 
     /// The scheduled tick of the latest run started on this node.
@@ -119,6 +132,7 @@ impl JobStats {
             skips: self.skips(),
             failures: self.failures(),
             lost: self.lost(),
+            missed: self.missed(),
             last_tick: self.last_tick(),
             last_recorded_tick: self.last_recorded_tick(),
         }
@@ -192,6 +206,10 @@ impl JobStats {
 
     pub(crate) fn lost_lock(&self) {
         self.inner.lost.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn gave_up(&self, ticks: u64) {
+        self.inner.missed.fetch_add(ticks, Ordering::Relaxed);
     }
 
     pub(crate) fn saw_recorded(&self, tick: i64) {

@@ -1,0 +1,371 @@
+//! One node's fires driven one by one, with clocks the tests set, against a real server: which
+//! ticks run where, which are given up, and what the record says afterwards.
+//!
+//! The clocks read an hour before the real time, so the ensemble's clock never finds a tick in
+//! the future (except where a test means it to).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+use zklock_testing::ZkServer;
+
+use super::record::{RecordStore, RunState, TickRecord};
+use super::run::{fire, Shared};
+use super::ticks::MAX_CATCH_UP;
+use super::{job_records, Policy, SingletonJob};
+use crate::{zk, LockClient};
+
+const SECOND: i64 = 1000;
+
+/// Which node ran which tick, in the order the runs started.
+type Log = Arc<Mutex<Vec<(usize, i64)>>>;
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A whole second an hour before now.
+fn an_hour_ago() -> i64 {
+    (now_ms() / SECOND - 3600) * SECOND
+}
+
+struct Node {
+    shared: Arc<Shared>,
+    /// What the node's clock reads, in ms since the epoch; `None` reads the real time plus
+    /// `offset`.
+    at: Arc<AtomicI64>,
+    /// The next run waits for `release` once, when set.
+    hold_next: Arc<AtomicBool>,
+    release: Arc<Notify>,
+}
+
+const REAL: i64 = i64::MIN;
+
+impl Node {
+    async fn start(server: &ZkServer, index: usize, job: &str, policy: Policy, log: &Log) -> Node {
+        Node::with_offset(server, index, job, policy, log, 0).await
+    }
+
+    /// A node whose clock, once set to [`REAL`], reads the real time plus `offset_ms`.
+    async fn with_offset(
+        server: &ZkServer,
+        index: usize,
+        job: &str,
+        policy: Policy,
+        log: &Log,
+        offset_ms: i64,
+    ) -> Node {
+        let client = LockClient::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .connect()
+            .await
+            .expect("connect");
+        let at = Arc::new(AtomicI64::new(REAL));
+        let hold_next = Arc::new(AtomicBool::new(false));
+        let release = Arc::new(Notify::new());
+        let clock = {
+            let at = at.clone();
+            move || {
+                let ms = match at.load(Ordering::SeqCst) {
+                    REAL => now_ms() + offset_ms,
+                    ms => ms,
+                };
+                UNIX_EPOCH + Duration::from_millis(ms as u64)
+            }
+        };
+        let run = {
+            let (log, hold_next, release) = (log.clone(), hold_next.clone(), release.clone());
+            move |run: super::JobRun| {
+                let tick = run.tick().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+                log.lock().unwrap().push((index, tick));
+                let (hold, release) = (hold_next.swap(false, Ordering::SeqCst), release.clone());
+                async move {
+                    if hold {
+                        release.notified().await;
+                    }
+                }
+            }
+        };
+        let job = SingletonJob::new_async("* * * * * *", &client, job, run)
+            .expect("valid job")
+            .policy(policy)
+            .clock(clock);
+        Node {
+            shared: job.into_shared().expect("job"),
+            at,
+            hold_next,
+            release,
+        }
+    }
+
+    /// Fires once with the clock at `ms`.
+    async fn fire_at(&self, ms: i64) {
+        self.at.store(ms, Ordering::SeqCst);
+        fire(self.shared.clone()).await;
+    }
+}
+
+async fn raw(server: &ZkServer) -> zk::Client {
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(&server.connect_string())
+        .await
+        .expect("connect raw client")
+}
+
+fn record_path(job: &str) -> String {
+    RecordStore::for_job("/zklock", job).path
+}
+
+async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn runs(log: &Log) -> Vec<(usize, i64)> {
+    log.lock().unwrap().clone()
+}
+
+/// A fire that queued behind a run longer than many periods decides by the clock when its turn
+/// comes: it runs at most the catch-up bound of late ticks, counts the rest as missed, and
+/// never runs the stale tick it was fired for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_queued_behind_a_long_run_keeps_the_catch_up_bound() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let node = Arc::new(Node::start(&server, 0, "long-run", Policy::OncePerTick, &log).await);
+    let t = an_hour_ago();
+    node.hold_next.store(true, Ordering::SeqCst);
+    node.at.store(t, Ordering::SeqCst);
+    let first = tokio::spawn(fire(node.shared.clone()));
+    wait_until("the first run started", || runs(&log).len() == 1).await;
+    // The scheduler fires again a second later, while the run goes on: that fire queues.
+    node.at.store(t + SECOND, Ordering::SeqCst);
+    let second = tokio::spawn(fire(node.shared.clone()));
+    wait_until("the second fire queued", || node.shared.stats.fires_in_flight() == 2).await;
+    // The run ends half a minute later.
+    node.at.store(t + 30 * SECOND, Ordering::SeqCst);
+    node.release.notify_one();
+    first.await.unwrap();
+    second.await.unwrap();
+
+    let ran: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    let late: Vec<i64> = (30 - MAX_CATCH_UP as i64..=30).collect();
+    assert_eq!(ran[0], 0);
+    assert_eq!(&ran[1..], &late[..], "after the long run, only the latest ticks run");
+    assert_eq!(
+        node.shared.stats.missed(),
+        29 - MAX_CATCH_UP as u64,
+        "ticks 1 to 19 are counted as missed"
+    );
+}
+
+/// Skip-policy nodes take ticks through the record like once-per-tick nodes: a node whose timer
+/// fires after another node ran the tick skips it, whatever the policies of the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_node_never_runs_a_tick_another_node_ran() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let once = Node::start(&server, 0, "mixed", Policy::OncePerTick, &log).await;
+    let skip = Node::start(&server, 1, "mixed", Policy::Skip, &log).await;
+    let other_skip = Node::start(&server, 2, "mixed", Policy::Skip, &log).await;
+    let t = an_hour_ago();
+    once.fire_at(t).await;
+    skip.fire_at(t).await; // late timer: the tick already ran
+    skip.fire_at(t + SECOND).await;
+    once.fire_at(t + SECOND).await;
+    other_skip.fire_at(t + SECOND).await;
+    other_skip.fire_at(t + 2 * SECOND).await;
+    skip.fire_at(t + 2 * SECOND).await;
+    assert_eq!(runs(&log), vec![(0, t), (1, t + SECOND), (2, t + 2 * SECOND)]);
+}
+
+/// A scheduler that fires twice within one tick (tokio-cron-scheduler can) runs it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_node_fired_twice_in_one_tick_runs_it_once() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let node = Node::start(&server, 0, "twice", Policy::Skip, &log).await;
+    let t = an_hour_ago();
+    node.fire_at(t).await;
+    node.fire_at(t + 400).await;
+    node.fire_at(t + SECOND).await;
+    assert_eq!(runs(&log), vec![(0, t), (0, t + SECOND)]);
+}
+
+/// A node that missed ticks (its fires could not take the lock, say) does not run them late
+/// when the record that would prove them untaken was deleted or rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_or_rolled_back_record_runs_no_tick_twice() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let a = Node::start(&server, 0, "rewound", Policy::OncePerTick, &log).await;
+    let b = Node::start(&server, 1, "rewound", Policy::OncePerTick, &log).await;
+    let t = an_hour_ago();
+    a.fire_at(t).await;
+    b.fire_at(t).await; // taken: b has handled up to t
+    a.fire_at(t + SECOND).await;
+    let (after_first, _) = zk.get_data(&record_path("rewound")).await.unwrap();
+    a.fire_at(t + 2 * SECOND).await;
+    a.fire_at(t + 3 * SECOND).await;
+    // Rolled back to the record of t+1, byte for byte: b would run t+2 and t+3 again.
+    zk.set_data(&record_path("rewound"), &after_first, None).await.unwrap();
+    b.fire_at(t + 4 * SECOND).await;
+    a.fire_at(t + 5 * SECOND).await;
+    // Deleted: b has handled up to t+4 and would run t+5 again.
+    zk.delete(&record_path("rewound"), None).await.unwrap();
+    b.fire_at(t + 6 * SECOND).await;
+    let ticks: Vec<(usize, i64)> = runs(&log)
+        .iter()
+        .map(|(node, tick)| (*node, (tick - t) / SECOND))
+        .collect();
+    assert_eq!(ticks, vec![(0, 0), (0, 1), (0, 2), (0, 3), (1, 4), (0, 5), (1, 6)]);
+}
+
+/// A node whose clock reads decades ahead takes the ticks due by ZooKeeper's clock, not its
+/// own; and a record pushed far ahead by such a node (of an older version) stops no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_decades_ahead_neither_runs_future_ticks_nor_stops_the_job() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let decades = 75 * 365 * 86_400 * SECOND;
+    let ahead = Node::with_offset(&server, 0, "future", Policy::OncePerTick, &log, decades).await;
+    let right = Node::start(&server, 1, "future", Policy::OncePerTick, &log).await;
+    ahead.fire_at(REAL).await;
+    let ran = runs(&log);
+    assert_eq!(ran.len(), 1, "the node ahead ran one tick: {ran:?}");
+    assert!(
+        ran[0].1 <= now_ms() + SECOND,
+        "it ran a tick due now, not in {}",
+        ran[0].1
+    );
+    // An older version's node wrote a tick of 2100; the record's write time gives it away.
+    let year_2100 = 4_102_444_800 * SECOND;
+    let stat = zk
+        .set_data(
+            &record_path("future"),
+            format!("tick={year_2100} state=done").as_bytes(),
+            None,
+        )
+        .await
+        .unwrap();
+    // The ticks of the next two seconds are not taken by that record (and the first may be
+    // taken anyway): wait until the real clock is past them.
+    wait_until("the real clock passed the record's write", || {
+        now_ms() > stat.mtime + 2 * SECOND + 100
+    })
+    .await;
+    right.fire_at(REAL).await;
+    let ran = runs(&log);
+    assert_eq!(
+        ran.len(),
+        2,
+        "the node with the right clock still runs the job: {ran:?}"
+    );
+    assert!(ran[1].1 > stat.mtime && ran[1].1 <= now_ms());
+}
+
+/// A record written by a later version, with a state and a key this version does not know, is
+/// honoured (its tick is taken) and does not stop the job; its unknown key survives the rewrite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_from_a_newer_version_is_honoured_and_its_keys_kept() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let node = Node::start(&server, 0, "newer", Policy::OncePerTick, &log).await;
+    let t = an_hour_ago();
+    let path = record_path("newer");
+    node.fire_at(t - SECOND).await; // creates the record
+    let newer = format!("tick={t} state=handed-over session=0x5 shard=eu-1 note=kept");
+    let stat = zk.set_data(&path, newer.as_bytes(), None).await.unwrap();
+    node.fire_at(t).await;
+    node.fire_at(t + SECOND).await;
+    assert_eq!(
+        runs(&log),
+        vec![(0, t - SECOND), (0, t + SECOND)],
+        "t was taken by the newer node"
+    );
+    let (data, after) = zk.get_data(&path).await.unwrap();
+    let record = TickRecord::decode(&data).unwrap().unwrap();
+    assert_eq!((record.tick, &record.state), (t + SECOND, &RunState::Done));
+    assert_eq!(record.other, vec!["shard=eu-1".to_owned(), "note=kept".to_owned()]);
+    assert!(record.intact(after.version) && after.version > stat.version);
+}
+
+/// A claim whose answer never came, though the server applied it, is run by the node's next
+/// fire (nobody else runs a tick the record shows taken); one that was not applied is offered
+/// again like any tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfirmed_claim_is_settled_by_the_next_fire() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let node = Node::start(&server, 0, "unconfirmed", Policy::OncePerTick, &log).await;
+    let path = record_path("unconfirmed");
+    let t = an_hour_ago();
+    node.fire_at(t).await;
+    // The claim of t+1 that a lost answer left unconfirmed: applied on the server.
+    let (data, stat) = zk.get_data(&path).await.unwrap();
+    let previous = TickRecord::decode(&data).unwrap();
+    let claim = TickRecord::next(
+        previous.as_ref(),
+        t + SECOND,
+        RunState::Running,
+        node.shared.client.session_id(),
+        stat.version,
+    );
+    zk.set_data(&path, &claim.encode(), Some(stat.version)).await.unwrap();
+    node.shared.serial.lock().await.unconfirmed = Some((claim, stat.version));
+    node.fire_at(t + SECOND).await;
+    // Not applied: the record stays at t+1 done.
+    let (data, stat) = zk.get_data(&path).await.unwrap();
+    let previous = TickRecord::decode(&data).unwrap();
+    assert_eq!(
+        previous.as_ref().map(|r| (r.tick, &r.state)),
+        Some((t + SECOND, &RunState::Done))
+    );
+    let claim = TickRecord::next(
+        previous.as_ref(),
+        t + 2 * SECOND,
+        RunState::Running,
+        node.shared.client.session_id(),
+        stat.version,
+    );
+    node.shared.serial.lock().await.unconfirmed = Some((claim, stat.version));
+    node.fire_at(t + 2 * SECOND).await;
+    let ticks: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    assert_eq!(ticks, vec![0, 1, 2]);
+}
+
+/// A run whose node died leaves the record `running`; the next node to hold the lock records it
+/// as lost, and does not run that tick again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_node_died_is_recorded_as_lost() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let node = Node::start(&server, 0, "orphan", Policy::OncePerTick, &log).await;
+    let path = record_path("orphan");
+    let t = an_hour_ago();
+    node.fire_at(t - SECOND).await;
+    let (_, stat) = zk.get_data(&path).await.unwrap();
+    let dead = TickRecord::next(None, t, RunState::Running, Some(0x7f00_0000_0000_0001), stat.version);
+    zk.set_data(&path, &dead.encode(), Some(stat.version)).await.unwrap();
+    node.fire_at(t).await;
+    assert_eq!(
+        runs(&log),
+        vec![(0, t - SECOND)],
+        "the dead node's tick is not run again"
+    );
+    let shown = job_records(&node.shared.client).await.unwrap();
+    assert_eq!(shown.len(), 1);
+    assert_eq!((shown[0].tick_ms, shown[0].state.as_str()), (Some(t), "lost"));
+    assert_eq!(shown[0].session.as_deref(), Some("0x7f00000000000001"));
+}
