@@ -282,8 +282,17 @@ impl LockGuard {
         Arc::strong_count(&self.hold)
     }
 
+    /// The handle of the session this lock is held in, for writes fenced by its node.
+    // Only singleton jobs ask (feature `scheduler`).
+    #[cfg_attr(not(feature = "scheduler"), allow(dead_code))]
+    pub(crate) fn zk(&self) -> Result<Arc<crate::zk::Client>, crate::zk::Error> {
+        self.hold.session.zk()
+    }
+
     /// The ensemble's clock now, estimated from the session this lock is held in
     /// ([`Session::server_now_ms`]).
+    // Only singleton jobs ask (feature `scheduler`).
+    #[cfg_attr(not(feature = "scheduler"), allow(dead_code))]
     pub(crate) fn server_now_ms(&self) -> Option<i64> {
         self.hold.session.server_now_ms()
     }

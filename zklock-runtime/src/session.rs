@@ -216,6 +216,8 @@ impl Session {
     /// The ensemble's clock now, as far as this session can tell: the last commit time seen plus
     /// the time passed here since its answer came (which the answer's travel time makes a
     /// little early). `None` before the session's first write.
+    // Only singleton jobs ask (feature `scheduler`).
+    #[cfg_attr(not(feature = "scheduler"), allow(dead_code))]
     pub fn server_now_ms(&self) -> Option<i64> {
         let (committed, at) = (*self.server_time.lock().unwrap_or_else(|e| e.into_inner()))?;
         Some(committed.saturating_add(at.elapsed().as_millis() as i64))

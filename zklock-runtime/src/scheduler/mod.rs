@@ -111,10 +111,14 @@
 //! with target `zklock::scheduler` and fields `job` and `tick`.
 
 mod clock;
+mod control;
+mod fire;
+mod history;
 mod policy;
 mod record;
 mod run;
 mod stats;
+mod store;
 #[cfg(test)]
 mod tests;
 mod ticks;
@@ -123,11 +127,17 @@ use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+/// IANA time zones for [`SingletonJob::time_zone`], re-exported so `zklock` users need no extra
+/// dependency.
+pub use chrono_tz;
 pub use clock::{Clock, OffsetClock, SystemClock};
+pub use control::{
+    job_history, job_records, pause_job, remove_job, reset_job, resume_job, trigger_job, JobRecord, JobSpec,
+};
+pub use history::{HistoryEntry, Outcome};
 #[allow(deprecated)]
 pub use policy::OnLoss;
 pub use policy::Policy;
-pub use record::JobRecord;
 pub use run::JobRun;
 pub use stats::{JobStats, StatsSnapshot};
 /// The scheduler this adapter plugs into, re-exported so `zklock` users need no extra
@@ -137,27 +147,14 @@ pub use tokio_cron_scheduler;
 use tokio_cron_scheduler::{Job, JobScheduler, JobSchedulerError};
 
 use crate::{LockClient, LockError};
-use record::RecordStore;
-use run::{RunFn, Shared};
+use fire::Shared;
+use run::{RunFn, RunLimits};
+use store::RecordStore;
 use ticks::Ticks;
 
-/// The tick records of every singleton job of `client`'s namespace: which tick each took last,
-/// how its run ended, which session took it, and when (the `zklock jobs` command).
-///
-/// ```no_run
-/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
-/// for job in zklock_runtime::scheduler::job_records(&client).await? {
-///     println!("{}: tick {:?} {}", job.job, job.tick_ms, job.state);
-/// }
-/// # Ok(()) }
-/// ```
-pub async fn job_records(client: &LockClient) -> Result<Vec<JobRecord>, LockError> {
-    let session = client.session(None).await?;
-    let zk = session.zk().map_err(|err| LockError::zk("read job records", err))?;
-    record::read_all(&zk, &record::records_root(client.namespace()))
-        .await
-        .map_err(|err| LockError::zk("read job records", err))
-}
+/// How often tokio-cron-scheduler calls a singleton job: each call reads the job's own schedule,
+/// in its time zone, and the operators' requests.
+const BEAT: &str = "* * * * * *";
 
 /// Why a singleton job could not be built or added.
 #[derive(Debug, thiserror::Error)]
@@ -228,8 +225,10 @@ pub struct SingletonJob {
     name: Arc<str>,
     client: LockClient,
     ticks: Ticks,
+    zone: chrono_tz::Tz,
     policy: Policy,
     on_lost: crate::OnLost,
+    max_run: Option<Duration>,
     clock: Arc<dyn Clock>,
     lock_wait: Option<Duration>,
     stats: JobStats,
@@ -241,8 +240,10 @@ impl std::fmt::Debug for SingletonJob {
         f.debug_struct("SingletonJob")
             .field("name", &self.name)
             .field("schedule", &self.schedule)
+            .field("time_zone", &self.zone)
             .field("policy", &self.policy)
             .field("on_lost", &self.on_lost)
+            .field("max_run", &self.max_run)
             .field("lock_wait", &self.lock_wait)
             .finish_non_exhaustive()
     }
@@ -293,8 +294,10 @@ impl SingletonJob {
             name: Arc::from(name),
             client: client.clone(),
             ticks,
+            zone: chrono_tz::Tz::UTC,
             policy: Policy::default(),
             on_lost: crate::OnLost::default(),
+            max_run: None,
             clock: Arc::new(SystemClock),
             lock_wait: None,
             stats: JobStats::new(name),
@@ -321,6 +324,30 @@ impl SingletonJob {
     #[allow(deprecated)]
     pub fn on_loss(self, on_loss: OnLoss) -> Self {
         self.on_lost(on_loss.into())
+    }
+
+    /// Reads the schedule's times in `zone` (default UTC), following its daylight saving
+    /// changes: a daily 02:30 in `Europe/Berlin` runs once on the spring-forward day (at 03:00,
+    /// the first moment after the gap) and once on the fall-back day (at the first 02:30).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), Box<dyn std::error::Error>> {
+    /// use zklock_runtime::scheduler::{chrono_tz::Europe::Berlin, SingletonJob};
+    ///
+    /// let job = SingletonJob::new_async("0 30 2 * * *", &client, "nightly", |_run| async {})?.time_zone(Berlin);
+    /// # let _ = job; Ok(()) }
+    /// ```
+    pub fn time_zone(mut self, zone: chrono_tz::Tz) -> Self {
+        self.zone = zone;
+        self
+    }
+
+    /// Aborts a run that takes longer than `max_run` (its task is dropped at its next `.await`)
+    /// and records it as timed out. Without it a run may hold the job's lock for as long as it
+    /// takes.
+    pub fn max_run(mut self, max_run: Duration) -> Self {
+        self.max_run = Some(max_run);
+        self
     }
 
     /// The clock used to map fires to ticks (default [`SystemClock`]); tests inject skew here.
@@ -350,10 +377,9 @@ impl SingletonJob {
 
     /// The tokio-cron-scheduler job to add to this node's `JobScheduler`.
     pub fn into_job(self) -> Result<Job, SchedulerError> {
-        let schedule = self.schedule.clone();
         let shared = self.into_shared()?;
-        Ok(Job::new_async(schedule, move |_id, _scheduler| {
-            Box::pin(run::fire(shared.clone()))
+        Ok(Job::new_async(BEAT, move |_id, _scheduler| {
+            Box::pin(fire::fire(shared.clone()))
         })?)
     }
 
@@ -361,13 +387,23 @@ impl SingletonJob {
     fn into_shared(self) -> Result<Arc<Shared>, SchedulerError> {
         let store = RecordStore::for_job(self.client.namespace(), &self.name);
         let lock = self.client.mutex(&self.name).map_err(SchedulerError::InvalidName)?;
+        let spec = JobSpec {
+            schedule: self.schedule,
+            time_zone: self.zone.name().to_owned(),
+            policy: self.policy.as_str().to_owned(),
+            node: self.client.identity().to_owned(),
+        };
         let shared = Arc::new(Shared {
             name: self.name,
             client: self.client,
             lock,
-            ticks: self.ticks,
+            ticks: self.ticks.in_zone(self.zone),
+            spec,
             policy: self.policy,
-            on_lost: self.on_lost,
+            limits: RunLimits {
+                on_lost: self.on_lost,
+                max_run: self.max_run,
+            },
             clock: self.clock,
             lock_wait: self.lock_wait,
             store,
@@ -375,6 +411,7 @@ impl SingletonJob {
             serial: tokio::sync::Mutex::default(),
             run: StdMutex::new(self.run),
             clock_ahead_reported: Default::default(),
+            seen: std::sync::atomic::AtomicI64::new(i64::MIN),
         });
         Ok(shared)
     }

@@ -23,6 +23,16 @@ pub enum Policy {
     Skip,
 }
 
+impl Policy {
+    /// The policy's name in a job's registration (`once_per_tick`, `skip`).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Policy::OncePerTick => "once_per_tick",
+            Policy::Skip => "skip",
+        }
+    }
+}
+
 /// What happens to a run whose node lost the job's lock while it was running (session expired,
 /// or disconnected long enough that it may have; see [`LockGuard::lost`](crate::LockGuard::lost)).
 ///

@@ -16,6 +16,8 @@ struct Counters {
     failures: AtomicU64,
     lost: AtomicU64,
     missed: AtomicU64,
+    timed_out: AtomicU64,
+    run_ms_total: AtomicU64,
     in_flight: AtomicU64,
     clock_skew_ms: AtomicI64,
     last_tick: AtomicI64,
@@ -50,9 +52,11 @@ pub struct StatsSnapshot {
     pub runs: u64,
     /// Fires on this node that ran nothing (tick already taken, job busy elsewhere).
     pub skips: u64,
-    /// Runs on this node that returned an error or panicked, and fires that could not decide
-    /// (ZooKeeper unreachable, unreadable tick record).
+    /// Runs on this node that returned an error, panicked or timed out, and fires that could
+    /// not decide (ZooKeeper unreachable, unreadable tick record).
     pub failures: u64,
+    /// Runs on this node aborted for outlasting `max_run`.
+    pub timed_out: u64,
     /// Runs on this node whose lock was lost while they ran, and ticks this node took whose
     /// claim may have been applied but could not be confirmed.
     pub lost: u64,
@@ -75,6 +79,8 @@ impl JobStats {
                 failures: AtomicU64::new(0),
                 lost: AtomicU64::new(0),
                 missed: AtomicU64::new(0),
+                timed_out: AtomicU64::new(0),
+                run_ms_total: AtomicU64::new(0),
                 in_flight: AtomicU64::new(0),
                 clock_skew_ms: AtomicI64::new(NONE),
                 last_tick: AtomicI64::new(NONE),
@@ -114,6 +120,17 @@ impl JobStats {
         self.inner.missed.load(Ordering::Relaxed)
     }
 
+    /// Runs on this node aborted for outlasting the job's `max_run` (also counted in
+    /// [`failures`](Self::failures)).
+    pub fn timed_out(&self) -> u64 {
+        self.inner.timed_out.load(Ordering::Relaxed)
+    }
+
+    /// The time runs on this node took, in total, in milliseconds (lost runs not included).
+    pub fn run_ms_total(&self) -> u64 {
+        self.inner.run_ms_total.load(Ordering::Relaxed)
+    }
+
     /// The scheduled tick of the latest run started on this node.
     pub fn last_tick(&self) -> Option<SystemTime> {
         load_tick(&self.inner.last_tick)
@@ -133,6 +150,7 @@ impl JobStats {
             failures: self.failures(),
             lost: self.lost(),
             missed: self.missed(),
+            timed_out: self.inner.timed_out.load(Ordering::Relaxed),
             last_tick: self.last_tick(),
             last_recorded_tick: self.last_recorded_tick(),
         }
@@ -191,9 +209,23 @@ impl JobStats {
         InFlight(self.inner.clone())
     }
 
-    pub(crate) fn ran(&self, tick: i64) {
+    /// A run started: for `tick`, or on request (`None`).
+    pub(crate) fn ran(&self, tick: Option<i64>) {
         self.inner.runs.fetch_add(1, Ordering::Relaxed);
-        self.inner.last_tick.fetch_max(tick, Ordering::Relaxed);
+        if let Some(tick) = tick {
+            self.inner.last_tick.fetch_max(tick, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn run_timed_out(&self) {
+        self.inner.failures.fetch_add(1, Ordering::Relaxed);
+        self.inner.timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn took(&self, took: std::time::Duration) {
+        self.inner
+            .run_ms_total
+            .fetch_add(took.as_millis() as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn skipped(&self) {

@@ -1,23 +1,32 @@
 //! Cron schedules as a sequence of ticks: which tick a moment belongs to, and its neighbours.
 //!
-//! Ticks are the schedule's fire times in UTC, the way `Job::new_async` of tokio-cron-scheduler
-//! reads a schedule (six or seven fields, seconds first). They are kept as milliseconds since the
-//! Unix epoch, which is also how they are stored in ZooKeeper.
+//! A schedule is read the way `Job::new_async` of tokio-cron-scheduler reads it (six or seven
+//! fields, seconds first), in a time zone (UTC unless the job names another). Ticks are kept as
+//! milliseconds since the Unix epoch, which is also how they are stored in ZooKeeper.
+//!
+//! Daylight saving time follows croner's forward search, which every node computes alike: a
+//! local time that does not exist on the spring-forward day runs at the first moment after the
+//! gap, and a local time that occurs twice on the fall-back day runs at the first of the two
+//! only. Every question here (the tick at a moment, the tick before another) is answered from
+//! that forward sequence, so the ticks are the same set whichever way they are walked.
 
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 
-/// A parsed cron schedule.
+/// A parsed cron schedule in a time zone.
 #[derive(Clone)]
 pub(crate) struct Ticks {
     cron: Cron,
+    zone: Tz,
 }
 
 impl Ticks {
-    /// Parses `schedule` with the same rules tokio-cron-scheduler applies to `Job::new_async`.
+    /// Parses `schedule` with the same rules tokio-cron-scheduler applies to `Job::new_async`;
+    /// its times are read in UTC until [`in_zone`](Self::in_zone).
     pub fn parse(schedule: &str) -> Result<Ticks, String> {
         let cron = CronParser::builder()
             .seconds(Seconds::Required)
@@ -25,36 +34,65 @@ impl Ticks {
             .build()
             .parse(schedule)
             .map_err(|e| e.to_string())?;
-        Ok(Ticks { cron })
+        Ok(Ticks { cron, zone: Tz::UTC })
+    }
+
+    /// The same schedule with its times read in `zone`.
+    pub fn in_zone(self, zone: Tz) -> Ticks {
+        Ticks { zone, ..self }
+    }
+
+    fn local(&self, ms: i64) -> Option<DateTime<Tz>> {
+        DateTime::<Utc>::from_timestamp_millis(ms).map(|t| t.with_timezone(&self.zone))
+    }
+
+    /// The first tick after `ms` (croner's forward search: the sequence itself).
+    fn next_after(&self, ms: i64) -> Option<i64> {
+        // Whole seconds, the schedule's resolution: croner keeps a fraction it is given.
+        let second = ms.div_euclid(1000).checked_mul(1000)?;
+        self.cron
+            .find_next_occurrence(&self.local(second)?, false)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    }
+
+    /// The latest tick at or before `ms` (`inclusive`) or strictly before it. Croner's backward
+    /// search may answer a moment the forward search never yields (around a DST change), so it
+    /// only finds a starting point two ticks back, from which the forward search walks up.
+    fn latest(&self, ms: i64, inclusive: bool) -> Option<i64> {
+        let back = |at: i64, inclusive: bool| {
+            self.cron
+                .find_previous_occurrence(&self.local(at)?, inclusive)
+                .ok()
+                .map(|t| t.timestamp_millis())
+        };
+        let start = back(ms, inclusive)?;
+        // A second before the starting point, so that it is yielded itself if it is a tick.
+        let mut at = back(start, false).unwrap_or(start).saturating_sub(1000);
+        let within = |t: i64| if inclusive { t <= ms } else { t < ms };
+        let mut latest = None;
+        while let Some(next) = self.next_after(at).filter(|t| within(*t)) {
+            latest = Some(next);
+            at = next;
+        }
+        latest
     }
 
     /// The latest tick at or before `now`: the tick a fire seen at `now` belongs to.
     pub fn tick_at(&self, now: SystemTime) -> Option<i64> {
         // Cron resolution is one second: drop the fraction, or the moment itself would match.
         let now: DateTime<Utc> = now.into();
-        let now = DateTime::<Utc>::from_timestamp(now.timestamp(), 0)?;
-        self.cron
-            .find_previous_occurrence(&now, true)
-            .ok()
-            .map(|t| t.timestamp_millis())
+        self.latest(now.timestamp().checked_mul(1000)?, true)
     }
 
     /// The tick before `tick`.
     pub fn before(&self, tick: i64) -> Option<i64> {
-        let at = DateTime::<Utc>::from_timestamp_millis(tick)?;
-        self.cron
-            .find_previous_occurrence(&at, false)
-            .ok()
-            .map(|t| t.timestamp_millis())
+        self.latest(tick, false)
     }
 
     /// The tick after `tick`.
     pub fn after(&self, tick: i64) -> Option<i64> {
-        let at = DateTime::<Utc>::from_timestamp_millis(tick)?;
-        self.cron
-            .find_next_occurrence(&at, false)
-            .ok()
-            .map(|t| t.timestamp_millis())
+        self.next_after(tick)
     }
 
     /// The gap between `tick` and the next tick (the period, for regular schedules).
@@ -198,5 +236,88 @@ mod tests {
         // A year back: the count stops at its bound instead of walking every second.
         let (_, missed) = due_ticks(&ticks, T - 365 * 86_400_000, T);
         assert_eq!(missed.unwrap().count, COUNT_MISSED_UP_TO);
+    }
+
+    /// Milliseconds of a local time in `zone`, taking the first when it occurs twice.
+    fn local_ms(zone: Tz, y: i32, mo: u32, d: u32, h: u32, mi: u32) -> i64 {
+        use chrono::TimeZone;
+        zone.with_ymd_and_hms(y, mo, d, h, mi, 0)
+            .earliest()
+            .unwrap()
+            .timestamp_millis()
+    }
+
+    /// Every tick from `from` to `to`, walked forward, and the same walked back from `to`.
+    fn walk(ticks: &Ticks, from: i64, to: i64) -> (Vec<i64>, Vec<i64>) {
+        let mut forward = Vec::new();
+        let mut at = from;
+        while let Some(next) = ticks.after(at).filter(|t| *t <= to) {
+            forward.push(next);
+            at = next;
+        }
+        let mut backward = Vec::new();
+        let mut at = ticks.tick_at(tick_time(to));
+        while let Some(tick) = at.filter(|t| *t > from) {
+            backward.push(tick);
+            at = ticks.before(tick);
+        }
+        backward.reverse();
+        (forward, backward)
+    }
+
+    #[test]
+    fn a_daily_local_time_runs_once_on_both_dst_change_days() {
+        let berlin: Tz = "Europe/Berlin".parse().unwrap();
+        let ticks = Ticks::parse("0 30 2 * * *").unwrap().in_zone(berlin);
+        // Spring forward (2026-03-29, 02:00 -> 03:00): 02:30 does not exist; it runs once,
+        // at 03:00 local (01:00 UTC).
+        let (forward, backward) = walk(
+            &ticks,
+            local_ms(berlin, 2026, 3, 28, 0, 0),
+            local_ms(berlin, 2026, 3, 31, 0, 0),
+        );
+        assert_eq!(forward, backward, "walked either way, the same ticks");
+        assert_eq!(
+            forward,
+            vec![
+                local_ms(berlin, 2026, 3, 28, 2, 30),
+                local_ms(berlin, 2026, 3, 29, 3, 0),
+                local_ms(berlin, 2026, 3, 30, 2, 30),
+            ]
+        );
+        // Fall back (2026-10-25, 03:00 -> 02:00): 02:30 happens twice; it runs once, at the
+        // first (00:30 UTC).
+        let (forward, backward) = walk(
+            &ticks,
+            local_ms(berlin, 2026, 10, 24, 0, 0),
+            local_ms(berlin, 2026, 10, 27, 0, 0),
+        );
+        assert_eq!(forward, backward, "walked either way, the same ticks");
+        assert_eq!(
+            forward,
+            vec![
+                local_ms(berlin, 2026, 10, 24, 2, 30),
+                local_ms(berlin, 2026, 10, 25, 2, 30),
+                local_ms(berlin, 2026, 10, 26, 2, 30),
+            ]
+        );
+        assert_eq!(local_ms(berlin, 2026, 10, 25, 2, 30), 1_792_888_200_000, "00:30 UTC");
+        // A moment in the repeated hour belongs to the day's one tick.
+        let second_half_hour = local_ms(berlin, 2026, 10, 25, 2, 30) + 3_600_000 + 60_000;
+        assert_eq!(
+            ticks.tick_at(tick_time(second_half_hour)),
+            Some(local_ms(berlin, 2026, 10, 25, 2, 30))
+        );
+    }
+
+    #[test]
+    fn a_zone_moves_the_ticks_by_its_offset() {
+        let new_york: Tz = "America/New_York".parse().unwrap();
+        let utc = Ticks::parse("0 0 9 * * *").unwrap();
+        let local = utc.clone().in_zone(new_york);
+        let now = tick_time(local_ms(new_york, 2026, 7, 1, 12, 0));
+        // 09:00 in New York in July is 13:00 UTC; at 12:00 local the day's tick has passed.
+        assert_eq!(local.tick_at(now), Some(local_ms(new_york, 2026, 7, 1, 9, 0)));
+        assert_eq!(utc.tick_at(now), Some(local_ms(new_york, 2026, 7, 1, 5, 0)));
     }
 }

@@ -1,158 +1,29 @@
-//! One node's fires driven one by one, with clocks the tests set, against a real server: which
-//! ticks run where, which are given up, and what the record says afterwards.
-//!
-//! The clocks read an hour before the real time, so the ensemble's clock never finds a tick in
-//! the future (except where a test means it to).
+//! Which ticks a beat runs: catch-up bound, skip policy, rewound records, clocks far ahead,
+//! records of later versions, unconfirmed claims, dead runs.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use super::*;
 
-use tokio::sync::Notify;
-use zklock_testing::ZkServer;
-
-use super::record::{RecordStore, RunState, TickRecord};
-use super::run::{fire, Shared};
-use super::ticks::MAX_CATCH_UP;
-use super::{job_records, Policy, SingletonJob};
-use crate::{zk, LockClient};
-
-const SECOND: i64 = 1000;
-
-/// Which node ran which tick, in the order the runs started.
-type Log = Arc<Mutex<Vec<(usize, i64)>>>;
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-/// A whole second an hour before now.
-fn an_hour_ago() -> i64 {
-    (now_ms() / SECOND - 3600) * SECOND
-}
-
-struct Node {
-    shared: Arc<Shared>,
-    /// What the node's clock reads, in ms since the epoch; `None` reads the real time plus
-    /// `offset`.
-    at: Arc<AtomicI64>,
-    /// The next run waits for `release` once, when set.
-    hold_next: Arc<AtomicBool>,
-    release: Arc<Notify>,
-}
-
-const REAL: i64 = i64::MIN;
-
-impl Node {
-    async fn start(server: &ZkServer, index: usize, job: &str, policy: Policy, log: &Log) -> Node {
-        Node::with_offset(server, index, job, policy, log, 0).await
-    }
-
-    /// A node whose clock, once set to [`REAL`], reads the real time plus `offset_ms`.
-    async fn with_offset(
-        server: &ZkServer,
-        index: usize,
-        job: &str,
-        policy: Policy,
-        log: &Log,
-        offset_ms: i64,
-    ) -> Node {
-        let client = LockClient::builder(server.connect_string())
-            .session_timeout(Duration::from_secs(4))
-            .connect()
-            .await
-            .expect("connect");
-        let at = Arc::new(AtomicI64::new(REAL));
-        let hold_next = Arc::new(AtomicBool::new(false));
-        let release = Arc::new(Notify::new());
-        let clock = {
-            let at = at.clone();
-            move || {
-                let ms = match at.load(Ordering::SeqCst) {
-                    REAL => now_ms() + offset_ms,
-                    ms => ms,
-                };
-                UNIX_EPOCH + Duration::from_millis(ms as u64)
-            }
-        };
-        let run = {
-            let (log, hold_next, release) = (log.clone(), hold_next.clone(), release.clone());
-            move |run: super::JobRun| {
-                let tick = run.tick().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
-                log.lock().unwrap().push((index, tick));
-                let (hold, release) = (hold_next.swap(false, Ordering::SeqCst), release.clone());
-                async move {
-                    if hold {
-                        release.notified().await;
-                    }
-                }
-            }
-        };
-        let job = SingletonJob::new_async("* * * * * *", &client, job, run)
-            .expect("valid job")
-            .policy(policy)
-            .clock(clock);
-        Node {
-            shared: job.into_shared().expect("job"),
-            at,
-            hold_next,
-            release,
-        }
-    }
-
-    /// Fires once with the clock at `ms`.
-    async fn fire_at(&self, ms: i64) {
-        self.at.store(ms, Ordering::SeqCst);
-        fire(self.shared.clone()).await;
-    }
-}
-
-async fn raw(server: &ZkServer) -> zk::Client {
-    zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(4))
-        .connect(&server.connect_string())
-        .await
-        .expect("connect raw client")
-}
-
-fn record_path(job: &str) -> String {
-    RecordStore::for_job("/zklock", job).path
-}
-
-async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !ready() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn runs(log: &Log) -> Vec<(usize, i64)> {
-    log.lock().unwrap().clone()
-}
-
-/// A fire that queued behind a run longer than many periods decides by the clock when its turn
-/// comes: it runs at most the catch-up bound of late ticks, counts the rest as missed, and
-/// never runs the stale tick it was fired for.
+/// Beats that come during a run longer than many periods add nothing; the first beat after it
+/// decides by the clock then: it runs at most the catch-up bound of late ticks, counts the rest
+/// as missed, and runs none of the stale ticks of the beats that came meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fire_queued_behind_a_long_run_keeps_the_catch_up_bound() {
+async fn a_beat_after_a_long_run_keeps_the_catch_up_bound() {
     let server = ZkServer::start().unwrap();
     let log = Log::default();
     let node = Arc::new(Node::start(&server, 0, "long-run", Policy::OncePerTick, &log).await);
     let t = an_hour_ago();
-    node.hold_next.store(true, Ordering::SeqCst);
+    node.then(Act::Hold);
     node.at.store(t, Ordering::SeqCst);
     let first = tokio::spawn(fire(node.shared.clone()));
     wait_until("the first run started", || runs(&log).len() == 1).await;
-    // The scheduler fires again a second later, while the run goes on: that fire queues.
-    node.at.store(t + SECOND, Ordering::SeqCst);
-    let second = tokio::spawn(fire(node.shared.clone()));
-    wait_until("the second fire queued", || node.shared.stats.fires_in_flight() == 2).await;
-    // The run ends half a minute later.
+    // The scheduler beats again a second later, while the run goes on: nothing to add.
+    node.fire_at(t + SECOND).await;
+    assert_eq!(runs(&log).len(), 1);
+    // The run ends half a minute later; the next beat comes.
     node.at.store(t + 30 * SECOND, Ordering::SeqCst);
     node.release.notify_one();
     first.await.unwrap();
-    second.await.unwrap();
+    node.fire_at(t + 30 * SECOND).await;
 
     let ran: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
     let late: Vec<i64> = (30 - MAX_CATCH_UP as i64..=30).collect();
@@ -219,7 +90,7 @@ async fn a_deleted_or_rolled_back_record_runs_no_tick_twice() {
     b.fire_at(t + 4 * SECOND).await;
     a.fire_at(t + 5 * SECOND).await;
     // Deleted: b has handled up to t+4 and would run t+5 again.
-    zk.delete(&record_path("rewound"), None).await.unwrap();
+    delete_tree(&zk, &record_path("rewound")).await;
     b.fire_at(t + 6 * SECOND).await;
     let ticks: Vec<(usize, i64)> = runs(&log)
         .iter()

@@ -1,0 +1,434 @@
+//! What operators do to singleton jobs across the cluster, from code or from `zklock jobs`:
+//! list them, read their history, pause, resume, trigger a run, reset, remove.
+//!
+//! Every action is a write to the job's znode or its children ([`super::store`]); the nodes
+//! running the job see it at their next look (a watch tells them within about a second).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::history::{self, HistoryEntry, Outcome};
+use super::record::TickRecord;
+use super::store::{records_root, Commit, RecordStore, WriteError, HISTORY, PAUSED, SPEC, TRIGGER_PREFIX};
+use super::ticks::Ticks;
+use crate::{zk, LockClient, LockError};
+
+/// The child a node whose registration differs from [`SPEC`] writes its own into.
+pub(crate) const SPEC_CONFLICT: &str = "spec-conflict";
+
+/// How a job was registered: its schedule, time zone and policy, as the first node to run it
+/// wrote them. A node that registers the job differently logs a warning and writes its own
+/// registration beside it ([`JobRecord::conflict`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct JobSpec {
+    /// The cron expression (seconds first).
+    pub schedule: String,
+    /// The IANA time zone its times are read in.
+    pub time_zone: String,
+    /// The overlap policy (`once_per_tick`, `skip`).
+    pub policy: String,
+    /// The identity of the node that wrote this.
+    pub node: String,
+}
+
+impl JobSpec {
+    /// Whether two registrations schedule the job alike (whoever wrote them).
+    pub(crate) fn agrees_with(&self, other: &JobSpec) -> bool {
+        (&self.schedule, &self.time_zone, &self.policy) == (&other.schedule, &other.time_zone, &other.policy)
+    }
+}
+
+/// One singleton job as an operator sees it ([`job_records`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct JobRecord {
+    /// The job's name (also the name of its lock).
+    pub job: String,
+    /// The last tick taken, in milliseconds since the Unix epoch; `None` before the first.
+    pub tick_ms: Option<i64>,
+    /// How that tick's run ended: `running`, `done`, `failed`, `lost` or `skipped` (or a state
+    /// written by a later version); `unreadable` when the record cannot be parsed, `forbidden`
+    /// when its ACL does not let this client read it, `none` before the first tick.
+    pub state: String,
+    /// The ZooKeeper session of the node that took the tick.
+    pub session: Option<String>,
+    /// When the record was last written, by ZooKeeper's clock (ms since the Unix epoch); 0 when
+    /// it could not be read.
+    pub written_ms: i64,
+    /// Whether the job is paused.
+    pub paused: bool,
+    /// Run-now requests not yet taken by a node.
+    pub triggers_pending: usize,
+    /// How the newest run in the history ended.
+    pub last_outcome: Option<Outcome>,
+    /// How the job was registered, when a node has said so.
+    pub spec: Option<JobSpec>,
+    /// A registration that differs from `spec` (a rolling deploy that changed the schedule, say).
+    pub conflict: Option<JobSpec>,
+    /// The next tick by `spec`'s schedule and time zone, in ms since the Unix epoch.
+    pub next_fire_ms: Option<i64>,
+}
+
+impl JobRecord {
+    fn new(job: String, state: &str) -> JobRecord {
+        JobRecord {
+            job,
+            tick_ms: None,
+            state: state.to_owned(),
+            session: None,
+            written_ms: 0,
+            paused: false,
+            triggers_pending: 0,
+            last_outcome: None,
+            spec: None,
+            conflict: None,
+            next_fire_ms: None,
+        }
+    }
+
+    /// The record's fields from the job node's data and stat.
+    pub(crate) fn read(job: String, data: &[u8], stat: &zk::Stat) -> JobRecord {
+        let mut shown = match TickRecord::decode(data) {
+            Ok(Some(record)) => JobRecord {
+                tick_ms: Some(record.tick),
+                session: record.session.map(|s| format!("{s:#x}")),
+                ..JobRecord::new(job, record.state.as_str())
+            },
+            Ok(None) => JobRecord::new(job, "none"),
+            Err(_) => JobRecord::new(job, "unreadable"),
+        };
+        shown.written_ms = stat.mtime;
+        shown
+    }
+}
+
+fn zk_error(op: &'static str) -> impl FnOnce(zk::Error) -> LockError {
+    move |err| LockError::zk(op, err)
+}
+
+async fn session_zk(client: &LockClient, op: &'static str) -> Result<std::sync::Arc<zk::Client>, LockError> {
+    let session = client.session(None).await?;
+    session.zk().map_err(zk_error(op))
+}
+
+fn store_of(client: &LockClient, job: &str) -> Result<RecordStore, LockError> {
+    crate::validate_name(job)?;
+    Ok(RecordStore::for_job(client.namespace(), job))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Every singleton job of `client`'s namespace: its last tick and how it ended, whether it is
+/// paused, pending run-now requests, the newest run's outcome, its registration and next tick
+/// (the `zklock jobs` command). A job whose node this client may not read is listed as
+/// `forbidden`; the others are still listed.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// for job in zklock_runtime::scheduler::job_records(&client).await? {
+///     println!("{}: tick {:?} {} paused={}", job.job, job.tick_ms, job.state, job.paused);
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn job_records(client: &LockClient) -> Result<Vec<JobRecord>, LockError> {
+    let zk = session_zk(client, "read job records").await?;
+    let root = records_root(client.namespace());
+    let mut jobs = match zk.list_children(&root).await {
+        Ok(jobs) => jobs,
+        Err(zk::Error::NoNode) => return Ok(Vec::new()),
+        Err(err) => return Err(LockError::zk("list job records", err)),
+    };
+    jobs.sort();
+    let reads = futures_util::future::join_all(
+        jobs.iter()
+            .map(|job| read_job(&zk, RecordStore::for_job(client.namespace(), job))),
+    )
+    .await;
+    let mut records = Vec::with_capacity(jobs.len());
+    for (job, read) in jobs.into_iter().zip(reads) {
+        match read {
+            Ok(Some(record)) => records.push(record),
+            // Removed between the listing and the read.
+            Ok(None) => {}
+            // One job this client may not read (its ACL) is shown as such.
+            Err(zk::Error::NoAuth) => records.push(JobRecord::new(job, "forbidden")),
+            Err(err) => return Err(LockError::zk("read job records", err)),
+        }
+    }
+    Ok(records)
+}
+
+async fn read_job(zk: &zk::Client, store: RecordStore) -> Result<Option<JobRecord>, zk::Error> {
+    let job = store.path.rsplit('/').next().unwrap_or_default().to_owned();
+    let (record, children, history, spec, conflict) = tokio::join!(
+        zk.get_data(&store.path),
+        zk.list_children(&store.path),
+        zk.get_data(&store.child(HISTORY)),
+        zk.get_data(&store.child(SPEC)),
+        zk.get_data(&store.child(SPEC_CONFLICT)),
+    );
+    let (data, stat) = match record {
+        Ok(read) => read,
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let mut shown = JobRecord::read(job, &data, &stat);
+    let children = children.unwrap_or_default();
+    shown.paused = children.iter().any(|c| c == PAUSED);
+    shown.triggers_pending = children.iter().filter(|c| c.starts_with(TRIGGER_PREFIX)).count();
+    shown.last_outcome = history
+        .ok()
+        .and_then(|(data, _)| history::parse(&data).into_iter().next())
+        .map(|entry| entry.outcome);
+    let spec_of = |read: Result<(Vec<u8>, zk::Stat), zk::Error>| {
+        read.ok()
+            .and_then(|(data, _)| serde_json::from_slice::<JobSpec>(&data).ok())
+    };
+    shown.spec = spec_of(spec);
+    shown.conflict = spec_of(conflict);
+    shown.next_fire_ms = shown.spec.as_ref().and_then(|spec| {
+        let zone = spec.time_zone.parse().ok()?;
+        Ticks::parse(&spec.schedule).ok()?.in_zone(zone).after(now_ms())
+    });
+    Ok(Some(shown))
+}
+
+/// The latest runs of `job`, newest first (at most 50): tick, node, start, duration, outcome,
+/// error. Empty for a job that never ran.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// for run in zklock_runtime::scheduler::job_history(&client, "nightly-report").await? {
+///     println!("{:?} on {}: {:?} in {} ms", run.tick, run.node, run.outcome, run.duration_ms);
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn job_history(client: &LockClient, job: &str) -> Result<Vec<HistoryEntry>, LockError> {
+    let store = store_of(client, job)?;
+    let zk = session_zk(client, "read job history").await?;
+    match zk.get_data(&store.child(HISTORY)).await {
+        Ok((data, _)) => Ok(history::parse(&data)),
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        Err(err) => Err(LockError::zk("read job history", err)),
+    }
+}
+
+/// Pauses `job` on every node: no tick of it runs anywhere until [`resume_job`]; each tick that
+/// passes meanwhile is recorded as skipped (once) and never replayed. A run already going is
+/// not stopped; run-now requests are still served. Returns whether the job was running before
+/// (`false`: it was paused already).
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// use zklock_runtime::scheduler::{pause_job, resume_job};
+/// pause_job(&client, "nightly-report").await?;
+/// // ... maintenance ...
+/// resume_job(&client, "nightly-report").await?;
+/// # Ok(()) }
+/// ```
+pub async fn pause_job(client: &LockClient, job: &str) -> Result<bool, LockError> {
+    let store = store_of(client, job)?;
+    let zk = session_zk(client, "pause job").await?;
+    let acls = client.inner.config.acls();
+    let note = format!("by={} at={}", client.identity().replace(' ', "_"), now_ms());
+    let options = zk::CreateMode::Persistent.with_acls(acls);
+    loop {
+        match zk.create(&store.child(PAUSED), note.as_bytes(), &options).await {
+            Ok(_) => return Ok(true),
+            Err(zk::Error::NodeExists) => return Ok(false),
+            Err(zk::Error::NoNode) => store.create(&zk, acls).await.map_err(zk_error("pause job"))?,
+            Err(err) => return Err(LockError::zk("pause job", err)),
+        }
+    }
+}
+
+/// Resumes a job paused with [`pause_job`]: its next tick runs as usual; the ticks that passed
+/// while it was paused are not replayed. Returns whether it was paused.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// let was_paused = zklock_runtime::scheduler::resume_job(&client, "nightly-report").await?;
+/// # Ok(()) }
+/// ```
+pub async fn resume_job(client: &LockClient, job: &str) -> Result<bool, LockError> {
+    let store = store_of(client, job)?;
+    let zk = session_zk(client, "resume job").await?;
+    match zk.delete(&store.child(PAUSED), None).await {
+        Ok(()) => Ok(true),
+        Err(zk::Error::NoNode) => Ok(false),
+        Err(err) => Err(LockError::zk("resume job", err)),
+    }
+}
+
+/// Asks for one run of `job` now, on exactly one node that runs the job (within about a second
+/// when the job is idle; after the current run otherwise), also while the job is paused. The run
+/// does not touch the schedule's tick record; its history entry has no tick. Returns the
+/// request's name (`trigger-<n>`); it disappears once a node takes it.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// let request = zklock_runtime::scheduler::trigger_job(&client, "nightly-report").await?;
+/// # Ok(()) }
+/// ```
+pub async fn trigger_job(client: &LockClient, job: &str) -> Result<String, LockError> {
+    let store = store_of(client, job)?;
+    let zk = session_zk(client, "trigger job").await?;
+    let acls = client.inner.config.acls();
+    let note = format!("by={} at={}", client.identity().replace(' ', "_"), now_ms());
+    let options = zk::CreateMode::PersistentSequential.with_acls(acls);
+    loop {
+        match zk.create(&store.child(TRIGGER_PREFIX), note.as_bytes(), &options).await {
+            Ok((_, sequence)) => return Ok(format!("{TRIGGER_PREFIX}{sequence}")),
+            Err(zk::Error::NoNode) => store.create(&zk, acls).await.map_err(zk_error("trigger job"))?,
+            Err(err) => return Err(LockError::zk("trigger job", err)),
+        }
+    }
+}
+
+/// Clears `job`'s tick record and history, under the job's lock (waiting at most `wait` for a
+/// run to end): the next tick runs as a first tick would, no late ticks are run from before the
+/// reset. Pause and pending run-now requests are kept. Returns whether the job existed.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// use std::time::Duration;
+/// zklock_runtime::scheduler::reset_job(&client, "nightly-report", Duration::from_secs(10)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result<bool, LockError> {
+    let store = store_of(client, job)?;
+    let zk = session_zk(client, "reset job").await?;
+    if !exists(&zk, &store.path, "reset job").await? {
+        return Ok(false);
+    }
+    let guard = client.mutex(job)?.acquire_timeout(wait).await?;
+    let state = store
+        .read_state(&zk, client.inner.config.acls())
+        .await
+        .map_err(zk_error("reset job"))?;
+    let commit = Commit {
+        record: Some((Vec::new(), state.stat.version)),
+        history: Some(b"[]".to_vec()),
+        take: None,
+    };
+    let done = store.commit(&zk, guard.node_path(), commit).await;
+    guard.release().await?;
+    match done {
+        Ok(_) => Ok(true),
+        Err(WriteError::ZooKeeper(err)) => Err(LockError::zk("reset job", err)),
+        Err(err) => Err(LockError::Connection(format!("reset job: {err}"))),
+    }
+}
+
+/// Deletes everything `job` keeps in ZooKeeper (tick record, history, pause, requests,
+/// registration), under the job's lock (waiting at most `wait`), for a job no node runs any
+/// more. A node still running it starts afresh at its next tick. Returns whether it existed.
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// use std::time::Duration;
+/// zklock_runtime::scheduler::remove_job(&client, "retired-job", Duration::from_secs(10)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn remove_job(client: &LockClient, job: &str, wait: Duration) -> Result<bool, LockError> {
+    let store = store_of(client, job)?;
+    let zk = session_zk(client, "remove job").await?;
+    if !exists(&zk, &store.path, "remove job").await? {
+        return Ok(false);
+    }
+    let guard = client.mutex(job)?.acquire_timeout(wait).await?;
+    // A request created between the listing and the delete makes the multi fail: list again.
+    let mut outcome = Ok(true);
+    for _ in 0..5 {
+        let children = match zk.list_children(&store.path).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => break,
+            Err(err) => {
+                outcome = Err(LockError::zk("remove job", err));
+                break;
+            }
+        };
+        let mut multi = zk.new_multi_writer();
+        let mut add = || -> Result<(), zk::Error> {
+            multi.add_check_version(guard.node_path(), -1)?;
+            for child in &children {
+                multi.add_delete(&store.child(child), None)?;
+            }
+            multi.add_delete(&store.path, None)
+        };
+        if let Err(err) = add() {
+            outcome = Err(LockError::zk("remove job", err));
+            break;
+        }
+        match multi.commit().await {
+            Ok(_) => break,
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NotEmpty | zk::Error::NoNode,
+                ..
+            }) => continue,
+            Err(err) => {
+                outcome = Err(LockError::zk("remove job", err.into()));
+                break;
+            }
+        }
+    }
+    guard.release().await?;
+    outcome
+}
+
+async fn exists(zk: &zk::Client, path: &str, op: &'static str) -> Result<bool, LockError> {
+    match zk.check_stat(path).await {
+        Ok(stat) => Ok(stat.is_some()),
+        Err(err) => Err(LockError::zk(op, err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn stat(mtime: i64) -> zk::Stat {
+        zk::Stat {
+            czxid: 1,
+            mzxid: 2,
+            pzxid: 1,
+            ctime: 0,
+            mtime,
+            version: 3,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 0,
+            data_length: 0,
+            num_children: 0,
+        }
+    }
+
+    proptest! {
+        /// Node data is anyone's bytes: an operator's listing shows the record's state, `none`
+        /// or `unreadable`, and never fails.
+        #[test]
+        fn any_bytes_are_shown(data in prop_oneof![
+            any::<Vec<u8>>(),
+            "((tick|state|session)=[-+0-9a-z]{0,20}|[=a-z]{0,6})( (tick|state|session)=[-+0-9a-z]{0,20}){0,3}"
+                .prop_map(String::into_bytes),
+        ], mtime: i64) {
+            let decoded = TickRecord::decode(&data);
+            let shown = JobRecord::read("job".into(), &data, &stat(mtime));
+            let expected = match &decoded {
+                Ok(Some(rec)) => rec.state.as_str().to_owned(),
+                Ok(None) => "none".to_owned(),
+                Err(_) => "unreadable".to_owned(),
+            };
+            prop_assert_eq!(shown.state, expected);
+            prop_assert_eq!(shown.tick_ms, decoded.ok().flatten().map(|rec| rec.tick));
+            prop_assert_eq!(shown.written_ms, mtime);
+        }
+    }
+}

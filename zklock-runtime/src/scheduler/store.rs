@@ -1,0 +1,308 @@
+//! Where a singleton job's state lives in ZooKeeper, and the fenced writes that change it.
+//!
+//! Every job has one persistent znode, `<namespace>.jobs/<job>`, outside the lock namespace (a
+//! lock directory is a container node the server reaps when empty, and its children must be
+//! contenders only). Its data is the tick record ([`super::record`]); its children hold the rest
+//! of the job's state, so that listing `<namespace>.jobs` lists jobs and nothing else:
+//!
+//! | child        | what it is                                                        | written by |
+//! |--------------|-------------------------------------------------------------------|------------|
+//! | `history`    | the latest runs, JSON ([`super::history`])                        | the lock holder |
+//! | `paused`     | exists while the job is paused                                    | operators |
+//! | `trigger-N`  | one request to run the job now (sequential)                       | operators; deleted by the node that runs it |
+//! | `spec`       | the schedule, time zone and policy the first node registered     | the first node |
+//!
+//! The lock holder's writes are fenced: one multi-operation checks that its lock contender node
+//! still exists (and the record its version), so a node that lost the lock changes nothing.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::history;
+use super::record::TickRecord;
+use crate::error::is_transient;
+use crate::zk;
+
+/// The child that exists while a job is paused.
+pub(crate) const PAUSED: &str = "paused";
+/// The child holding a job's run history.
+pub(crate) const HISTORY: &str = "history";
+/// The prefix of run-now requests.
+pub(crate) const TRIGGER_PREFIX: &str = "trigger-";
+/// The child describing how the job was registered.
+pub(crate) const SPEC: &str = "spec";
+
+/// Where the records of a client's jobs live (`<namespace>.jobs`).
+pub(crate) fn records_root(namespace: &str) -> String {
+    let ns = namespace.trim_end_matches('/');
+    if ns.is_empty() {
+        "/zklock.jobs".to_owned()
+    } else {
+        format!("{ns}.jobs")
+    }
+}
+
+/// One job's znode.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordStore {
+    pub path: String,
+}
+
+/// What the lock holder reads at the start of a hold, in one round trip.
+pub(crate) struct JobState {
+    pub record: Result<Option<TickRecord>, String>,
+    pub stat: zk::Stat,
+    pub paused: bool,
+    /// Pending run-now requests, oldest first.
+    pub triggers: Vec<String>,
+    /// The history as written, newest first.
+    pub history: Vec<Value>,
+}
+
+/// One fenced write of the lock holder.
+#[derive(Default)]
+pub(crate) struct Commit<'a> {
+    /// The tick record's new data (empty: cleared) and the version it must still have.
+    pub record: Option<(Vec<u8>, i32)>,
+    /// The new history.
+    pub history: Option<Vec<u8>>,
+    /// A run-now request to take (delete): it must still be there.
+    pub take: Option<&'a str>,
+}
+
+/// Why a fenced write did not happen.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    /// Our contender node is gone or the record changed since we read it: we no longer hold
+    /// the lock, or someone writes without it.
+    Fenced,
+    /// The run-now request is gone: another node took it.
+    Taken,
+    /// ZooKeeper could not be asked.
+    ZooKeeper(zk::Error),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Fenced => {
+                f.write_str("the lock node is gone or the record changed since it was read under the lock")
+            }
+            WriteError::Taken => f.write_str("the request was taken by another node"),
+            WriteError::ZooKeeper(e) => write!(f, "ZooKeeper: {e}"),
+        }
+    }
+}
+
+impl RecordStore {
+    /// The znode of `job` for a client whose lock namespace is `namespace`.
+    pub fn for_job(namespace: &str, job: &str) -> RecordStore {
+        RecordStore {
+            path: format!("{}/{job}", records_root(namespace)),
+        }
+    }
+
+    /// The path of the job's child `name`.
+    pub fn child(&self, name: &str) -> String {
+        format!("{}/{name}", self.path)
+    }
+
+    /// Reads the record with its stat, the job's children and its history, creating the job's
+    /// node and its history first where they do not exist.
+    pub async fn read_state(&self, zk: &zk::Client, acls: zk::Acls<'_>) -> Result<JobState, zk::Error> {
+        let history_path = self.child(HISTORY);
+        loop {
+            let (record, children, history) = tokio::join!(
+                zk.get_data(&self.path),
+                zk.list_children(&self.path),
+                zk.get_data(&history_path)
+            );
+            let (data, stat) = match record {
+                Ok(read) => read,
+                Err(zk::Error::NoNode) => {
+                    self.create(zk, acls).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let history = match history {
+                Ok((data, _)) => history::parse_raw(&data),
+                Err(zk::Error::NoNode) => {
+                    let options = zk::CreateMode::Persistent.with_acls(acls);
+                    match zk.create(&history_path, b"[]", &options).await {
+                        Ok(_) | Err(zk::Error::NodeExists) => {}
+                        // The job's node went away meanwhile: start over.
+                        Err(zk::Error::NoNode) => continue,
+                        Err(e) => return Err(e),
+                    }
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
+            let mut children = match children {
+                Ok(children) => children,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(e),
+            };
+            children.sort();
+            return Ok(JobState {
+                record: TickRecord::decode(&data),
+                stat,
+                paused: children.iter().any(|c| c == PAUSED),
+                triggers: children.into_iter().filter(|c| c.starts_with(TRIGGER_PREFIX)).collect(),
+                history,
+            });
+        }
+    }
+
+    /// Creates the job's (empty) node and its parents.
+    pub async fn create(&self, zk: &zk::Client, acls: zk::Acls<'_>) -> Result<(), zk::Error> {
+        let options = zk::CreateMode::Persistent.with_acls(acls);
+        let mut at = 0;
+        while let Some(next) = self.path[at + 1..].find('/') {
+            at += 1 + next;
+            match zk.create(&self.path[..at], b"", &options).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match zk.create(&self.path, b"", &options).await {
+            Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Applies `commit` if our lock node `lock_node` still exists (and the record still has the
+    /// version given, and the request to take is still there); returns the record's new stat
+    /// when the record was written (its version, and its `mtime`: the ensemble's commit time).
+    pub async fn commit(
+        &self,
+        zk: &zk::Client,
+        lock_node: &str,
+        commit: Commit<'_>,
+    ) -> Result<Option<zk::Stat>, WriteError> {
+        let mut multi = zk.new_multi_writer();
+        multi.add_check_version(lock_node, -1).map_err(WriteError::ZooKeeper)?;
+        let data = commit.record;
+        if let Some((data, version)) = &data {
+            multi
+                .add_set_data(&self.path, data, Some(*version))
+                .map_err(WriteError::ZooKeeper)?;
+        }
+        let history_path = self.child(HISTORY);
+        if let Some(history) = &commit.history {
+            multi
+                .add_set_data(&history_path, history, None)
+                .map_err(WriteError::ZooKeeper)?;
+        }
+        let take_index = 1 + usize::from(data.is_some()) + usize::from(commit.history.is_some());
+        let take = commit.take.map(|name| self.child(name));
+        if let Some(take) = &take {
+            multi.add_delete(take, None).map_err(WriteError::ZooKeeper)?;
+        }
+        match multi.commit().await {
+            Ok(results) if data.is_some() => match results.into_iter().nth(1) {
+                Some(zk::MultiWriteResult::SetData { stat }) => Ok(Some(stat)),
+                _ => Err(WriteError::ZooKeeper(zk::Error::UnexpectedError(
+                    "multi-operation answered without the set-data result".into(),
+                ))),
+            },
+            Ok(_) => Ok(None),
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NoNode,
+                index,
+            }) if take.is_some() && index == take_index => Err(WriteError::Taken),
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NoNode | zk::Error::BadVersion,
+                ..
+            }) => Err(WriteError::Fenced),
+            Err(e) => Err(WriteError::ZooKeeper(e.into())),
+        }
+    }
+
+    /// After a write of `record` over `version` failed without a definite answer (the
+    /// connection dropped: the multi-operation may or may not have been applied), finds out
+    /// which: syncs and re-reads the record until the server answers, for at most `within`.
+    /// `Some(stat)` when the record is at `version + 1` and is exactly `record`, which carries
+    /// this session's id, so only our write can have put it there (the multi is atomic, so it
+    /// also passed its lock check); `None` when it was not applied or cannot be told.
+    pub async fn confirm(
+        &self,
+        zk: &zk::Client,
+        record: &TickRecord,
+        version: i32,
+        within: Duration,
+    ) -> Option<zk::Stat> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let (_, read) = tokio::join!(zk.sync(&self.path), zk.get_data(&self.path));
+            match read {
+                Ok((data, stat)) => {
+                    let ours = stat.version == version + 1
+                        && TickRecord::decode(&data).ok().flatten().as_ref() == Some(record);
+                    return ours.then_some(stat);
+                }
+                Err(err) if is_transient(&err) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::record::RunState;
+    use super::*;
+
+    /// A claim whose multi-operation was applied but whose answer was lost (a connection drop
+    /// during failover) is recognised from the record itself; a record someone else wrote, or
+    /// one written again since, is not taken for ours.
+    #[tokio::test]
+    async fn an_applied_claim_whose_answer_was_lost_is_recognised() {
+        let server = zklock_testing::ZkServer::start().unwrap();
+        let zk = zk::Client::connector()
+            .with_session_timeout(std::time::Duration::from_secs(4))
+            .connect(&server.connect_string())
+            .await
+            .unwrap();
+        let store = RecordStore::for_job("/zklock", "ambiguous");
+        let stat = store.read_state(&zk, zk::Acls::anyone_all()).await.unwrap().stat;
+        let version = stat.version;
+        let ours = TickRecord::next(
+            None,
+            1_718_000_000_000,
+            RunState::Running,
+            Some(zk.session_id().0),
+            version,
+        );
+        let within = std::time::Duration::from_secs(5);
+        // Not applied: the record is still at `version`.
+        assert!(store.confirm(&zk, &ours, version, within).await.is_none());
+        // Applied (the write went through; only its answer is missing).
+        zk.set_data(&store.path, &ours.encode(), Some(version)).await.unwrap();
+        let stat = store
+            .confirm(&zk, &ours, version, within)
+            .await
+            .expect("recognised as ours");
+        assert_eq!(stat.version, version + 1);
+        // Another session's claim of the same tick is not ours.
+        let theirs = TickRecord {
+            session: Some(zk.session_id().0 + 1),
+            ..ours.clone()
+        };
+        assert!(store.confirm(&zk, &theirs, version, within).await.is_none());
+        // Written again since: not the version our write would have made.
+        zk.set_data(&store.path, &ours.encode(), None).await.unwrap();
+        assert!(store.confirm(&zk, &ours, version, within).await.is_none());
+    }
+
+    #[test]
+    fn records_live_beside_the_lock_namespace() {
+        assert_eq!(RecordStore::for_job("/zklock", "report").path, "/zklock.jobs/report");
+        assert_eq!(RecordStore::for_job("/apps/locks/", "r").path, "/apps/locks.jobs/r");
+        assert_eq!(RecordStore::for_job("/", "r").path, "/zklock.jobs/r");
+    }
+}

@@ -1,0 +1,285 @@
+//! What operators' requests do to the nodes running a job, and what the history keeps:
+//! pause and resume, run-now requests, reset and removal, run outcomes, registrations that
+//! differ, and time zones across daylight saving changes.
+
+use super::*;
+use crate::scheduler::{remove_job, reset_job, HistoryEntry};
+
+fn outcomes(history: &[HistoryEntry]) -> Vec<(Option<i64>, Outcome)> {
+    history.iter().map(|e| (e.tick, e.outcome.clone())).collect()
+}
+
+/// A paused job runs on no node; each paused tick is taken as skipped (one history entry for
+/// the whole pause), and none of them is replayed after the resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_job_runs_nowhere_and_resumes_without_replaying() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let a = Node::start(&server, 0, "paused", Policy::OncePerTick, &log).await;
+    let b = Node::start(&server, 1, "paused", Policy::Skip, &log).await;
+    let t = an_hour_ago();
+    a.fire_at(t).await;
+    assert!(pause_job(&a.shared.client, "paused").await.unwrap());
+    assert!(!pause_job(&a.shared.client, "paused").await.unwrap(), "paused already");
+    for second in 1..=3 {
+        a.fire_at(t + second * SECOND).await;
+        b.fire_at(t + second * SECOND).await;
+    }
+    let shown = job_records(&a.shared.client).await.unwrap();
+    assert!(shown[0].paused);
+    assert_eq!(shown[0].state, "skipped");
+    assert!(resume_job(&b.shared.client, "paused").await.unwrap());
+    assert!(
+        !resume_job(&b.shared.client, "paused").await.unwrap(),
+        "resumed already"
+    );
+    b.fire_at(t + 4 * SECOND).await;
+    a.fire_at(t + 5 * SECOND).await;
+    assert_eq!(runs(&log), vec![(0, t), (1, t + 4 * SECOND), (0, t + 5 * SECOND)]);
+    let history = job_history(&a.shared.client, "paused").await.unwrap();
+    assert_eq!(
+        outcomes(&history),
+        vec![
+            (Some(t + 5 * SECOND), Outcome::Ok),
+            (Some(t + 4 * SECOND), Outcome::Ok),
+            (Some(t + SECOND), Outcome::Skipped),
+            (Some(t), Outcome::Ok),
+        ]
+    );
+    assert_eq!(history[2].error.as_deref(), Some("paused"));
+}
+
+/// Beats both nodes, in turn, until a run-now request was run (a node's watch of the job's node
+/// tells it of the request within moments), then some more: exactly one of them ran it.
+async fn beat_until_served(nodes: [&Node; 2], at: i64, log: &Log) -> usize {
+    let before = runs(log).len();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while runs(log).len() == before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the request was not served: {:?}",
+            runs(log)
+        );
+        for node in nodes {
+            node.fire_at(at).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for node in nodes {
+        node.fire_at(at).await;
+    }
+    let ran = runs(log);
+    assert_eq!(ran.len(), before + 1, "one run per request: {ran:?}");
+    let (node, tick) = ran[before];
+    assert_eq!(tick, TRIGGERED);
+    node
+}
+
+/// A run-now request runs the job once, on one node, without a tick and without touching the
+/// tick record, also while the job is paused; the request is gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_runs_once_on_one_node_also_while_paused() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let a = Node::start(&server, 0, "now", Policy::OncePerTick, &log).await;
+    let b = Node::start(&server, 1, "now", Policy::OncePerTick, &log).await;
+    let t = an_hour_ago();
+    a.fire_at(t).await;
+    b.fire_at(t).await; // both nodes have handled t: only a request makes them run now
+    let tick_record = || async {
+        zk.get_data(&record_path("now"))
+            .await
+            .map(|(data, stat)| (data, stat.mzxid))
+            .unwrap()
+    };
+    let before = tick_record().await;
+    let request = trigger_job(&a.shared.client, "now").await.unwrap();
+    assert!(request.starts_with("trigger-"), "{request}");
+    assert_eq!(job_records(&a.shared.client).await.unwrap()[0].triggers_pending, 1);
+    let first = beat_until_served([&a, &b], t, &log).await;
+    assert_eq!(tick_record().await, before, "the tick record is untouched");
+    assert_eq!(job_records(&a.shared.client).await.unwrap()[0].triggers_pending, 0);
+
+    pause_job(&a.shared.client, "now").await.unwrap();
+    trigger_job(&b.shared.client, "now").await.unwrap();
+    let second = beat_until_served([&b, &a], t, &log).await;
+    let history = job_history(&a.shared.client, "now").await.unwrap();
+    assert_eq!(
+        outcomes(&history),
+        vec![(None, Outcome::Ok), (None, Outcome::Ok), (Some(t), Outcome::Ok)]
+    );
+    let node = |index: usize| format!("node-{index}");
+    assert_eq!(
+        (history[0].node.clone(), history[1].node.clone()),
+        (node(second), node(first))
+    );
+}
+
+/// Every way a run ends is kept in the history, newest first, with its error's text; a run
+/// that outlasts `max_run` is aborted and recorded as timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_keeps_how_each_run_ended() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let node = Node::custom(&server, 0, "outcomes", &log, 0, "* * * * * *", |job| {
+        job.max_run(Duration::from_millis(300))
+    })
+    .await;
+    node.then(Act::Fail("disk full"));
+    node.then(Act::Panic);
+    node.then(Act::Sleep(Duration::from_secs(30)));
+    let t = an_hour_ago();
+    for second in 0..4 {
+        node.fire_at(t + second * SECOND).await;
+    }
+    let history = job_history(&node.shared.client, "outcomes").await.unwrap();
+    assert_eq!(
+        outcomes(&history),
+        vec![
+            (Some(t + 3 * SECOND), Outcome::Ok),
+            (Some(t + 2 * SECOND), Outcome::TimedOut),
+            (Some(t + SECOND), Outcome::Panicked),
+            (Some(t), Outcome::Failed),
+        ]
+    );
+    assert_eq!(history[3].error.as_deref(), Some("disk full"));
+    assert_eq!(history[2].error.as_deref(), Some("panicked: the job broke"));
+    assert!(
+        history[1].duration_ms >= 300 && history[1].duration_ms < 30_000,
+        "{:?}",
+        history[1]
+    );
+    assert!(history.iter().all(|e| e.node == "node-0"));
+    let stats = node.shared.stats.snapshot();
+    assert_eq!((stats.runs, stats.failures, stats.timed_out), (4, 3, 1));
+    // The record says how the latest tick ended; a timed-out one is a failed run.
+    let shown = job_records(&node.shared.client).await.unwrap();
+    assert_eq!(
+        (shown[0].tick_ms, shown[0].state.as_str()),
+        (Some(t + 3 * SECOND), "done")
+    );
+    assert_eq!(shown[0].last_outcome, Some(Outcome::Ok));
+}
+
+/// A reset clears the record and the history: the next beat runs only its own tick. A removed
+/// job leaves nothing behind, and a node still running it starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_and_remove_clear_a_job() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let node = Node::start(&server, 0, "cleared", Policy::OncePerTick, &log).await;
+    let client = node.shared.client.clone();
+    let wait = Duration::from_secs(5);
+    let t = an_hour_ago();
+    node.fire_at(t).await;
+    assert!(reset_job(&client, "cleared", wait).await.unwrap());
+    assert!(job_history(&client, "cleared").await.unwrap().is_empty());
+    assert_eq!(job_records(&client).await.unwrap()[0].state, "none");
+    node.fire_at(t + 3 * SECOND).await;
+    assert_eq!(
+        runs(&log),
+        vec![(0, t), (0, t + 3 * SECOND)],
+        "no late ticks after a reset"
+    );
+
+    pause_job(&client, "cleared").await.unwrap();
+    trigger_job(&client, "cleared").await.unwrap();
+    assert!(remove_job(&client, "cleared", wait).await.unwrap());
+    assert!(zk.check_stat(&record_path("cleared")).await.unwrap().is_none());
+    assert!(job_records(&client).await.unwrap().is_empty());
+    assert!(!remove_job(&client, "cleared", wait).await.unwrap(), "gone already");
+    assert!(!reset_job(&client, "cleared", wait).await.unwrap());
+    node.fire_at(t + 5 * SECOND).await;
+    node.fire_at(t + 6 * SECOND).await;
+    assert_eq!(
+        runs(&log).last(),
+        Some(&(0, t + 6 * SECOND)),
+        "the node runs the job afresh"
+    );
+}
+
+/// Nodes that register one job name with different schedules are told: the first registration
+/// stays, the differing one is noted beside it, and operators see both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_registered_twice_differently_is_shown() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let berlin: chrono_tz::Tz = "Europe/Berlin".parse().unwrap();
+    let old = Node::custom(&server, 0, "deploy", &log, 0, "0 */5 * * * *", |job| job).await;
+    let new = Node::custom(&server, 1, "deploy", &log, 0, "0 */10 * * * *", |job| {
+        job.time_zone(berlin)
+    })
+    .await;
+    old.fire_at(REAL).await;
+    new.fire_at(REAL).await;
+    let shown = &job_records(&old.shared.client).await.unwrap()[0];
+    let spec = shown.spec.as_ref().expect("registered");
+    assert_eq!(
+        (spec.schedule.as_str(), spec.time_zone.as_str(), spec.node.as_str()),
+        ("0 */5 * * * *", "UTC", "node-0")
+    );
+    let conflict = shown.conflict.as_ref().expect("the differing registration is noted");
+    assert_eq!(
+        (conflict.schedule.as_str(), conflict.time_zone.as_str()),
+        ("0 */10 * * * *", "Europe/Berlin")
+    );
+    let next = shown.next_fire_ms.expect("the next tick by the first registration");
+    assert!(next > now_ms() && next <= now_ms() + 300 * SECOND && next % (300 * SECOND) == 0);
+}
+
+/// The ticks two nodes of a daily 02:30 job in Europe/Berlin run, beating in turn every quarter
+/// of an hour for three days from `start` (UTC).
+async fn three_nights(job: &str, start: i64) -> Vec<i64> {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let berlin: chrono_tz::Tz = "Europe/Berlin".parse().unwrap();
+    let nodes = [
+        Node::custom(&server, 0, job, &log, 0, "0 30 2 * * *", |job| job.time_zone(berlin)).await,
+        Node::custom(&server, 1, job, &log, 0, "0 30 2 * * *", |job| job.time_zone(berlin)).await,
+    ];
+    for quarter in 0..(3 * 24 * 4) {
+        nodes[quarter % 2]
+            .fire_at(start + quarter as i64 * 15 * 60 * SECOND)
+            .await;
+    }
+    runs(&log).into_iter().map(|(_, tick)| tick).collect()
+}
+
+/// A daily 02:30 in Europe/Berlin, on two nodes whose clocks go through both daylight saving
+/// days: it runs once on the spring-forward day (at 03:00 local) and once, not twice, on the
+/// fall-back day, whichever node fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zoned_daily_job_runs_once_on_both_dst_days_across_nodes() {
+    use chrono::TimeZone;
+    let berlin: chrono_tz::Tz = "Europe/Berlin".parse().unwrap();
+    let local = |mo: u32, d: u32, h: u32, mi: u32| {
+        berlin
+            .with_ymd_and_hms(2026, mo, d, h, mi, 0)
+            .earliest()
+            .unwrap()
+            .timestamp_millis()
+    };
+    // From midnight local before each change day; the first beat runs the day before's tick.
+    let spring = three_nights("dst-spring", local(3, 29, 0, 0)).await;
+    assert_eq!(
+        spring,
+        vec![
+            local(3, 28, 2, 30),
+            local(3, 29, 3, 0), // 02:30 does not exist: the first moment after the gap
+            local(3, 30, 2, 30),
+            local(3, 31, 2, 30),
+        ]
+    );
+    let autumn = three_nights("dst-autumn", local(10, 25, 0, 0)).await;
+    assert_eq!(
+        autumn,
+        vec![
+            local(10, 24, 2, 30),
+            local(10, 25, 2, 30), // the first of the two 02:30s, only
+            local(10, 26, 2, 30),
+            local(10, 27, 2, 30),
+        ]
+    );
+}
