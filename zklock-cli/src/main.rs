@@ -4,14 +4,17 @@
 //! zklock --zk zk1:2181 locks [--prefix inventory:]
 //! zklock --zk zk1:2181 show inventory:42
 //! zklock --zk zk1:2181 watch inventory:42
-//! zklock --zk zk1:2181 jobs
+//! zklock --zk zk1:2181 jobs [list]
+//! zklock --zk zk1:2181 jobs history nightly-report
+//! zklock --zk zk1:2181 jobs pause|resume|trigger nightly-report
+//! zklock --zk zk1:2181 jobs reset|remove nightly-report --yes
 //! ```
 //!
 //! Every command takes `--zk`, `--namespace`, `--digest user:password`, `--json`, and for
 //! secured ensembles `--tls-ca FILE` (with `--tls-cert FILE --tls-key FILE` for a client
 //! certificate) and `--sasl user:password` (DIGEST-MD5). Exit
 //! codes: 0 done; 1 ZooKeeper refused a request; 2 bad arguments; 3 ZooKeeper cannot be
-//! reached; 4 no such lock (`show`).
+//! reached; 4 no such lock (`show`) or job (`jobs reset`, `jobs remove`).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -21,11 +24,14 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use zklock_runtime::{LockClient, LockError, LockView, QueuedNode, TlsConfig};
 
+mod jobs;
+
 /// Exit code: ZooKeeper refused a request (or another failure).
 const EXIT_FAILED: u8 = 1;
 /// Exit code: ZooKeeper could not be reached within `--timeout`.
 const EXIT_UNREACHABLE: u8 = 3;
-/// Exit code: `show` named a lock that has no directory.
+/// Exit code: `show` named a lock that has no directory, or `jobs reset|remove` a job that does
+/// not exist.
 const EXIT_NO_SUCH_LOCK: u8 = 4;
 
 #[derive(Debug, Parser)]
@@ -34,7 +40,7 @@ const EXIT_NO_SUCH_LOCK: u8 = 4;
     version,
     about = "Who holds a ZooKeeper lock, who waits for it, and the singleton jobs' ticks",
     after_help = "Exit codes: 0 done, 1 ZooKeeper refused a request, 2 bad arguments, \
-                  3 ZooKeeper cannot be reached, 4 no such lock."
+                  3 ZooKeeper cannot be reached, 4 no such lock or job."
 )]
 struct Cli {
     /// ZooKeeper connect string (`host:port[,host:port…]`).
@@ -102,8 +108,12 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
-    /// The singleton jobs' tick records: job, last tick, state, session, when written.
-    Jobs,
+    /// The singleton jobs: list them (the default), read a job's history, pause, resume or
+    /// trigger it on every node, reset or remove it.
+    Jobs {
+        #[command(subcommand)]
+        action: Option<jobs::JobsAction>,
+    },
 }
 
 /// Why the command failed, with the exit code it maps to.
@@ -151,7 +161,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Locks { prefix } => locks(&client, prefix, cli.json).await,
         Command::Show { name } => show(&client, name, cli.json).await,
         Command::Watch { name, count } => watch(&client, name, *count, cli.json).await,
-        Command::Jobs => jobs(&client, cli.json).await,
+        Command::Jobs { action } => {
+            jobs::run(&client, action.as_ref().unwrap_or(&jobs::JobsAction::List), cli.json).await
+        }
     };
     client.close().await;
     outcome
@@ -291,38 +303,6 @@ async fn watch(client: &LockClient, name: &str, count: Option<u64>, as_json: boo
     }
 }
 
-async fn jobs(client: &LockClient, as_json: bool) -> Result<(), Failure> {
-    let records = zklock_runtime::scheduler::job_records(client).await?;
-    if as_json {
-        println!("{}", serde_json::to_string(&records).unwrap_or_default());
-        return Ok(());
-    }
-    if records.is_empty() {
-        println!(
-            "no singleton job records under {}.jobs",
-            client.namespace().trim_end_matches('/')
-        );
-        return Ok(());
-    }
-    println!(
-        "{:<30} {:<25} {:<10} {:<20} WRITTEN",
-        "JOB", "LAST TICK", "STATE", "SESSION"
-    );
-    for r in &records {
-        println!(
-            "{:<30} {:<25} {:<10} {:<20} {} ago",
-            r.job,
-            r.tick_ms.map_or_else(|| "-".to_owned(), timestamp),
-            r.state,
-            r.session.as_deref().unwrap_or("-"),
-            age(Duration::from_millis(
-                now_ms().saturating_sub(r.written_ms).max(0) as u64
-            ))
-        );
-    }
-    Ok(())
-}
-
 fn print_view(view: &LockView, as_json: bool) {
     if as_json {
         println!("{}", serde_json::to_string(view).unwrap_or_default());
@@ -390,9 +370,17 @@ fn age(d: Duration) -> String {
     }
 }
 
+/// The last moment RFC 3339 can write (9999-12-31T23:59:59.999Z), in ms since the epoch.
+const LAST_RFC3339_MS: i64 = 253_402_300_799_999;
+
+/// A moment in RFC 3339 form; one it cannot write (before 1970, after 9999) as milliseconds.
 fn timestamp(ms: i64) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(at).to_string()
+    match ms {
+        0..=LAST_RFC3339_MS => {
+            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
+        }
+        _ => format!("{ms}ms since 1970"),
+    }
 }
 
 #[cfg(test)]
@@ -407,6 +395,9 @@ mod tests {
         assert_eq!(age(Duration::from_secs(245)), "4m05s");
         assert_eq!(age(Duration::from_secs(7800)), "2h10m");
         assert_eq!(timestamp(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(timestamp(LAST_RFC3339_MS), "9999-12-31T23:59:59.999Z");
+        assert_eq!(timestamp(LAST_RFC3339_MS + 1), "253402300800000ms since 1970");
+        assert_eq!(timestamp(-5), "-5ms since 1970");
     }
 
     fn parse_timeout(timeout: &str) -> Result<Duration, clap::Error> {
@@ -414,6 +405,12 @@ mod tests {
     }
 
     proptest! {
+        /// Any tick a record can hold is shown, never a panic.
+        #[test]
+        fn any_moment_is_shown(ms: i64) {
+            prop_assert!(!timestamp(ms).is_empty());
+        }
+
         #[test]
         fn timeouts_in_any_unit_are_read(n in 0..1_000_000u64, unit in prop::sample::select(vec![("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000)])) {
             let timeout = parse_timeout(&format!("{n}{}", unit.0)).map_err(|e| TestCaseError::fail(e.to_string()))?;
