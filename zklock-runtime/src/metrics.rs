@@ -16,6 +16,16 @@
 //! | `zklock_wait_seconds` | histogram | time from asking for a lock to its grant |
 //! | `zklock_hold_seconds` | histogram | time from grant to release |
 //!
+//! Singleton jobs (feature `scheduler`) add, labelled `job` with the job's name (and their
+//! lock's metrics are labelled `lock` with it):
+//!
+//! | metric | type | what |
+//! |---|---|---|
+//! | `zklock_job_runs_total` | counter | runs by `outcome` (`ok`, `failed`, `panicked`, `timed_out`, `lost`) |
+//! | `zklock_job_skips_total` | counter | beats that found a new tick but ran nothing |
+//! | `zklock_job_missed_total` | counter | ticks given up (catch-up policy, starting deadline) |
+//! | `zklock_job_run_seconds` | histogram | how long runs took |
+//!
 //! Labels: `kind` (`mutex`, `read`, `write`, `semaphore`) and `lock`, the lock's name
 //! *template* (`inventory:{sku}`: what the attribute was written with, or what
 //! [`Lock::with_template`](crate::Lock::with_template) gave), never the filled-in name, so

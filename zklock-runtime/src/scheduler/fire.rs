@@ -19,12 +19,12 @@ use tracing::{debug, error, warn};
 use super::clock::Clock;
 use super::control::{JobSpec, SPEC_CONFLICT};
 use super::history::{self, HistoryEntry, Outcome};
-use super::policy::Policy;
+use super::policy::{CatchUp, Policy};
 use super::record::{RunState, TickRecord};
 use super::run::{execute, Ended, JobRun, RunFn, RunLimits};
 use super::stats::JobStats;
 use super::store::{Commit, RecordStore, WriteError, SPEC, TRIGGER_PREFIX};
-use super::ticks::{due_ticks, show, tick_time, Missed, Ticks, MAX_CATCH_UP};
+use super::ticks::{due_ticks, past_deadline, show, tick_time, Missed, Ticks};
 use crate::error::is_transient;
 use crate::{zk, Lock, LockClient, LockError, LockGuard};
 
@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     pub ticks: Ticks,
     pub spec: JobSpec,
     pub policy: Policy,
+    pub catch_up: CatchUp,
+    pub starting_deadline: Option<Duration>,
     pub limits: RunLimits,
     pub clock: Arc<dyn Clock>,
     pub lock_wait: Option<Duration>,
@@ -137,7 +139,7 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
                 return;
             }
         },
-        Policy::OncePerTick => {
+        Policy::OncePerTick | Policy::BufferOne => {
             let wait = shared.wait_for_lock(due);
             match shared.lock.acquire_timeout(wait).await {
                 Ok(guard) => guard,
@@ -365,42 +367,51 @@ async fn under_lock(shared: &Shared, guard: &LockGuard, handled: &mut Handled, o
     // Ticks at or before the record were taken; ticks at or before `since` were handled here.
     // Ticks in between are run late only when the record proves it was written by the node
     // that took the last of them: a deleted, hand-edited or rolled-back record says nothing
-    // of the ticks after it, which may have run. A first fire offers only its own tick, and a
-    // skip-policy fire only its own.
-    let since = match shared.policy {
-        Policy::OncePerTick => handled.last,
-        Policy::Skip => None,
+    // of the ticks after it, which may have run. A skip-policy beat offers only its own tick.
+    let (since, late) = match shared.policy {
+        Policy::OncePerTick => (handled.last, shared.catch_up.late()),
+        Policy::BufferOne => (handled.last, 0),
+        Policy::Skip => (None, 0),
     };
     let proven = hold.record.as_ref().is_some_and(|r| r.intact(hold.version));
-    let floor = match since {
-        Some(since) if proven => Some(since).max(recorded),
-        _ => {
-            if since.is_some() {
-                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
-                    "the tick record is missing or was not written by a scheduler node (deleted, edited or restored?); not running late ticks");
-            }
-            since.max(recorded).max(shared.ticks.before(own))
+    // A node's first beat (`since` is none) catches up from the record alone.
+    let floor = if proven && shared.policy != Policy::Skip {
+        since.max(recorded)
+    } else {
+        if since.is_some() && hold.record.is_some() {
+            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
+                "the tick record was not written by a scheduler node (edited or restored?); not running late ticks");
         }
+        since.max(recorded).max(shared.ticks.before(own))
     };
     let Some(floor) = floor else {
         // The schedule has no tick before `own`: `own` is its first.
         return hold.run_due(&[own], handled).await;
     };
-    let (due, missed) = due_ticks(&shared.ticks, floor, own);
-    let mut decided = Some(floor);
-    if let Some(Missed { first, last, count }) = missed {
-        shared.stats.gave_up(count);
-        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
-            count, max_catch_up = MAX_CATCH_UP, "missed: ticks from first to last were more than max_catch_up ticks late; giving them up");
-        let entry = shared.entry(Some(last), Outcome::Missed).because(format!(
-            "{count} tick(s) from {} to {} given up: more than {MAX_CATCH_UP} ticks late",
-            show(first),
-            show(last)
-        ));
-        hold.pending.push(entry);
-        decided = Some(last);
+    let (mut due, mut missed) = due_ticks(&shared.ticks, floor, own, late);
+    if let Some(deadline) = shared.starting_deadline {
+        let now = ms_of(shared.clock.now());
+        past_deadline(&mut due, &mut missed, now.saturating_sub(deadline.as_millis() as i64));
     }
-    hold.run_due(&due, handled).await.max(decided)
+    let Some(Missed { first, last, count }) = missed else {
+        return hold.run_due(&due, handled).await.max(Some(floor));
+    };
+    shared.stats.gave_up(count);
+    warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
+        count, late, "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
+    let entry = shared.entry(Some(last), Outcome::Missed).because(format!(
+        "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
+        show(first),
+        show(last),
+        shared.catch_up,
+        shared.starting_deadline
+    ));
+    hold.pending.push(entry);
+    if due.is_empty() {
+        // Nothing runs: take the last missed tick, so that no node runs it.
+        hold.take_missed(last).await;
+    }
+    hold.run_due(&due, handled).await.max(Some(last))
 }
 
 /// One hold of the job's lock: the session it is held in, and the job's state as this node
@@ -483,6 +494,7 @@ impl Hold<'_> {
     /// when the run was lost (the record can then no longer be written by this node).
     async fn report(&mut self, tick: Option<i64>, ended: Ended) -> Option<RunState> {
         let shared = self.shared;
+        shared.stats.ended(&ended.outcome, ended.took);
         let state = match ended.outcome {
             Outcome::Ok => RunState::Done,
             Outcome::Lost => {
@@ -498,7 +510,6 @@ impl Hold<'_> {
                 RunState::Failed
             }
         };
-        shared.stats.took(ended.took);
         let mut entry = HistoryEntry::new(
             tick,
             shared.client.identity(),
@@ -554,6 +565,21 @@ impl Hold<'_> {
                 warn!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not record a dead run as lost");
                 false
             }
+        }
+    }
+
+    /// Takes `tick`, given up, as missed, so that no node runs it late.
+    async fn take_missed(&mut self, tick: i64) {
+        let shared = self.shared;
+        let missed = TickRecord::next(
+            self.record.as_ref(),
+            tick,
+            RunState::Missed,
+            shared.client.session_id(),
+            self.version,
+        );
+        if let Err(err) = self.commit(Some(missed), None, None).await {
+            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "could not record a missed tick");
         }
     }
 

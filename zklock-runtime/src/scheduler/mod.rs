@@ -137,7 +137,7 @@ pub use control::{
 pub use history::{HistoryEntry, Outcome};
 #[allow(deprecated)]
 pub use policy::OnLoss;
-pub use policy::Policy;
+pub use policy::{CatchUp, Policy};
 pub use run::JobRun;
 pub use stats::{JobStats, StatsSnapshot};
 /// The scheduler this adapter plugs into, re-exported so `zklock` users need no extra
@@ -227,6 +227,8 @@ pub struct SingletonJob {
     ticks: Ticks,
     zone: chrono_tz::Tz,
     policy: Policy,
+    catch_up: CatchUp,
+    starting_deadline: Option<Duration>,
     on_lost: crate::OnLost,
     max_run: Option<Duration>,
     clock: Arc<dyn Clock>,
@@ -242,6 +244,8 @@ impl std::fmt::Debug for SingletonJob {
             .field("schedule", &self.schedule)
             .field("time_zone", &self.zone)
             .field("policy", &self.policy)
+            .field("catch_up", &self.catch_up)
+            .field("starting_deadline", &self.starting_deadline)
             .field("on_lost", &self.on_lost)
             .field("max_run", &self.max_run)
             .field("lock_wait", &self.lock_wait)
@@ -296,6 +300,8 @@ impl SingletonJob {
             ticks,
             zone: chrono_tz::Tz::UTC,
             policy: Policy::default(),
+            catch_up: CatchUp::default(),
+            starting_deadline: None,
             on_lost: crate::OnLost::default(),
             max_run: None,
             clock: Arc::new(SystemClock),
@@ -339,6 +345,23 @@ impl SingletonJob {
     /// ```
     pub fn time_zone(mut self, zone: chrono_tz::Tz) -> Self {
         self.zone = zone;
+        self
+    }
+
+    /// Chooses what happens to ticks that were due but did not run at their time (default
+    /// [`CatchUp::RunAll`] with a limit of 10). On start-up, a node catches up from the job's
+    /// record, so the ticks missed while the whole cluster was down are run or recorded as
+    /// missed by this policy.
+    pub fn catch_up(mut self, catch_up: CatchUp) -> Self {
+        self.catch_up = catch_up;
+        self
+    }
+
+    /// A tick not started within `deadline` of its time is given up and recorded as missed,
+    /// whatever the catch-up policy (Kubernetes' `startingDeadlineSeconds`). Default: no
+    /// deadline.
+    pub fn starting_deadline(mut self, deadline: Duration) -> Self {
+        self.starting_deadline = Some(deadline);
         self
     }
 
@@ -386,7 +409,12 @@ impl SingletonJob {
     /// What every fire of the job shares.
     fn into_shared(self) -> Result<Arc<Shared>, SchedulerError> {
         let store = RecordStore::for_job(self.client.namespace(), &self.name);
-        let lock = self.client.mutex(&self.name).map_err(SchedulerError::InvalidName)?;
+        // The job's name labels its lock's metrics (a job name is fixed, not per key).
+        let lock = self
+            .client
+            .mutex(&self.name)
+            .map_err(SchedulerError::InvalidName)?
+            .with_template(self.name.clone());
         let spec = JobSpec {
             schedule: self.schedule,
             time_zone: self.zone.name().to_owned(),
@@ -400,6 +428,8 @@ impl SingletonJob {
             ticks: self.ticks.in_zone(self.zone),
             spec,
             policy: self.policy,
+            catch_up: self.catch_up,
+            starting_deadline: self.starting_deadline,
             limits: RunLimits {
                 on_lost: self.on_lost,
                 max_run: self.max_run,

@@ -20,6 +20,8 @@ pub(crate) enum RunState {
     Lost,
     /// Not run: the job was paused.
     Skipped,
+    /// Not run: given up by the catch-up policy or the starting deadline.
+    Missed,
     /// A state written by a later version: kept as written, never a reason to stop.
     Other(String),
 }
@@ -32,6 +34,7 @@ impl RunState {
             RunState::Failed => "failed",
             RunState::Lost => "lost",
             RunState::Skipped => "skipped",
+            RunState::Missed => "missed",
             RunState::Other(state) => state,
         }
     }
@@ -43,6 +46,7 @@ impl RunState {
             "failed" => RunState::Failed,
             "lost" => RunState::Lost,
             "skipped" => RunState::Skipped,
+            "missed" => RunState::Missed,
             other => RunState::Other(other.to_owned()),
         }
     }
@@ -225,6 +229,7 @@ mod tests {
                 RunState::Failed,
                 RunState::Lost,
                 RunState::Skipped,
+                RunState::Missed,
             ]),
             "[a-z][a-z_-]{0,10}".prop_map(|s| RunState::parse(&s)),
         ]
@@ -303,7 +308,7 @@ mod tests {
             let decoded = TickRecord::decode(text.as_bytes());
             prop_assert!(decoded.as_ref().is_err_and(|why| why.contains(&tick)), "{:?}", decoded);
             // A state this version does not know is a later version's, kept as written.
-            prop_assume!(!matches!(state.as_str(), "running" | "done" | "failed" | "lost" | "skipped"));
+            prop_assume!(!matches!(state.as_str(), "running" | "done" | "failed" | "lost" | "skipped" | "missed"));
             let text = format!("tick={} state={state}", rec.tick);
             let decoded = TickRecord::decode(text.as_bytes()).unwrap().unwrap();
             prop_assert_eq!(decoded.state, RunState::Other(state));

@@ -11,6 +11,9 @@ const NONE: i64 = i64::MIN;
 #[derive(Debug)]
 struct Counters {
     job: String,
+    /// The job name as a metrics label (shared, so exporting clones a pointer).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    label: Arc<str>,
     runs: AtomicU64,
     skips: AtomicU64,
     failures: AtomicU64,
@@ -74,6 +77,7 @@ impl JobStats {
         JobStats {
             inner: Arc::new(Counters {
                 job: job.to_owned(),
+                label: Arc::from(job),
                 runs: AtomicU64::new(0),
                 skips: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
@@ -222,14 +226,33 @@ impl JobStats {
         self.inner.timed_out.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn took(&self, took: std::time::Duration) {
-        self.inner
-            .run_ms_total
-            .fetch_add(took.as_millis() as u64, Ordering::Relaxed);
-    }
-
     pub(crate) fn skipped(&self) {
         self.inner.skips.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("zklock_job_skips_total", "job" => self.label()).increment(1);
+    }
+
+    /// A run ended with `outcome` after `took`: exported per job and outcome.
+    pub(crate) fn ended(&self, outcome: &super::Outcome, took: std::time::Duration) {
+        if *outcome != super::Outcome::Lost {
+            self.inner
+                .run_ms_total
+                .fetch_add(took.as_millis() as u64, Ordering::Relaxed);
+        }
+        #[cfg(feature = "metrics")]
+        {
+            let name = serde_json::to_value(outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_else(|| "other".to_owned());
+            metrics::counter!("zklock_job_runs_total", "job" => self.label(), "outcome" => name).increment(1);
+            metrics::histogram!("zklock_job_run_seconds", "job" => self.label()).record(took.as_secs_f64());
+        }
+    }
+
+    #[cfg(feature = "metrics")]
+    fn label(&self) -> metrics::SharedString {
+        metrics::SharedString::from(self.inner.label.clone())
     }
 
     pub(crate) fn failed(&self) {
@@ -242,6 +265,8 @@ impl JobStats {
 
     pub(crate) fn gave_up(&self, ticks: u64) {
         self.inner.missed.fetch_add(ticks, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("zklock_job_missed_total", "job" => self.label()).increment(ticks);
     }
 
     pub(crate) fn saw_recorded(&self, tick: i64) {

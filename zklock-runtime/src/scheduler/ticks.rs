@@ -102,15 +102,15 @@ impl Ticks {
     }
 }
 
-/// The ticks after `floor` up to and including `own`, oldest first, at most
-/// [`MAX_CATCH_UP`] of them before `own`; and the ticks given up when there were more: the
-/// first, the last and how many (counted up to [`COUNT_MISSED_UP_TO`]).
-pub(crate) fn due_ticks(ticks: &Ticks, floor: i64, own: i64) -> (Vec<i64>, Option<Missed>) {
+/// The ticks after `floor` up to and including `own`, oldest first, at most `late` of them
+/// before `own`; and the ticks given up when there were more: the first, the last and how many
+/// (counted up to [`COUNT_MISSED_UP_TO`]).
+pub(crate) fn due_ticks(ticks: &Ticks, floor: i64, own: i64, late: usize) -> (Vec<i64>, Option<Missed>) {
     let mut due = vec![own];
     let mut missed = None;
     let mut at = own;
     while let Some(before) = ticks.before(at).filter(|b| *b > floor) {
-        if due.len() > MAX_CATCH_UP {
+        if due.len() > late {
             let first = ticks.after(floor).filter(|f| *f <= before).unwrap_or(before);
             let mut count = 1;
             let mut walk = first;
@@ -143,8 +143,32 @@ pub(crate) struct Missed {
     pub count: u64,
 }
 
-/// How many ticks one fire may still run before its own: older ticks are given up (see the
-/// [module docs](super#late-ticks)).
+/// Moves the due ticks older than `oldest` (the starting deadline) to the missed ones.
+pub(crate) fn past_deadline(due: &mut Vec<i64>, missed: &mut Option<Missed>, oldest: i64) {
+    let late = due.iter().take_while(|tick| **tick < oldest).count();
+    if late == 0 {
+        return;
+    }
+    let (first, last) = (due[0], due[late - 1]);
+    due.drain(..late);
+    *missed = Some(match missed.take() {
+        Some(earlier) => Missed {
+            first: earlier.first,
+            last,
+            count: earlier.count + late as u64,
+        },
+        None => Missed {
+            first,
+            last,
+            count: late as u64,
+        },
+    });
+}
+
+/// How many late ticks a beat runs at most by default ([`CatchUp::RunAll`]): older ones are
+/// given up (see the [module docs](super#late-ticks)).
+///
+/// [`CatchUp::RunAll`]: super::CatchUp::RunAll
 pub(crate) const MAX_CATCH_UP: usize = 10;
 
 /// Given-up ticks are counted one by one up to this many (a schedule of seconds down for a day
@@ -196,13 +220,13 @@ mod tests {
     #[test]
     fn due_ticks_are_every_tick_after_the_floor_oldest_first() {
         let ticks = Ticks::parse("* * * * * *").unwrap();
-        assert_eq!(due_ticks(&ticks, T - 1000, T), (vec![T], None));
+        assert_eq!(due_ticks(&ticks, T - 1000, T, MAX_CATCH_UP), (vec![T], None));
         assert_eq!(
-            due_ticks(&ticks, T - 4000, T),
+            due_ticks(&ticks, T - 4000, T, MAX_CATCH_UP),
             (vec![T - 3000, T - 2000, T - 1000, T], None)
         );
         // A floor between ticks: the tick after it is due.
-        assert_eq!(due_ticks(&ticks, T - 1500, T), (vec![T - 1000, T], None));
+        assert_eq!(due_ticks(&ticks, T - 1500, T, MAX_CATCH_UP), (vec![T - 1000, T], None));
     }
 
     #[test]
@@ -210,11 +234,11 @@ mod tests {
         let ticks = Ticks::parse("* * * * * *").unwrap();
         let limit = MAX_CATCH_UP as i64;
         // Exactly the limit of late ticks: all run.
-        let (due, missed) = due_ticks(&ticks, T - (limit + 1) * 1000, T);
+        let (due, missed) = due_ticks(&ticks, T - (limit + 1) * 1000, T, MAX_CATCH_UP);
         assert_eq!(due.len(), MAX_CATCH_UP + 1);
         assert_eq!(missed, None);
         // One more: the oldest is given up.
-        let (due, missed) = due_ticks(&ticks, T - (limit + 2) * 1000, T);
+        let (due, missed) = due_ticks(&ticks, T - (limit + 2) * 1000, T, MAX_CATCH_UP);
         assert_eq!(due.len(), MAX_CATCH_UP + 1);
         assert_eq!(due.first(), Some(&(T - limit * 1000)));
         assert_eq!(due.last(), Some(&T));
@@ -228,14 +252,73 @@ mod tests {
             })
         );
         // A floor a day back costs no more than the limit, and every tick given up is counted.
-        let (due, missed) = due_ticks(&ticks, T - 86_400_000, T);
+        let (due, missed) = due_ticks(&ticks, T - 86_400_000, T, MAX_CATCH_UP);
         assert_eq!(due.len(), MAX_CATCH_UP + 1);
         let missed = missed.unwrap();
         assert_eq!((missed.first, missed.last), (T - 86_399_000, T - (limit + 1) * 1000));
         assert_eq!(missed.count, 86_399 - limit as u64);
         // A year back: the count stops at its bound instead of walking every second.
-        let (_, missed) = due_ticks(&ticks, T - 365 * 86_400_000, T);
+        let (_, missed) = due_ticks(&ticks, T - 365 * 86_400_000, T, MAX_CATCH_UP);
         assert_eq!(missed.unwrap().count, COUNT_MISSED_UP_TO);
+    }
+
+    #[test]
+    fn fewer_late_ticks_and_a_deadline_give_up_more() {
+        let ticks = Ticks::parse("* * * * * *").unwrap();
+        // None late: only the fire's own tick; every earlier one is missed.
+        let (due, missed) = due_ticks(&ticks, T - 5000, T, 0);
+        assert_eq!(
+            (due, missed),
+            (
+                vec![T],
+                Some(Missed {
+                    first: T - 4000,
+                    last: T - 1000,
+                    count: 4
+                })
+            )
+        );
+        // One late: the latest of them.
+        let (due, missed) = due_ticks(&ticks, T - 5000, T, 1);
+        assert_eq!(
+            (due, missed),
+            (
+                vec![T - 1000, T],
+                Some(Missed {
+                    first: T - 4000,
+                    last: T - 2000,
+                    count: 3
+                })
+            )
+        );
+        // A deadline after the given-up ones adds the due ticks before it.
+        let (mut due, mut missed) = due_ticks(&ticks, T - 5000, T, 2);
+        past_deadline(&mut due, &mut missed, T - 1500);
+        assert_eq!(
+            (due, missed),
+            (
+                vec![T - 1000, T],
+                Some(Missed {
+                    first: T - 4000,
+                    last: T - 2000,
+                    count: 3
+                })
+            )
+        );
+        // A deadline past every due tick leaves nothing to run.
+        let (mut due, mut missed) = due_ticks(&ticks, T - 3000, T, 10);
+        past_deadline(&mut due, &mut missed, T + 1);
+        assert_eq!(
+            (due, missed),
+            (
+                vec![],
+                Some(Missed {
+                    first: T - 2000,
+                    last: T,
+                    count: 3
+                })
+            )
+        );
     }
 
     /// Milliseconds of a local time in `zone`, taking the first when it occurs twice.

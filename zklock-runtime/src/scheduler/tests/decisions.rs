@@ -240,3 +240,97 @@ async fn a_run_whose_node_died_is_recorded_as_lost() {
     assert_eq!((shown[0].tick_ms, shown[0].state.as_str()), (Some(t), "lost"));
     assert_eq!(shown[0].session.as_deref(), Some("0x7f00000000000001"));
 }
+
+/// The ticks `policy`/`catch_up` run when a fresh node starts five ticks after the last one
+/// the record shows taken (the whole cluster was down meanwhile), and the missed count.
+async fn after_downtime(job: &str, adjust: impl FnOnce(SingletonJob) -> SingletonJob) -> (Vec<i64>, u64) {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let t = an_hour_ago();
+    let before = Node::start(&server, 0, job, Policy::OncePerTick, &log).await;
+    before.fire_at(t).await;
+    let after = Node::custom(&server, 1, job, &log, 0, "* * * * * *", adjust).await;
+    after.fire_at(t + 5 * SECOND).await;
+    let ran = runs(&log).iter().skip(1).map(|(_, tick)| (tick - t) / SECOND).collect();
+    (ran, after.shared.stats.missed())
+}
+
+/// Ticks missed while no node ran the job are handled on start-up by the catch-up policy, from
+/// the record: all of them (up to the limit), the latest once, or none; the rest are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticks_missed_while_the_cluster_was_down_follow_the_catch_up_policy() {
+    use crate::scheduler::CatchUp;
+    assert_eq!(after_downtime("all", |job| job).await, (vec![1, 2, 3, 4, 5], 0));
+    assert_eq!(
+        after_downtime("some", |job| job.catch_up(CatchUp::RunAll { limit: 2 })).await,
+        (vec![3, 4, 5], 2)
+    );
+    assert_eq!(
+        after_downtime("once", |job| job.catch_up(CatchUp::RunOnce)).await,
+        (vec![4, 5], 3)
+    );
+    assert_eq!(
+        after_downtime("none", |job| job.catch_up(CatchUp::Skip)).await,
+        (vec![5], 4)
+    );
+}
+
+/// Under `BufferOne`, the ticks that come while the job runs collapse into one run right after
+/// it; the others are recorded as missed, in the counters and the history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffer_one_runs_one_buffered_tick_after_a_long_run() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let node = Arc::new(Node::start(&server, 0, "buffered", Policy::BufferOne, &log).await);
+    let t = an_hour_ago();
+    node.then(Act::Hold);
+    node.at.store(t, Ordering::SeqCst);
+    let first = tokio::spawn(fire(node.shared.clone()));
+    wait_until("the first run started", || runs(&log).len() == 1).await;
+    for second in 1..=3 {
+        node.fire_at(t + second * SECOND).await;
+    }
+    node.at.store(t + 3 * SECOND + 500, Ordering::SeqCst);
+    node.release.notify_one();
+    first.await.unwrap();
+    node.fire_at(t + 3 * SECOND + 500).await;
+    node.fire_at(t + 4 * SECOND).await;
+    let ticks: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    assert_eq!(ticks, vec![0, 3, 4]);
+    assert_eq!(node.shared.stats.missed(), 2);
+    let history = job_history(&node.shared.client, "buffered").await.unwrap();
+    let missed = history
+        .iter()
+        .find(|e| e.outcome == Outcome::Missed)
+        .expect("the missed ticks are in the history");
+    assert_eq!(missed.tick, Some(t + 2 * SECOND));
+    assert!(missed.error.as_deref().unwrap().starts_with("2 tick(s)"), "{missed:?}");
+}
+
+/// A tick not started within the starting deadline is given up, also the current one; the
+/// record takes it as missed, so no other node runs it late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticks_past_the_starting_deadline_run_nowhere() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let deadline = |job: SingletonJob| job.starting_deadline(Duration::from_millis(1500));
+    let every_five = "*/5 * * * * *";
+    let a = Node::custom(&server, 0, "deadline", &log, 0, every_five, deadline).await;
+    let b = Node::custom(&server, 1, "deadline", &log, 0, every_five, deadline).await;
+    let t = an_hour_ago() / (5 * SECOND) * (5 * SECOND);
+    a.fire_at(t).await;
+    // Five ticks later: of the late ones, none is within 1.5 s; the current one runs.
+    a.fire_at(t + 25 * SECOND).await;
+    // The current tick seen 2 s late: given up, and taken as missed.
+    a.fire_at(t + 32 * SECOND).await;
+    let shown = job_records(&a.shared.client).await.unwrap();
+    assert_eq!(
+        (shown[0].tick_ms, shown[0].state.as_str()),
+        (Some(t + 30 * SECOND), "missed")
+    );
+    b.fire_at(t + 32 * SECOND + 500).await;
+    b.fire_at(t + 35 * SECOND).await;
+    let ticks: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    assert_eq!(ticks, vec![0, 25, 35]);
+    assert_eq!(a.shared.stats.missed(), 4 + 1, "ticks 5 to 20, then 30");
+}
