@@ -10,7 +10,15 @@
 //! ```
 //!
 //! Kill the terminal that is running the job (Ctrl-C, or `kill -9`): once its session expires,
-//! the next tick runs in another one.
+//! the next tick runs in another one. Meanwhile, from a fourth terminal:
+//!
+//! ```text
+//! zklock --zk 127.0.0.1:2181 jobs                          # schedule, last tick, next tick
+//! zklock --zk 127.0.0.1:2181 jobs pause singleton-demo     # every terminal stops running it
+//! zklock --zk 127.0.0.1:2181 jobs trigger singleton-demo   # one terminal runs it once now
+//! zklock --zk 127.0.0.1:2181 jobs resume singleton-demo
+//! zklock --zk 127.0.0.1:2181 jobs history singleton-demo   # who ran what, how it ended
+//! ```
 
 use std::time::{Duration, SystemTime};
 
@@ -26,13 +34,20 @@ struct Args {
     /// is started and its address printed for the other terminals.
     #[arg(long)]
     zk: Option<String>,
-    /// once-per-tick: every tick runs exactly once in the cluster. skip: a node skips a fire
-    /// while the job runs elsewhere (ShedLock's behaviour).
-    #[arg(long, value_enum, default_value_t = PolicyArg::OncePerTick)]
+    /// What a tick does when the job is running: once-per-tick (it runs after, every tick runs
+    /// once), buffer-one (the ticks that came during a run run once after it), skip (it is
+    /// skipped: ShedLock's behaviour).
+    #[arg(long, alias = "overlap", value_enum, default_value_t = PolicyArg::OncePerTick)]
     policy: PolicyArg,
-    /// Cron schedule with seconds, in UTC.
+    /// Cron schedule with seconds.
     #[arg(long, default_value = "*/2 * * * * *")]
     schedule: String,
+    /// The IANA time zone the schedule is read in.
+    #[arg(long, default_value = "UTC")]
+    tz: zklock::scheduler::chrono_tz::Tz,
+    /// Abort a run that takes longer than this (e.g. `2s`), and record it as timed out.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    max_run: Option<Duration>,
     /// The job name (validated like a lock name).
     #[arg(long, default_value = "singleton-demo")]
     name: String,
@@ -47,6 +62,7 @@ struct Args {
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum PolicyArg {
     OncePerTick,
+    BufferOne,
     Skip,
 }
 
@@ -81,6 +97,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let policy = match args.policy {
         PolicyArg::OncePerTick => Policy::OncePerTick,
+        PolicyArg::BufferOne => Policy::BufferOne,
         PolicyArg::Skip => Policy::Skip,
     };
     let work = Duration::from_millis(args.work_ms);
@@ -88,22 +105,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let job = SingletonJob::new_async(&args.schedule, &client, &args.name, move |run| {
         let me = me.clone();
         async move {
-            println!(
-                "[{me}] RUN   tick {} (fencing token {})",
-                clock_of(run.tick()),
-                run.fencing_token()
-            );
+            let what = match run.triggered() {
+                true => "on request".to_owned(),
+                false => format!("tick {}", clock_of(run.tick())),
+            };
+            println!("[{me}] RUN   {what} (fencing token {})", run.fencing_token());
             tokio::time::sleep(work).await;
         }
     })?
-    .policy(policy);
+    .policy(policy)
+    .time_zone(args.tz);
+    let job = match args.max_run {
+        Some(max) => job.max_run(max),
+        None => job,
+    };
 
     let scheduler = JobScheduler::new().await?;
     let (_, stats) = scheduler.add_singleton(job).await?;
     scheduler.start().await?;
     println!(
-        "[{node}] job `{}` on `{}`, policy {:?}; Ctrl-C stops it",
-        args.name, args.schedule, policy
+        "[{node}] job `{}` on `{}` ({}), policy {:?}; Ctrl-C stops it",
+        args.name, args.schedule, args.tz, policy
     );
 
     // Report this node's skips and failures as the counters move, until Ctrl-C or SIGTERM.

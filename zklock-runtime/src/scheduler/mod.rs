@@ -28,17 +28,36 @@
 //! The job name is validated like a lock name; the job's lock is the mutex of that name, so
 //! Curator peers and `#[distributed_lock("nightly-report")]` exclude it too.
 //!
+//! tokio-cron-scheduler calls the job once a second (the *beat*); the job reads its own
+//! schedule, in its time zone ([`SingletonJob::time_zone`], UTC by default), so daylight saving
+//! changes are followed, not frozen when the job is created. Ticks around a change follow
+//! croner's rules: a local time that does not exist runs at the first moment after the gap, a
+//! local time that occurs twice runs at the first of the two only.
+//!
 //! # Policies
 //!
-//! * [`Policy::OncePerTick`] (default): each scheduled tick runs exactly once in the cluster
-//!   (late ticks within a bound, see [below](#late-ticks)).
-//! * [`Policy::Skip`]: ShedLock's behaviour; a fire runs if nobody is running the job right now
-//!   and is skipped otherwise. It takes its tick through the same record, so it never runs a
-//!   tick that already ran, whatever the policy of the node that ran it.
+//! What happens when a tick comes while the job is running ([`Policy`]):
+//!
+//! * [`Policy::OncePerTick`] (default): each scheduled tick runs exactly once in the cluster;
+//!   ticks that came during a run run after it, in order (see [late ticks](#late-ticks)).
+//! * [`Policy::BufferOne`]: the ticks that came during a run collapse into one run after it.
+//! * [`Policy::Skip`]: ShedLock's behaviour; a tick that finds the job running anywhere is
+//!   skipped. It takes its tick through the same record, so it never runs a tick that already
+//!   ran, whatever the policy of the node that ran it.
+//!
+//! # Operators
+//!
+//! From code or from `zklock jobs`: [`job_records`] lists the jobs, [`job_history`] gives a
+//! job's latest runs (kept in ZooKeeper, newest first, 50 at most), [`pause_job`] and
+//! [`resume_job`] stop and restart a job on every node (paused ticks are recorded as skipped
+//! and never replayed), [`trigger_job`] runs it once now on one node (also while paused,
+//! without touching the schedule's record), [`reset_job`] clears its record and history and
+//! [`remove_job`] deletes all it keeps. A node that registers a job name with another schedule,
+//! zone or policy than the first node did logs a warning and is shown by `zklock jobs`.
 //!
 //! # Once per tick without synchronized clocks
 //!
-//! Each node maps a fire to a *tick*: the latest time of the schedule at or before its own
+//! Each node maps a beat to a *tick*: the latest time of the schedule at or before its own
 //! clock ([`Clock`]). Under the job's lock it reads the last tick taken, kept in a persistent
 //! znode (`<namespace>.jobs/<job>`), and runs only a later tick, after writing that tick to the
 //! record (fenced: the write fails unless this node's lock node still exists and the record is
@@ -50,65 +69,69 @@
 //!
 //! * **At most once** needs no clock at all: the record only grows, every run first writes its
 //!   tick under the lock, and a tick at or before the record is never run. A node whose clock is
-//!   behind fires late, possibly after the run on a faster node has finished and the lock is
+//!   behind beats late, possibly after the run on a faster node has finished and the lock is
 //!   free; it reads the record and skips.
-//! * **At least once**: every node walks the ticks of its own clock in order (a fire offers,
+//! * **At least once**: every node walks the ticks of its own clock in order (a beat offers,
 //!   under one hold of the lock, every tick after the last one the node handled up to the
-//!   fire's own tick, oldest first; a fire that could not take the lock or read the record
-//!   handles nothing, so the next fire offers its ticks again), and a node's fires queue in
-//!   order on the lock. So the first node to reach tick *T* on its clock finds the record
-//!   below *T*: any node that could have recorded *T+1* or later already went through its own
-//!   *T* before. That node runs *T*. A node whose clock is ahead simply runs the ticks a little
-//!   early, once each.
+//!   beat's own tick, oldest first; a beat that could not take the lock or read the record
+//!   handles nothing, so a later beat offers its ticks again). So the first node to reach tick
+//!   *T* on its clock finds the record below *T*: any node that could have recorded *T+1* or
+//!   later already went through its own *T* before. That node runs *T*. A node whose clock is
+//!   ahead simply runs the ticks a little early, once each.
 //!
 //! What it does not cover: a node that joins while another node's clock is more than a tick
-//! ahead may find its first tick already passed; a cluster that is down misses the ticks in
-//! between, like cron (a node's first fire offers only its own tick); ticks later than the
-//! catch-up bound below are given up; and a record that was deleted, edited by hand or
-//! restored from a backup proves nothing about the ticks after it, so a node then offers only
-//! its own tick (ticks in between that never ran are lost, but none runs twice).
+//! ahead may find its first tick already passed; ticks beyond the catch-up policy are given
+//! up; and a record that was deleted, edited by hand or restored from a backup proves nothing
+//! about the ticks after it (the record carries the znode version it was written at), so a
+//! node then offers only its own tick: ticks in between that never ran are lost, none runs
+//! twice.
 //!
 //! Clocks that disagree by more than the period are caught where it matters: a node never
-//! takes a tick more than [`CLOCK_AHEAD_LIMIT`](run::CLOCK_AHEAD_LIMIT) (one second) ahead of
-//! ZooKeeper's clock (it takes the ticks due by ZooKeeper's clock instead, and warns once), and
-//! a record claiming a tick far beyond its own write time, as only such a node could have
-//! written, is honoured only up to that time. A node with a clock set to 2100 thus runs the
-//! job's current ticks, not the ticks of 2100, and cannot stop the others.
+//! takes a tick more than one second ahead of ZooKeeper's clock (it takes the ticks due by
+//! ZooKeeper's clock instead, and warns once), and a record claiming a tick far beyond its own
+//! write time, as only such a node could have written, is honoured only up to that time. A
+//! node with a clock set to 2100 thus runs the job's current ticks, not the ticks of 2100, and
+//! cannot stop the others.
 //!
 //! # Late ticks
 //!
-//! A tick is still run after its time while the cluster is behind: the scheduler fired late on
-//! a loaded machine, the lock was busy for longer than [`SingletonJob::lock_wait`], or runs take
-//! longer than the period. Such a tick runs once, late, in order, with [`JobRun::tick`] telling
-//! its scheduled time, and is logged with `catch_up = true`.
+//! A tick is still run after its time while the cluster is behind: the beat came late on a
+//! loaded machine, the lock was busy for longer than [`SingletonJob::lock_wait`], runs take
+//! longer than the period, or the whole cluster was down (a node's first beat catches up from
+//! the record). Such a tick runs once, late, in order, with [`JobRun::tick`] telling its
+//! scheduled time.
 //!
-//! "Exactly once" has a bound in time: one fire runs at most ten ticks before its own
-//! tick. When more ticks than that are pending, the oldest are **given up**: they run on no
-//! node (never twice), a `warn` event names the first and last of them, they are counted in
-//! [`JobStats::missed`], and the record moves past them with the next tick taken. A fire reads
-//! the clock when its turn on this node comes, not when the scheduler fired it, so a job whose
-//! runs keep taking longer than its period runs its latest ticks, not an ever-growing backlog.
+//! How many late ticks run is the [`CatchUp`] policy: all of them up to a limit (default 10),
+//! the latest once, or none; and [`SingletonJob::starting_deadline`] gives up any tick not
+//! started within a time of its own. Ticks given up run on no node (never twice): a `warn`
+//! event names the first and last of them, they are counted in [`JobStats::missed`] and written
+//! to the history, and the record moves past them. A beat reads the clock when it starts, so a
+//! job whose runs keep taking longer than its period runs its latest ticks, not an
+//! ever-growing backlog.
 //!
 //! # Failed runs, lost locks, dead nodes
 //!
-//! A tick is taken when its run starts. A run that returns an error or panics is counted in
-//! [`JobStats::failures`], logged, and recorded as `state=failed`; it is **not** retried by
+//! A tick is taken when its run starts. A run that returns an error, panics, or outlasts
+//! [`SingletonJob::max_run`] (it is then aborted) is counted in [`JobStats::failures`], logged,
+//! and recorded as `state=failed` with its error in the history; it is **not** retried by
 //! another node, because the run may have had effects before it failed and a second run of the
 //! same tick is exactly what this policy promises not to do. The next tick is the retry.
 //!
 //! If the node running a job dies, its session expires, its lock node disappears and the next
 //! tick runs on another node; the first node to hold the lock after it records the dead node's
-//! tick as `state=lost` (and does not run it again). If a node
-//! loses the lock while its run is still going (see [`LockGuard::lost`](crate::LockGuard::lost)),
-//! the run is cancelled ([`OnLost::Abort`](crate::OnLost::Abort), the default) or let finish
-//! ([`OnLost::Continue`](crate::OnLost::Continue)); either
-//! way it is counted in [`JobStats::lost`] and reported at `warn` level.
+//! tick as `state=lost` (and does not run it again). If a node loses the lock while its run is
+//! still going (see [`LockGuard::lost`](crate::LockGuard::lost)), the run is cancelled
+//! ([`OnLost::Abort`](crate::OnLost::Abort), the default) or let finish
+//! ([`OnLost::Continue`](crate::OnLost::Continue)); either way it is counted in
+//! [`JobStats::lost`] and reported at `warn` level.
 //!
 //! # Visibility
 //!
-//! [`JobStats`] counts runs, skips, failures and lost runs per job and per node and keeps the
-//! last tick run here and the last tick seen recorded. Every decision is also a `tracing` event
-//! with target `zklock::scheduler` and fields `job` and `tick`.
+//! [`JobStats`] counts runs, skips, failures, lost runs and missed ticks per job and per node.
+//! The history in ZooKeeper keeps the cluster's latest runs. With the `metrics` feature, runs by
+//! outcome, skips, missed ticks and run times are exported labelled with the job's name. Every
+//! decision is also a `tracing` event with target `zklock::scheduler` and fields `job` and
+//! `tick`.
 
 mod clock;
 mod control;
