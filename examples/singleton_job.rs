@@ -35,8 +35,8 @@ struct Args {
     #[arg(long)]
     zk: Option<String>,
     /// What a tick does when the job is running: once-per-tick (it runs after, every tick runs
-    /// once), buffer-one (the ticks that came during a run run once after it), skip (it is
-    /// skipped: ShedLock's behaviour).
+    /// once), buffer-one (the ticks that came during a run run once after it), replace (it
+    /// stops the run and runs instead), skip (it is skipped: ShedLock's behaviour).
     #[arg(long, alias = "overlap", value_enum, default_value_t = PolicyArg::OncePerTick)]
     policy: PolicyArg,
     /// Cron schedule with seconds.
@@ -63,6 +63,7 @@ struct Args {
 enum PolicyArg {
     OncePerTick,
     BufferOne,
+    Replace,
     Skip,
 }
 
@@ -98,6 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let policy = match args.policy {
         PolicyArg::OncePerTick => Policy::OncePerTick,
         PolicyArg::BufferOne => Policy::BufferOne,
+        PolicyArg::Replace => Policy::Replace,
         PolicyArg::Skip => Policy::Skip,
     };
     let work = Duration::from_millis(args.work_ms);

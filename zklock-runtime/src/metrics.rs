@@ -21,7 +21,7 @@
 //!
 //! | metric | type | what |
 //! |---|---|---|
-//! | `zklock_job_runs_total` | counter | runs by `outcome` (`ok`, `failed`, `panicked`, `timed_out`, `lost`) |
+//! | `zklock_job_runs_total` | counter | runs by `outcome` (`ok`, `failed`, `panicked`, `timed_out`, `lost`, `replaced`) |
 //! | `zklock_job_skips_total` | counter | beats that found a new tick but ran nothing |
 //! | `zklock_job_missed_total` | counter | ticks given up (catch-up policy, starting deadline) |
 //! | `zklock_job_run_seconds` | histogram | how long runs took |

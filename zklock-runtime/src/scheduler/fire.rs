@@ -50,6 +50,10 @@ pub(crate) struct Shared {
     pub clock_ahead_reported: AtomicBool,
     /// The latest tick a beat of this node saw, also while another beat was under way.
     pub seen: AtomicI64,
+    /// The tick of the run going on on this node (`i64::MIN`: none).
+    pub running: AtomicI64,
+    /// Tells this node's run to make way for a later tick ([`Policy::Replace`]).
+    pub replace: tokio::sync::Notify,
 }
 
 /// What this node has done with the job so far.
@@ -104,10 +108,14 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
     // the clock again when it is done, so beats that come meanwhile have nothing to add. Under
     // the skip policy, a tick that comes while this node is still running is skipped.
     let Ok(mut handled) = shared.serial.try_lock() else {
-        if let Some(own) = now_tick {
-            if shared.seen.fetch_max(own, Ordering::SeqCst) < own && shared.policy == Policy::Skip {
-                shared.stats.skipped();
-                debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: the previous run is still going on this node");
+        if let Some(own) = now_tick.filter(|own| shared.seen.fetch_max(*own, Ordering::SeqCst) < *own) {
+            match shared.policy {
+                Policy::Skip => {
+                    shared.stats.skipped();
+                    debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: the previous run is still going on this node");
+                }
+                Policy::Replace if own > shared.running.load(Ordering::SeqCst) => shared.replace.notify_waiters(),
+                _ => {}
             }
         }
         return;
@@ -139,8 +147,11 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
                 return;
             }
         },
-        Policy::OncePerTick | Policy::BufferOne => {
+        Policy::OncePerTick | Policy::BufferOne | Policy::Replace => {
             let wait = shared.wait_for_lock(due);
+            if let (Policy::Replace, Some(own)) = (shared.policy, due) {
+                ask_to_replace(&shared, own).await;
+            }
             match shared.lock.acquire_timeout(wait).await {
                 Ok(guard) => guard,
                 Err(LockError::Timeout { .. }) => {
@@ -164,6 +175,27 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
     let decided = under_lock(&shared, &guard, &mut handled, own).await;
     handled.last = handled.last.max(decided);
     drop(guard);
+}
+
+/// Under [`Policy::Replace`], when the job's lock is busy: asks the run going on to make way
+/// for `own`.
+async fn ask_to_replace(shared: &Shared, own: i64) {
+    if let Ok(Some(guard)) = shared.lock.try_acquire().await {
+        // Free after all; the acquisition that follows takes it again (reentrantly cheap).
+        drop(guard);
+        return;
+    }
+    let asked = async {
+        let zk = shared.client.session(None).await.ok()?.zk().ok()?;
+        shared
+            .store
+            .ask_to_replace(&zk, shared.client.inner.config.acls(), own)
+            .await
+            .ok()
+    };
+    if asked.await.is_some() {
+        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "the job is running: asked the run to make way");
+    }
 }
 
 /// Lists the job node's children again if they changed since the last look (or were never
@@ -370,7 +402,7 @@ async fn under_lock(shared: &Shared, guard: &LockGuard, handled: &mut Handled, o
     // of the ticks after it, which may have run. A skip-policy beat offers only its own tick.
     let (since, late) = match shared.policy {
         Policy::OncePerTick => (handled.last, shared.catch_up.late()),
-        Policy::BufferOne => (handled.last, 0),
+        Policy::BufferOne | Policy::Replace => (handled.last, 0),
         Policy::Skip => (None, 0),
     };
     let proven = hold.record.as_ref().is_some_and(|r| r.intact(hold.version));
@@ -486,7 +518,15 @@ impl Hold<'_> {
             token: self.guard.fencing_token(),
             loss: self.guard.loss_signal(),
         };
-        let ended = execute(&shared.run, run, self.guard, &shared.limits, name).await;
+        let ended = execute(
+            &shared.run,
+            run,
+            self.guard,
+            &shared.limits,
+            std::future::pending(),
+            name,
+        )
+        .await;
         self.report(None, ended).await.is_some()
     }
 
@@ -505,6 +545,7 @@ impl Hold<'_> {
                 shared.stats.run_timed_out();
                 RunState::Failed
             }
+            Outcome::Replaced => RunState::Replaced,
             _ => {
                 shared.stats.failed();
                 RunState::Failed
@@ -689,6 +730,10 @@ impl Hold<'_> {
         }
         shared.stats.saw_recorded(tick);
         shared.stats.ran(Some(tick));
+        if shared.policy == Policy::Replace {
+            // Requests for this tick or earlier are served by this run.
+            shared.store.clear_replaced_up_to(self.zk, tick).await;
+        }
         debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
             token = %guard.fencing_token(), "running");
         let run = JobRun {
@@ -698,8 +743,20 @@ impl Hold<'_> {
             token: guard.fencing_token(),
             loss: guard.loss_signal(),
         };
-        let ended = execute(&shared.run, run, guard, &shared.limits, &show(tick)).await;
-        self.report(Some(tick), ended).await.is_some()
+        let replaced = async {
+            match shared.policy {
+                Policy::Replace => tokio::select! {
+                    () = shared.replace.notified() => {}
+                    () = shared.store.replaced_after(self.zk, tick) => {}
+                },
+                _ => std::future::pending().await,
+            }
+        };
+        shared.running.store(tick, Ordering::SeqCst);
+        let ended = execute(&shared.run, run, guard, &shared.limits, replaced, &show(tick)).await;
+        shared.running.store(i64::MIN, Ordering::SeqCst);
+        let made_way = ended.outcome == Outcome::Replaced;
+        self.report(Some(tick), ended).await.is_some() && !made_way
     }
 }
 

@@ -33,6 +33,8 @@ pub enum Outcome {
     TimedOut,
     /// The run's node lost the job's lock (or died) before the run reported back.
     Lost,
+    /// The run was aborted to make way for a later tick ([`Policy::Replace`](super::Policy::Replace)).
+    Replaced,
     /// The tick did not run: the job was paused, or running already (see the error text).
     Skipped,
     /// Ticks given up without running anywhere: too late for the catch-up policy.

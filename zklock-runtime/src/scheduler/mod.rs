@@ -41,6 +41,8 @@
 //! * [`Policy::OncePerTick`] (default): each scheduled tick runs exactly once in the cluster;
 //!   ticks that came during a run run after it, in order (see [late ticks](#late-ticks)).
 //! * [`Policy::BufferOne`]: the ticks that came during a run collapse into one run after it.
+//! * [`Policy::Replace`]: a tick that comes during a run stops it (on whichever node it runs)
+//!   and runs instead.
 //! * [`Policy::Skip`]: ShedLock's behaviour; a tick that finds the job running anywhere is
 //!   skipped. It takes its tick through the same record, so it never runs a tick that already
 //!   ran, whatever the policy of the node that ran it.
@@ -465,6 +467,8 @@ impl SingletonJob {
             run: StdMutex::new(self.run),
             clock_ahead_reported: Default::default(),
             seen: std::sync::atomic::AtomicI64::new(i64::MIN),
+            running: std::sync::atomic::AtomicI64::new(i64::MIN),
+            replace: tokio::sync::Notify::new(),
         });
         Ok(shared)
     }

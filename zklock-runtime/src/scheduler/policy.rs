@@ -21,6 +21,10 @@ pub enum Policy {
     /// recorded as missed, whatever the [`CatchUp`] policy. Kubernetes' `Forbid` with one
     /// buffered run; Temporal's `BufferOne`.
     BufferOne,
+    /// A tick that comes while the job is running stops that run (its task is aborted, as on a
+    /// lost lock, and the run is recorded as replaced) and runs instead: the latest tick always
+    /// wins. Kubernetes' `Replace`; Temporal's `CancelOther`. Late ticks are not run.
+    Replace,
     /// ShedLock's behaviour: a fire runs if the job's lock is free and is skipped if the job is
     /// running anywhere (on another node, or still on this one). The tick is taken through the
     /// same record as under [`OncePerTick`](Self::OncePerTick), so a node whose timer fires
@@ -74,11 +78,12 @@ impl CatchUp {
 }
 
 impl Policy {
-    /// The policy's name in a job's registration (`once_per_tick`, `buffer_one`, `skip`).
+    /// The policy's name in a job's registration (`once_per_tick`, `buffer_one`, `replace`, `skip`).
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Policy::OncePerTick => "once_per_tick",
             Policy::BufferOne => "buffer_one",
+            Policy::Replace => "replace",
             Policy::Skip => "skip",
         }
     }

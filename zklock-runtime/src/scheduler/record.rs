@@ -22,6 +22,8 @@ pub(crate) enum RunState {
     Skipped,
     /// Not run: given up by the catch-up policy or the starting deadline.
     Missed,
+    /// Aborted to make way for a later tick.
+    Replaced,
     /// A state written by a later version: kept as written, never a reason to stop.
     Other(String),
 }
@@ -35,6 +37,7 @@ impl RunState {
             RunState::Lost => "lost",
             RunState::Skipped => "skipped",
             RunState::Missed => "missed",
+            RunState::Replaced => "replaced",
             RunState::Other(state) => state,
         }
     }
@@ -47,6 +50,7 @@ impl RunState {
             "lost" => RunState::Lost,
             "skipped" => RunState::Skipped,
             "missed" => RunState::Missed,
+            "replaced" => RunState::Replaced,
             other => RunState::Other(other.to_owned()),
         }
     }
@@ -230,6 +234,7 @@ mod tests {
                 RunState::Lost,
                 RunState::Skipped,
                 RunState::Missed,
+                RunState::Replaced,
             ]),
             "[a-z][a-z_-]{0,10}".prop_map(|s| RunState::parse(&s)),
         ]
@@ -308,7 +313,7 @@ mod tests {
             let decoded = TickRecord::decode(text.as_bytes());
             prop_assert!(decoded.as_ref().is_err_and(|why| why.contains(&tick)), "{:?}", decoded);
             // A state this version does not know is a later version's, kept as written.
-            prop_assume!(!matches!(state.as_str(), "running" | "done" | "failed" | "lost" | "skipped" | "missed"));
+            prop_assume!(!matches!(state.as_str(), "running" | "done" | "failed" | "lost" | "skipped" | "missed" | "replaced"));
             let text = format!("tick={} state={state}", rec.tick);
             let decoded = TickRecord::decode(text.as_bytes()).unwrap().unwrap();
             prop_assert_eq!(decoded.state, RunState::Other(state));

@@ -77,13 +77,17 @@ pub(crate) struct RunLimits {
     pub max_run: Option<Duration>,
 }
 
-/// Runs `make(run)` in its own task, racing it against the loss of `guard` and `limits.max_run`.
-/// `what` names the run in logs.
+/// Runs `make(run)` in its own task, racing it against the loss of `guard`, `limits.max_run`
+/// and `replaced` (a later tick asking for the run to make way, [`Policy::Replace`]). `what`
+/// names the run in logs.
+///
+/// [`Policy::Replace`]: super::Policy::Replace
 pub(crate) async fn execute(
     make: &std::sync::Mutex<RunFn>,
     run: JobRun,
     guard: &LockGuard,
     limits: &RunLimits,
+    replaced: impl Future<Output = ()>,
     what: &str,
 ) -> Ended {
     let job = run.job.clone();
@@ -114,6 +118,12 @@ pub(crate) async fn execute(
     };
     let (outcome, error) = tokio::select! {
         joined = &mut task => finished(joined),
+        () = replaced => {
+            task.abort();
+            let _ = task.await;
+            warn!(target: "zklock::scheduler", job = %job, run = what, "a later tick replaces the run; aborted");
+            (Outcome::Replaced, Some("aborted: a later tick replaced it".to_owned()))
+        }
         () = timeout => {
             task.abort();
             let _ = task.await;

@@ -10,6 +10,7 @@
 //! | `history`    | the latest runs, JSON ([`super::history`])                        | the lock holder |
 //! | `paused`     | exists while the job is paused                                    | operators |
 //! | `trigger-N`  | one request to run the job now (sequential)                       | operators; deleted by the node that runs it |
+//! | `replace-N`  | a later tick asking the running run to make way (`Policy::Replace`) | nodes; deleted by the node that made way or took a tick |
 //! | `spec`       | the schedule, time zone and policy the first node registered     | the first node |
 //!
 //! The lock holder's writes are fenced: one multi-operation checks that its lock contender node
@@ -30,6 +31,9 @@ pub(crate) const PAUSED: &str = "paused";
 pub(crate) const HISTORY: &str = "history";
 /// The prefix of run-now requests.
 pub(crate) const TRIGGER_PREFIX: &str = "trigger-";
+/// The prefix of requests that the running run make way for a later tick (`Policy::Replace`);
+/// their data is `tick=<ms>`.
+pub(crate) const REPLACE_PREFIX: &str = "replace-";
 /// The child describing how the job was registered.
 pub(crate) const SPEC: &str = "spec";
 
@@ -56,6 +60,7 @@ pub(crate) struct JobState {
     pub paused: bool,
     /// Pending run-now requests, oldest first.
     pub triggers: Vec<String>,
+
     /// The history as written, newest first.
     pub history: Vec<Value>,
 }
@@ -218,6 +223,76 @@ impl RecordStore {
                 ..
             }) => Err(WriteError::Fenced),
             Err(e) => Err(WriteError::ZooKeeper(e.into())),
+        }
+    }
+
+    /// Asks the run going on (on any node) to make way for `tick` ([`REPLACE_PREFIX`]).
+    pub async fn ask_to_replace(&self, zk: &zk::Client, acls: zk::Acls<'_>, tick: i64) -> Result<(), zk::Error> {
+        let options = zk::CreateMode::PersistentSequential.with_acls(acls);
+        zk.create(&self.child(REPLACE_PREFIX), format!("tick={tick}").as_bytes(), &options)
+            .await
+            .map(|_| ())
+    }
+
+    /// The replace requests among `children`, with the tick each asks for (unreadable: 0).
+    async fn replace_requests(&self, zk: &zk::Client, children: &[String]) -> Vec<(String, i64)> {
+        let paths: Vec<String> = children
+            .iter()
+            .filter(|c| c.starts_with(REPLACE_PREFIX))
+            .map(|c| self.child(c))
+            .collect();
+        let reads = futures_util::future::join_all(paths.iter().map(|path| zk.get_data(path))).await;
+        paths
+            .into_iter()
+            .zip(reads)
+            .filter_map(|(path, read)| {
+                let tick = match read {
+                    Ok((data, _)) => String::from_utf8(data)
+                        .ok()
+                        .and_then(|text| text.strip_prefix("tick=").and_then(|t| t.trim().parse().ok()))
+                        .unwrap_or(0),
+                    Err(_) => return None,
+                };
+                Some((path, tick))
+            })
+            .collect()
+    }
+
+    /// Resolves once a request asks to replace a run of a tick before `running` (requests of
+    /// that tick or earlier are stale and ignored); never, when the job's node cannot be
+    /// watched.
+    pub async fn replaced_after(&self, zk: &zk::Client, running: i64) {
+        loop {
+            let Ok((children, watch)) = zk.list_and_watch_children(&self.path).await else {
+                return std::future::pending().await;
+            };
+            let requests = self.replace_requests(zk, &children).await;
+            if requests.iter().any(|(_, tick)| *tick > running) {
+                return;
+            }
+            watch.changed().await;
+        }
+    }
+
+    /// Deletes the replace requests for `tick` or earlier: they are served.
+    pub async fn clear_replaced_up_to(&self, zk: &zk::Client, tick: i64) {
+        let Ok(children) = zk.list_children(&self.path).await else {
+            return;
+        };
+        let served: Vec<String> = self
+            .replace_requests(zk, &children)
+            .await
+            .into_iter()
+            .filter(|(_, asked)| *asked <= tick)
+            .map(|(path, _)| path)
+            .collect();
+        for result in futures_util::future::join_all(served.iter().map(|path| zk.delete(path, None))).await {
+            match result {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(err) => {
+                    tracing::debug!(target: "zklock::scheduler", path = %self.path, error = %err, "could not clear a replace request")
+                }
+            }
         }
     }
 

@@ -334,3 +334,53 @@ async fn ticks_past_the_starting_deadline_run_nowhere() {
     assert_eq!(ticks, vec![0, 25, 35]);
     assert_eq!(a.shared.stats.missed(), 4 + 1, "ticks 5 to 20, then 30");
 }
+
+/// Under `Replace`, a later tick stops the run going on, on another node or on the same one,
+/// and runs instead; the stopped run is recorded as replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_stops_the_running_run_for_the_later_tick() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let a = Arc::new(Node::start(&server, 0, "latest", Policy::Replace, &log).await);
+    let b = Arc::new(Node::start(&server, 1, "latest", Policy::Replace, &log).await);
+    let t = an_hour_ago();
+    // a's run of t would never end; b's tick t+1 takes over.
+    a.then(Act::Hold);
+    a.at.store(t, Ordering::SeqCst);
+    let running = tokio::spawn(fire(a.shared.clone()));
+    wait_until("a's run started", || runs(&log).len() == 1).await;
+    b.at.store(t + SECOND, Ordering::SeqCst);
+    let replacing = tokio::spawn(fire(b.shared.clone()));
+    running.await.unwrap();
+    replacing.await.unwrap();
+    assert_eq!(runs(&log), vec![(0, t), (1, t + SECOND)]);
+
+    // The same on one node: its own beat for t+3 stops its run of t+2.
+    b.then(Act::Hold);
+    b.at.store(t + 2 * SECOND, Ordering::SeqCst);
+    let running = tokio::spawn(fire(b.shared.clone()));
+    wait_until("b's run started", || runs(&log).len() == 3).await;
+    b.fire_at(t + 3 * SECOND).await;
+    running.await.unwrap();
+    b.fire_at(t + 3 * SECOND).await;
+    let ticks: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    assert_eq!(ticks, vec![0, 1, 2, 3]);
+    let history = job_history(&a.shared.client, "latest").await.unwrap();
+    let outcomes: Vec<(i64, Outcome)> = history
+        .iter()
+        .map(|e| ((e.tick.unwrap() - t) / SECOND, e.outcome.clone()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (3, Outcome::Ok),
+            (2, Outcome::Replaced),
+            (1, Outcome::Ok),
+            (0, Outcome::Replaced)
+        ]
+    );
+    // Served requests are gone.
+    let zk = raw(&server).await;
+    let left: Vec<String> = zk.list_children(&record_path("latest")).await.unwrap();
+    assert!(left.iter().all(|c| !c.starts_with("replace-")), "{left:?}");
+}
