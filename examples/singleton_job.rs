@@ -36,7 +36,8 @@ struct Args {
     zk: Option<String>,
     /// What a tick does when the job is running: once-per-tick (it runs after, every tick runs
     /// once), buffer-one (the ticks that came during a run run once after it), replace (it
-    /// stops the run and runs instead), skip (it is skipped: ShedLock's behaviour).
+    /// stops the run and runs instead), allow (runs overlap), skip (it is skipped: ShedLock's
+    /// behaviour).
     #[arg(long, alias = "overlap", value_enum, default_value_t = PolicyArg::OncePerTick)]
     policy: PolicyArg,
     /// Cron schedule with seconds.
@@ -64,6 +65,7 @@ enum PolicyArg {
     OncePerTick,
     BufferOne,
     Replace,
+    Allow,
     Skip,
 }
 
@@ -100,6 +102,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         PolicyArg::OncePerTick => Policy::OncePerTick,
         PolicyArg::BufferOne => Policy::BufferOne,
         PolicyArg::Replace => Policy::Replace,
+        PolicyArg::Allow => Policy::Allow,
         PolicyArg::Skip => Policy::Skip,
     };
     let work = Duration::from_millis(args.work_ms);

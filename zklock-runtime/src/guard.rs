@@ -521,8 +521,9 @@ pub struct LossSignal {
 }
 
 impl LossSignal {
-    /// A signal that never fires, for scopes made without a server in model tests.
-    #[cfg(test)]
+    /// A signal that never fires: for runs that hold no lock (a singleton job's runs under
+    /// `Policy::Allow`) and for scopes made without a server in model tests.
+    #[cfg_attr(not(any(test, feature = "scheduler")), allow(dead_code))]
     pub(crate) fn never(name: &str) -> LossSignal {
         let (_, rx) = watch::channel(Health {
             status: crate::SessionStatus::Connected,

@@ -5,100 +5,22 @@
 //! its time zone, is read here ([`Ticks`]), so that a zone's offset changes are followed and a
 //! run-now request is noticed within a second.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
-use serde_json::Value;
-use tokio::sync::Mutex as AsyncMutex;
 use tracing::{debug, error, warn};
 
-use super::clock::Clock;
 use super::control::{JobSpec, SPEC_CONFLICT};
-use super::history::{self, HistoryEntry, Outcome};
-use super::policy::{CatchUp, Policy};
-use super::record::{RunState, TickRecord};
-use super::run::{execute, Ended, JobRun, RunFn, RunLimits};
-use super::stats::JobStats;
-use super::store::{Commit, RecordStore, WriteError, SPEC, TRIGGER_PREFIX};
-use super::ticks::{due_ticks, past_deadline, show, tick_time, Missed, Ticks};
-use crate::error::is_transient;
-use crate::{zk, Lock, LockClient, LockError, LockGuard};
-
-/// What one node knows about one job.
-pub(crate) struct Shared {
-    pub name: Arc<str>,
-    pub client: LockClient,
-    pub lock: Lock,
-    pub ticks: Ticks,
-    pub spec: JobSpec,
-    pub policy: Policy,
-    pub catch_up: CatchUp,
-    pub starting_deadline: Option<Duration>,
-    pub limits: RunLimits,
-    pub clock: Arc<dyn Clock>,
-    pub lock_wait: Option<Duration>,
-    pub store: RecordStore,
-    pub stats: JobStats,
-    /// Beats of this job on this node are handled one at a time.
-    pub serial: AsyncMutex<Handled>,
-    pub run: StdMutex<RunFn>,
-    /// Whether this node was warned that its clock runs ahead of the ensemble's.
-    pub clock_ahead_reported: AtomicBool,
-    /// The latest tick a beat of this node saw, also while another beat was under way.
-    pub seen: AtomicI64,
-    /// The tick of the run going on on this node (`i64::MIN`: none).
-    pub running: AtomicI64,
-    /// Tells this node's run to make way for a later tick ([`Policy::Replace`]).
-    pub replace: tokio::sync::Notify,
-}
-
-/// What this node has done with the job so far.
-#[derive(Default)]
-pub(crate) struct Handled {
-    /// The latest tick this node is done with: run, found taken, or given up.
-    pub last: Option<i64>,
-    /// A claim whose write may have been applied although its answer never came, with the
-    /// record version it was written over: if the record still shows exactly it, the tick is
-    /// this node's to run.
-    pub unconfirmed: Option<(TickRecord, i32)>,
-    requests: Requests,
-}
-
-/// What the job node's children said when last listed, and the watch that tells when they
-/// change.
-#[derive(Default)]
-struct Requests {
-    watch: Option<Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>>,
-    triggers: bool,
-    registered: bool,
-}
-
-impl Shared {
-    fn session(&self) -> String {
-        match self.client.session_id() {
-            Some(id) => format!("{id:#x}"),
-            None => "none".into(),
-        }
-    }
-
-    fn wait_for_lock(&self, own: Option<i64>) -> Duration {
-        self.lock_wait
-            .or_else(|| own.and_then(|own| self.ticks.period_after(own)))
-            .unwrap_or(Duration::from_secs(60))
-    }
-
-    fn entry(&self, tick: Option<i64>, outcome: Outcome) -> HistoryEntry {
-        HistoryEntry::new(tick, self.client.identity(), ms_of(SystemTime::now()), 0, outcome)
-    }
-}
-
-fn ms_of(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
+use super::history::Outcome;
+use super::hold::Hold;
+use super::node::{ms_of, Handled, Shared};
+use super::policy::Policy;
+use super::record::TickRecord;
+use super::store::{SPEC, TRIGGER_PREFIX};
+use super::ticks::{due_ticks, past_deadline, show, tick_time, Missed};
+use crate::{zk, LockError, LockGuard};
 
 /// Entry point of every beat.
 pub(crate) async fn fire(shared: Arc<Shared>) {
@@ -147,7 +69,7 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
                 return;
             }
         },
-        Policy::OncePerTick | Policy::BufferOne | Policy::Replace => {
+        Policy::OncePerTick | Policy::BufferOne | Policy::Replace | Policy::Allow => {
             let wait = shared.wait_for_lock(due);
             if let (Policy::Replace, Some(own)) = (shared.policy, due) {
                 ask_to_replace(&shared, own).await;
@@ -320,7 +242,7 @@ fn taken_up_to(shared: &Shared, record: &TickRecord, written_ms: i64) -> Option<
 ///
 /// Returns the latest tick this node is done with (run, found taken, or given up), or `None`
 /// when it could not decide anything; ticks after the returned one are offered again later.
-async fn under_lock(shared: &Shared, guard: &LockGuard, handled: &mut Handled, own: Option<i64>) -> Option<i64> {
+async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handled, own: Option<i64>) -> Option<i64> {
     let fail = |what: &str, err: &dyn std::fmt::Display| {
         shared.stats.failed();
         warn!(target: "zklock::scheduler", job = %shared.name, error = %err, "{what}");
@@ -401,7 +323,7 @@ async fn under_lock(shared: &Shared, guard: &LockGuard, handled: &mut Handled, o
     // that took the last of them: a deleted, hand-edited or rolled-back record says nothing
     // of the ticks after it, which may have run. A skip-policy beat offers only its own tick.
     let (since, late) = match shared.policy {
-        Policy::OncePerTick => (handled.last, shared.catch_up.late()),
+        Policy::OncePerTick | Policy::Allow => (handled.last, shared.catch_up.late()),
         Policy::BufferOne | Policy::Replace => (handled.last, 0),
         Policy::Skip => (None, 0),
     };
@@ -444,339 +366,4 @@ async fn under_lock(shared: &Shared, guard: &LockGuard, handled: &mut Handled, o
         hold.take_missed(last).await;
     }
     hold.run_due(&due, handled).await.max(Some(last))
-}
-
-/// One hold of the job's lock: the session it is held in, and the job's state as this node
-/// last wrote or read it.
-struct Hold<'a> {
-    shared: &'a Shared,
-    guard: &'a LockGuard,
-    zk: &'a zk::Client,
-    record: Option<TickRecord>,
-    version: i32,
-    history: Vec<Value>,
-    /// History entries to write with the next commit.
-    pending: Vec<HistoryEntry>,
-}
-
-impl Hold<'_> {
-    /// Writes the record (over the version read) and the pending history entries plus `entry`,
-    /// fenced by our lock node; keeps what was written.
-    async fn commit(
-        &mut self,
-        record: Option<TickRecord>,
-        entry: Option<HistoryEntry>,
-        take: Option<&str>,
-    ) -> Result<Option<zk::Stat>, WriteError> {
-        let mut entries = std::mem::take(&mut self.pending);
-        entries.extend(entry);
-        let history = (!entries.is_empty()).then(|| history::prepend(self.history.clone(), &entries));
-        let commit = Commit {
-            record: record.as_ref().map(|r| (r.encode(), self.version)),
-            history: history.clone(),
-            take,
-        };
-        let stat = self
-            .shared
-            .store
-            .commit(self.zk, self.guard.node_path(), commit)
-            .await?;
-        if let Some(history) = history {
-            self.history = history::parse_raw(&history);
-        }
-        if let (Some(record), Some(stat)) = (record, &stat) {
-            self.record = Some(record);
-            self.version = stat.version;
-        }
-        Ok(stat)
-    }
-
-    /// Takes the run-now request `name` and runs the job once for it. Returns false when the
-    /// hold cannot go on (the lock was lost, or ZooKeeper failed).
-    async fn run_requested(&mut self, name: &str) -> bool {
-        let shared = self.shared;
-        match self.commit(None, None, Some(name)).await {
-            Ok(_) => {}
-            Err(WriteError::Taken) => return true,
-            Err(err) => {
-                shared.stats.failed();
-                warn!(target: "zklock::scheduler", job = %shared.name, request = name, error = %err, "could not take a run-now request");
-                return false;
-            }
-        }
-        if self.guard.is_lost() {
-            shared.stats.lost_lock();
-            return false;
-        }
-        shared.stats.ran(None);
-        debug!(target: "zklock::scheduler", job = %shared.name, request = name, session = %shared.session(),
-            token = %self.guard.fencing_token(), "running on request");
-        let run = JobRun {
-            job: shared.name.clone(),
-            tick: SystemTime::now(),
-            triggered: true,
-            token: self.guard.fencing_token(),
-            loss: self.guard.loss_signal(),
-        };
-        let ended = execute(
-            &shared.run,
-            run,
-            self.guard,
-            &shared.limits,
-            std::future::pending(),
-            name,
-        )
-        .await;
-        self.report(None, ended).await.is_some()
-    }
-
-    /// Counts and records how a run ended; returns the record state for a tick's run, `None`
-    /// when the run was lost (the record can then no longer be written by this node).
-    async fn report(&mut self, tick: Option<i64>, ended: Ended) -> Option<RunState> {
-        let shared = self.shared;
-        shared.stats.ended(&ended.outcome, ended.took);
-        let state = match ended.outcome {
-            Outcome::Ok => RunState::Done,
-            Outcome::Lost => {
-                shared.stats.lost_lock();
-                return None;
-            }
-            Outcome::TimedOut => {
-                shared.stats.run_timed_out();
-                RunState::Failed
-            }
-            Outcome::Replaced => RunState::Replaced,
-            _ => {
-                shared.stats.failed();
-                RunState::Failed
-            }
-        };
-        let mut entry = HistoryEntry::new(
-            tick,
-            shared.client.identity(),
-            ms_of(ended.started),
-            ended.took.as_millis() as u64,
-            ended.outcome,
-        );
-        if let Some(error) = ended.error {
-            entry = entry.because(error);
-        }
-        let record = tick.and_then(|tick| {
-            let claim = self.record.as_ref().filter(|r| r.tick == tick)?;
-            Some(TickRecord::next(
-                Some(claim),
-                tick,
-                state.clone(),
-                claim.session,
-                self.version,
-            ))
-        });
-        match self.commit(record, Some(entry), None).await {
-            Ok(_) => Some(state),
-            Err(err) => {
-                warn!(target: "zklock::scheduler", job = %shared.name, tick = ?tick.map(show), error = %err,
-                    "could not record how the run ended");
-                None
-            }
-        }
-    }
-
-    /// A record left `running` by a run that never reported back: we hold the lock, so that run
-    /// is not going on under it any more. Records it as lost. Returns false when the hold
-    /// cannot go on.
-    async fn settle_orphan(&mut self) -> bool {
-        let shared = self.shared;
-        let Some(orphan) = self.record.as_ref().filter(|r| r.state == RunState::Running) else {
-            return true;
-        };
-        let session = orphan.session.map_or_else(|| "none".to_owned(), |s| format!("{s:#x}"));
-        let lost = TickRecord::next(Some(orphan), orphan.tick, RunState::Lost, orphan.session, self.version);
-        let entry = shared.entry(Some(orphan.tick), Outcome::Lost).because(format!(
-            "the run by session {session} never reported back (its node died or lost the lock)"
-        ));
-        let tick = orphan.tick;
-        match self.commit(Some(lost), Some(entry), None).await {
-            Ok(_) => {
-                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), %session,
-                    "the run of this tick never reported back (its node died or lost the lock); recorded as lost");
-                true
-            }
-            Err(err) => {
-                shared.stats.failed();
-                warn!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not record a dead run as lost");
-                false
-            }
-        }
-    }
-
-    /// Takes `tick`, given up, as missed, so that no node runs it late.
-    async fn take_missed(&mut self, tick: i64) {
-        let shared = self.shared;
-        let missed = TickRecord::next(
-            self.record.as_ref(),
-            tick,
-            RunState::Missed,
-            shared.client.session_id(),
-            self.version,
-        );
-        if let Err(err) = self.commit(Some(missed), None, None).await {
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "could not record a missed tick");
-        }
-    }
-
-    /// Takes `own` as skipped because the job is paused, so no node runs it and no node replays
-    /// it after the resume; one history entry stands for a run of paused ticks.
-    async fn skip_paused(&mut self, own: i64) {
-        let shared = self.shared;
-        shared.stats.skipped();
-        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: the job is paused");
-        let skipped = TickRecord::next(
-            self.record.as_ref(),
-            own,
-            RunState::Skipped,
-            shared.client.session_id(),
-            self.version,
-        );
-        let already = self.record.as_ref().is_some_and(|r| r.state == RunState::Skipped);
-        let entry = (!already).then(|| shared.entry(Some(own), Outcome::Skipped).because("paused"));
-        if let Err(err) = self.commit(Some(skipped), entry, None).await {
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), error = %err, "could not record a paused tick");
-        }
-    }
-
-    /// Claims and runs `due` in order. Returns the latest tick taken, if any.
-    async fn run_due(&mut self, due: &[i64], handled: &mut Handled) -> Option<i64> {
-        let mut decided = None;
-        for &tick in due {
-            // Take the tick before running it: from here on no node runs it again, whatever
-            // happens to this run. The write is fenced, so it also proves the lock is still ours.
-            let claim = TickRecord::next(
-                self.record.as_ref(),
-                tick,
-                RunState::Running,
-                self.shared.client.session_id(),
-                self.version,
-            );
-            if !self.claim(&claim, handled).await {
-                return decided;
-            }
-            decided = Some(tick);
-            if !self.run_claimed(claim).await {
-                return decided;
-            }
-        }
-        decided
-    }
-
-    /// Writes `claim` over the record. Returns whether it is known to be applied.
-    async fn claim(&mut self, claim: &TickRecord, handled: &mut Handled) -> bool {
-        let shared = self.shared;
-        let tick = claim.tick;
-        let pending = self.pending.clone();
-        let stat = match self.commit(Some(claim.clone()), None, None).await {
-            Ok(stat) => stat,
-            Err(WriteError::ZooKeeper(err)) if is_transient(&err) => {
-                // The answer was lost, not necessarily the write: if it was applied, the tick
-                // is ours and would otherwise run nowhere.
-                let wait = shared.wait_for_lock(Some(tick));
-                match shared.store.confirm(self.zk, claim, self.version, wait).await {
-                    Some(stat) => {
-                        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
-                            "the claim's answer was lost, but the record shows it was applied");
-                        self.record = Some(claim.clone());
-                        self.version = stat.version;
-                        Some(stat)
-                    }
-                    None => {
-                        // Applied or not, nobody can tell now; the next hold of this node
-                        // looks again, and runs the tick if the record still shows this claim.
-                        shared.stats.lost_lock();
-                        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err,
-                            "could not learn whether the tick was taken; the next beat looks again");
-                        handled.unconfirmed = Some((claim.clone(), self.version));
-                        self.pending = pending;
-                        return false;
-                    }
-                }
-            }
-            Err(err) => {
-                shared.stats.failed();
-                let what = match err {
-                    WriteError::Fenced => "lost the job's lock before taking the tick",
-                    _ => "could not take the tick",
-                };
-                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "{what}");
-                self.pending = pending;
-                return false;
-            }
-        };
-        if let Some(stat) = stat {
-            check_clock(shared, stat.mtime);
-        }
-        true
-    }
-
-    /// Runs the tick of `claim`, which the record holds, and records how it ended. Returns
-    /// false when later ticks must be left to the next beat or other nodes.
-    async fn run_claimed(&mut self, claim: TickRecord) -> bool {
-        let (shared, guard, tick) = (self.shared, self.guard, claim.tick);
-        if guard.is_lost() {
-            // The tick is taken (the record says so), but running it now would run it
-            // without the lock; it is given up rather than risked twice.
-            shared.stats.lost_lock();
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick),
-                "the job's lock was lost right after the tick was taken; not running it");
-            return false;
-        }
-        shared.stats.saw_recorded(tick);
-        shared.stats.ran(Some(tick));
-        if shared.policy == Policy::Replace {
-            // Requests for this tick or earlier are served by this run.
-            shared.store.clear_replaced_up_to(self.zk, tick).await;
-        }
-        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
-            token = %guard.fencing_token(), "running");
-        let run = JobRun {
-            job: shared.name.clone(),
-            tick: tick_time(tick),
-            triggered: false,
-            token: guard.fencing_token(),
-            loss: guard.loss_signal(),
-        };
-        let replaced = async {
-            match shared.policy {
-                Policy::Replace => tokio::select! {
-                    () = shared.replace.notified() => {}
-                    () = shared.store.replaced_after(self.zk, tick) => {}
-                },
-                _ => std::future::pending().await,
-            }
-        };
-        shared.running.store(tick, Ordering::SeqCst);
-        let ended = execute(&shared.run, run, guard, &shared.limits, replaced, &show(tick)).await;
-        shared.running.store(i64::MIN, Ordering::SeqCst);
-        let made_way = ended.outcome == Outcome::Replaced;
-        self.report(Some(tick), ended).await.is_some() && !made_way
-    }
-}
-
-/// How far this node's clock may be off ZooKeeper's before it is warned about.
-const CLOCK_SKEW_WARNING: Duration = Duration::from_millis(500);
-
-/// Compares this node's clock with the ensemble's commit time of a write just made (`mtime`,
-/// milliseconds since the epoch): a node whose clock runs far ahead takes ticks early; a node
-/// far behind runs ticks late. Records the skew in the stats and warns when it exceeds
-/// [`CLOCK_SKEW_WARNING`]. The write's round trip is in the figure too, so small skews are not
-/// told apart from latency.
-fn check_clock(shared: &Shared, mtime: i64) {
-    let Ok(since) = shared.clock.now().duration_since(UNIX_EPOCH) else {
-        return;
-    };
-    let skew_ms = since.as_millis() as i64 - mtime;
-    shared.stats.saw_clock_skew(skew_ms);
-    if skew_ms.unsigned_abs() > CLOCK_SKEW_WARNING.as_millis() as u64 {
-        warn!(target: "zklock::scheduler", job = %shared.name, skew_ms,
-            "this node's clock is {} ZooKeeper's by {} ms; ticks run early or late (sync the clocks)",
-            if skew_ms > 0 { "ahead of" } else { "behind" }, skew_ms.unsigned_abs());
-    }
 }

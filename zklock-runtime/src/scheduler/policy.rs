@@ -25,6 +25,12 @@ pub enum Policy {
     /// lost lock, and the run is recorded as replaced) and runs instead: the latest tick always
     /// wins. Kubernetes' `Replace`; Temporal's `CancelOther`. Late ticks are not run.
     Replace,
+    /// Runs may overlap: each tick runs once, when it comes, whether or not earlier runs are
+    /// still going (on this node or others). The job's lock is held only while a tick is
+    /// taken, so a run has no lock to lose: its loss signal never fires and `on_lost` does not
+    /// apply; its fencing token is that of the hold that took the tick. Kubernetes' `Allow`;
+    /// Temporal's `AllowAll`.
+    Allow,
     /// ShedLock's behaviour: a fire runs if the job's lock is free and is skipped if the job is
     /// running anywhere (on another node, or still on this one). The tick is taken through the
     /// same record as under [`OncePerTick`](Self::OncePerTick), so a node whose timer fires
@@ -78,12 +84,13 @@ impl CatchUp {
 }
 
 impl Policy {
-    /// The policy's name in a job's registration (`once_per_tick`, `buffer_one`, `replace`, `skip`).
+    /// The policy's name in a job's registration (`once_per_tick`, `buffer_one`, `replace`, `allow`, `skip`).
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Policy::OncePerTick => "once_per_tick",
             Policy::BufferOne => "buffer_one",
             Policy::Replace => "replace",
+            Policy::Allow => "allow",
             Policy::Skip => "skip",
         }
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::{debug, warn};
 
 use super::history::Outcome;
-use crate::{FencingToken, LockGuard, LossSignal, OnLost};
+use crate::{FencingToken, LossSignal, OnLost};
 
 /// The boxed user closure: builds the run's future for one tick.
 pub(crate) type RunFn = Box<dyn FnMut(JobRun) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send>;
@@ -77,7 +77,7 @@ pub(crate) struct RunLimits {
     pub max_run: Option<Duration>,
 }
 
-/// Runs `make(run)` in its own task, racing it against the loss of `guard`, `limits.max_run`
+/// Runs `make(run)` in its own task, racing it against `lost` (the job's lock lost), `limits.max_run`
 /// and `replaced` (a later tick asking for the run to make way, [`Policy::Replace`]). `what`
 /// names the run in logs.
 ///
@@ -85,7 +85,7 @@ pub(crate) struct RunLimits {
 pub(crate) async fn execute(
     make: &std::sync::Mutex<RunFn>,
     run: JobRun,
-    guard: &LockGuard,
+    lost: impl Future<Output = crate::LockError>,
     limits: &RunLimits,
     replaced: impl Future<Output = ()>,
     what: &str,
@@ -131,7 +131,7 @@ pub(crate) async fn execute(
             warn!(target: "zklock::scheduler", job = %job, run = what, max_run = ?max, "the run outlasted max_run; aborted");
             (Outcome::TimedOut, Some(format!("aborted after max_run {max:?}")))
         }
-        err = guard.lost() => match limits.on_lost {
+        err = lost => match limits.on_lost {
             OnLost::Abort => {
                 task.abort();
                 let _ = task.await;

@@ -384,3 +384,37 @@ async fn replace_stops_the_running_run_for_the_later_tick() {
     let left: Vec<String> = zk.list_children(&record_path("latest")).await.unwrap();
     assert!(left.iter().all(|c| !c.starts_with("replace-")), "{left:?}");
 }
+
+/// Under `Allow`, a tick runs when it comes although the run of an earlier one is still going;
+/// each tick still runs once, and each run's end is recorded once it has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_overlaps_runs_and_still_runs_each_tick_once() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let a = Node::start(&server, 0, "overlap", Policy::Allow, &log).await;
+    let b = Node::start(&server, 1, "overlap", Policy::Allow, &log).await;
+    let t = an_hour_ago();
+    a.then(Act::Hold);
+    a.fire_at(t).await; // returns while its run goes on
+    b.fire_at(t).await; // taken already
+    b.fire_at(t + SECOND).await;
+    a.fire_at(t + SECOND).await;
+    assert_eq!(
+        runs(&log),
+        vec![(0, t), (1, t + SECOND)],
+        "t + 1 ran while t was still running"
+    );
+    wait_until("b's run was recorded", || b.shared.stats.fires_in_flight() == 0).await;
+    a.release.notify_one();
+    wait_until("a's run ended", || a.shared.stats.fires_in_flight() == 0).await;
+    let history = job_history(&a.shared.client, "overlap").await.unwrap();
+    let mut ended: Vec<(i64, Outcome)> = history
+        .iter()
+        .map(|e| ((e.tick.unwrap() - t) / SECOND, e.outcome.clone()))
+        .collect();
+    ended.sort_by_key(|(tick, _)| *tick);
+    assert_eq!(ended, vec![(0, Outcome::Ok), (1, Outcome::Ok)]);
+    assert_eq!(history[0].tick, Some(t), "the long run ended last");
+    let shown = job_records(&a.shared.client).await.unwrap();
+    assert_eq!((shown[0].tick_ms, shown[0].state.as_str()), (Some(t + SECOND), "done"));
+}

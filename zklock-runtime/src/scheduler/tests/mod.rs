@@ -13,7 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 use zklock_testing::ZkServer;
 
-use super::fire::{fire, Shared};
+use super::fire::fire;
+use super::node::Shared;
 use super::record::{RunState, TickRecord};
 use super::store::RecordStore;
 use super::ticks::MAX_CATCH_UP;

@@ -1,0 +1,93 @@
+//! What one node knows about one singleton job: its settings, its counters, and what its beats
+//! have done so far. Shared by the beats ([`super::fire`]) and the holds ([`super::hold`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Mutex as AsyncMutex;
+
+use super::clock::Clock;
+use super::control::JobSpec;
+use super::history::{HistoryEntry, Outcome};
+use super::policy::{CatchUp, Policy};
+use super::record::TickRecord;
+use super::run::{RunFn, RunLimits};
+use super::stats::JobStats;
+use super::store::RecordStore;
+use super::ticks::Ticks;
+use crate::{zk, Lock, LockClient};
+
+/// What one node knows about one job.
+pub(crate) struct Shared {
+    pub name: Arc<str>,
+    pub client: LockClient,
+    pub lock: Lock,
+    pub ticks: Ticks,
+    pub spec: JobSpec,
+    pub policy: Policy,
+    pub catch_up: CatchUp,
+    pub starting_deadline: Option<Duration>,
+    pub limits: RunLimits,
+    pub clock: Arc<dyn Clock>,
+    pub lock_wait: Option<Duration>,
+    pub store: RecordStore,
+    pub stats: JobStats,
+    /// Beats of this job on this node are handled one at a time.
+    pub serial: AsyncMutex<Handled>,
+    pub run: StdMutex<RunFn>,
+    /// Whether this node was warned that its clock runs ahead of the ensemble's.
+    pub clock_ahead_reported: AtomicBool,
+    /// The latest tick a beat of this node saw, also while another beat was under way.
+    pub seen: AtomicI64,
+    /// The tick of the run going on on this node (`i64::MIN`: none).
+    pub running: AtomicI64,
+    /// Tells this node's run to make way for a later tick ([`Policy::Replace`]).
+    pub replace: tokio::sync::Notify,
+}
+
+/// What this node has done with the job so far.
+#[derive(Default)]
+pub(crate) struct Handled {
+    /// The latest tick this node is done with: run, found taken, or given up.
+    pub last: Option<i64>,
+    /// A claim whose write may have been applied although its answer never came, with the
+    /// record version it was written over: if the record still shows exactly it, the tick is
+    /// this node's to run.
+    pub unconfirmed: Option<(TickRecord, i32)>,
+    pub requests: Requests,
+}
+
+/// What the job node's children said when last listed, and the watch that tells when they
+/// change.
+#[derive(Default)]
+pub(crate) struct Requests {
+    pub watch: Option<Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>>,
+    pub triggers: bool,
+    pub registered: bool,
+}
+
+impl Shared {
+    pub fn session(&self) -> String {
+        match self.client.session_id() {
+            Some(id) => format!("{id:#x}"),
+            None => "none".into(),
+        }
+    }
+
+    pub fn wait_for_lock(&self, own: Option<i64>) -> Duration {
+        self.lock_wait
+            .or_else(|| own.and_then(|own| self.ticks.period_after(own)))
+            .unwrap_or(Duration::from_secs(60))
+    }
+
+    pub fn entry(&self, tick: Option<i64>, outcome: Outcome) -> HistoryEntry {
+        HistoryEntry::new(tick, self.client.identity(), ms_of(SystemTime::now()), 0, outcome)
+    }
+}
+
+pub(crate) fn ms_of(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
