@@ -9,6 +9,11 @@
 //! Prints a summary and, as its last line, a JSON object with `operations`, `faults`,
 //! `overlaps_unexplained`, `stale_writes_accepted`, `leaked_nodes` and `max_unavailable_ms`.
 //! Exits with status 1 when the checker finds a violation.
+//!
+//! `chaos jobs --duration 10m` runs the scheduler workload instead: node processes run one
+//! singleton job every second while the node running it is killed or partitioned past its
+//! session and the leader is killed; its last line is a JSON object with `runs`, `ticks`,
+//! `duplicates`, `gaps`, `missed_reported`, `lost_reported` and `history_disagreements`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,6 +44,30 @@ enum Cmd {
     /// Internal: one contender process, configured through the environment.
     #[command(hide = true)]
     Contender,
+    /// The scheduler workload: a singleton job on node processes under kills and partitions.
+    Jobs(JobsArgs),
+    /// Internal: one scheduler node process, configured through the environment.
+    #[command(hide = true)]
+    JobNode,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct JobsArgs {
+    /// How long to keep injecting faults (at least one round of every kind).
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Node processes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Session timeout of the nodes.
+    #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
+    session_timeout: Duration,
+    /// Server tickTime.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    tick: Duration,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -78,6 +107,8 @@ fn main() {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Cmd::Contender) => std::process::exit(chaos::contender::main_from_env()),
+        Some(Cmd::JobNode) => std::process::exit(chaos::jobs::node_main_from_env()),
+        Some(Cmd::Jobs(args)) => std::process::exit(run_jobs(&args)),
         Some(Cmd::Check { history }) => std::process::exit(recheck(&history)),
         Some(Cmd::Run(args)) => args,
         None => cli.run,
@@ -135,6 +166,45 @@ fn main() {
     println!("{}", outcome.report.json_line());
     if !outcome.report.passed() {
         std::process::exit(1);
+    }
+}
+
+fn run_jobs(args: &JobsArgs) -> i32 {
+    if args.nodes < 2 {
+        eprintln!("chaos jobs: need --nodes >= 2");
+        return 2;
+    }
+    let program = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("chaos jobs: cannot find my own executable: {e}");
+            return 2;
+        }
+    };
+    let config = chaos::jobs::JobsConfig {
+        duration: args.duration,
+        nodes: args.nodes,
+        session_timeout: args.session_timeout,
+        tick_time: args.tick,
+        child: ChildCommand {
+            program,
+            args: vec!["job-node".into()],
+        },
+        verbose: !args.quiet,
+    };
+    match chaos::jobs::run_jobs(&config) {
+        Ok(report) => {
+            println!("{}", report.json_line());
+            if report.passed() {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("chaos jobs: the run failed: {e}");
+            2
+        }
     }
 }
 

@@ -10,6 +10,9 @@
 //! records a history ([`history`]). The checker ([`checker`]) is a pure function of that
 //! history.
 //!
+//! The scheduler workload ([`jobs`]) runs a singleton job on node processes under kills,
+//! partitions and leader kills and checks that no tick ran twice and none went unaccounted.
+//!
 //! Used by the `chaos` example (`./scripts/chaos.sh --duration 10m`) and by
 //! `examples/tests/chaos.rs` (the CI-sized run).
 
@@ -17,5 +20,6 @@ pub mod checker;
 pub mod clock;
 pub mod contender;
 pub mod history;
+pub mod jobs;
 pub mod register;
 pub mod runner;

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use tokio_cron_scheduler::Job;
+use tokio_cron_scheduler::{Job, JobSchedulerError};
 
 use super::clock::{Clock, SystemClock};
 use super::control::JobSpec;
@@ -17,19 +17,58 @@ use super::run::{JobRun, RunFn, RunLimits};
 use super::stats::JobStats;
 use super::store::RecordStore;
 use super::ticks::Ticks;
-use super::{RunResult, SchedulerError};
-use crate::LockClient;
+use crate::{LockClient, LockError};
 
 /// How often tokio-cron-scheduler calls a singleton job: each call reads the job's own schedule,
 /// in its time zone, and the operators' requests.
 const BEAT: &str = "* * * * * *";
+
+/// Why a singleton job could not be built or added.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchedulerError {
+    /// The job name is not a valid lock name.
+    #[error("invalid job name: {0}")]
+    InvalidName(LockError),
+    /// The cron expression does not parse.
+    #[error("invalid schedule {schedule:?}: {reason} (six or seven fields, seconds first)")]
+    InvalidSchedule {
+        /// The schedule as given.
+        schedule: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// tokio-cron-scheduler refused the job.
+    #[error("tokio-cron-scheduler: {0}")]
+    Scheduler(#[from] JobSchedulerError),
+}
+
+/// What a job's run may return: `()` or any `Result` whose error can be displayed.
+///
+/// An `Err` counts as a failed run (see the [module docs](super#failed-runs-lost-locks-dead-nodes)).
+pub trait RunResult: Send + 'static {
+    /// `Err` with a description when the run failed.
+    fn into_run_result(self) -> Result<(), String>;
+}
+
+impl RunResult for () {
+    fn into_run_result(self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl<T: Send + 'static, E: std::fmt::Display + Send + 'static> RunResult for Result<T, E> {
+    fn into_run_result(self) -> Result<(), String> {
+        self.map(|_| ()).map_err(|e| e.to_string())
+    }
+}
 
 /// A cron job that runs on one node of the cluster per fire; the counterpart of
 /// tokio-cron-scheduler's `Job::new_async`.
 ///
 /// Build it with [`new_async`](Self::new_async), adjust it with the builder methods, then turn
 /// it into a tokio-cron-scheduler [`Job`] with [`into_job`](Self::into_job) or add it with
-/// [`JobSchedulerExt::add_singleton`].
+/// [`JobSchedulerExt::add_singleton`](super::JobSchedulerExt::add_singleton).
 ///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), Box<dyn std::error::Error>> {
@@ -210,7 +249,7 @@ impl SingletonJob {
     /// How long a once-per-tick fire waits for the job's lock while another node holds it
     /// (default: the gap to the next tick). A fire that waits in vain is counted as a skip; its
     /// tick is not given up: unless another node takes it, this node's next fire runs it late
-    /// (see [late ticks](self#late-ticks)).
+    /// (see [late ticks](super#late-ticks)).
     pub fn lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = Some(wait);
         self

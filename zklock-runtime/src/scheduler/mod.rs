@@ -162,7 +162,7 @@ pub use control::{
     job_history, job_records, pause_job, remove_job, reset_job, resume_job, trigger_job, JobRecord, JobSpec,
 };
 pub use history::{HistoryEntry, Outcome};
-pub use job::SingletonJob;
+pub use job::{RunResult, SchedulerError, SingletonJob};
 #[allow(deprecated)]
 pub use policy::OnLoss;
 pub use policy::{CatchUp, Policy};
@@ -172,49 +172,7 @@ pub use stats::{JobStats, StatsSnapshot};
 /// dependency.
 pub use tokio_cron_scheduler;
 
-use tokio_cron_scheduler::{JobScheduler, JobSchedulerError};
-
-use crate::LockError;
-
-/// Why a singleton job could not be built or added.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SchedulerError {
-    /// The job name is not a valid lock name.
-    #[error("invalid job name: {0}")]
-    InvalidName(LockError),
-    /// The cron expression does not parse.
-    #[error("invalid schedule {schedule:?}: {reason} (six or seven fields, seconds first)")]
-    InvalidSchedule {
-        /// The schedule as given.
-        schedule: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// tokio-cron-scheduler refused the job.
-    #[error("tokio-cron-scheduler: {0}")]
-    Scheduler(#[from] JobSchedulerError),
-}
-
-/// What a job's run may return: `()` or any `Result` whose error can be displayed.
-///
-/// An `Err` counts as a failed run (see the [module docs](self#failed-runs-lost-locks-dead-nodes)).
-pub trait RunResult: Send + 'static {
-    /// `Err` with a description when the run failed.
-    fn into_run_result(self) -> Result<(), String>;
-}
-
-impl RunResult for () {
-    fn into_run_result(self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-impl<T: Send + 'static, E: std::fmt::Display + Send + 'static> RunResult for Result<T, E> {
-    fn into_run_result(self) -> Result<(), String> {
-        self.map(|_| ()).map_err(|e| e.to_string())
-    }
-}
+use tokio_cron_scheduler::JobScheduler;
 
 /// Adds singleton jobs to a tokio-cron-scheduler `JobScheduler`.
 ///

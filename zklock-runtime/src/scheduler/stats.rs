@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::history::Outcome;
 use super::ticks::tick_time;
 
 const NONE: i64 = i64::MIN;
@@ -233,8 +234,8 @@ impl JobStats {
     }
 
     /// A run ended with `outcome` after `took`: exported per job and outcome.
-    pub(crate) fn ended(&self, outcome: &super::Outcome, took: std::time::Duration) {
-        if *outcome != super::Outcome::Lost {
+    pub(crate) fn ended(&self, outcome: &Outcome, took: std::time::Duration) {
+        if *outcome != Outcome::Lost {
             self.inner
                 .run_ms_total
                 .fetch_add(took.as_millis() as u64, Ordering::Relaxed);

@@ -1,0 +1,65 @@
+//! The scheduler under faults, CI-sized: three node processes run one singleton job every
+//! second through fault proxies in front of a 3-member ensemble, while the node running the
+//! job is killed, then partitioned until its session expires, and the leader is killed. No tick
+//! may run twice, every tick between the first and the last run must have run or been reported
+//! given up or lost, and the job's history must agree with the runs seen. The longer run is
+//! `cargo run --release -p zklock-examples --example chaos -- jobs --duration 10m`.
+
+use std::time::Duration;
+
+use zklock_examples::chaos::jobs::{node_main_from_env, run_jobs, JobsConfig};
+use zklock_examples::chaos::runner::ChildCommand;
+
+/// Name of the entry point the node processes re-execute this binary into.
+const NODE_ENTRY: &str = "chaos_job_node_process";
+
+#[test]
+fn no_tick_runs_twice_or_unaccounted_under_kills_partitions_and_leader_loss() {
+    let program = std::env::current_exe().expect("the test binary's path");
+    let config = JobsConfig {
+        duration: Duration::ZERO, // one round: every fault kind once
+        nodes: 3,
+        session_timeout: Duration::from_secs(4),
+        tick_time: Duration::from_millis(200),
+        child: ChildCommand {
+            program,
+            args: zklock::testing::process::rerun_args(NODE_ENTRY).to_vec(),
+        },
+        verbose: true,
+    };
+    let report = run_jobs(&config).expect("the run completes");
+    eprintln!("{}", report.json_line());
+    for kind in ["kill_runner", "partition_runner", "leader_kill"] {
+        assert_eq!(report.faults.get(kind), Some(&1), "{kind} was injected");
+    }
+    assert!(
+        report.ticks >= 20,
+        "too few ticks to mean anything: {}",
+        report.json_line()
+    );
+    assert!(report.duplicates.is_empty(), "ticks ran twice: {:?}", report.duplicates);
+    assert!(
+        report.gaps as u64 <= report.missed_reported + report.lost_reported,
+        "ticks ran nowhere without a word: {}",
+        report.json_line()
+    );
+    assert!(
+        report.history_disagreements.is_empty(),
+        "{:?}",
+        report.history_disagreements
+    );
+    assert!(report.passed());
+}
+
+/// Not a test: the body of each node process the run above starts (it re-executes this binary
+/// with `--ignored --exact chaos_job_node_process` and its configuration in the environment).
+/// Run alone, without that configuration, it fails rather than pass vacuously.
+#[test]
+#[ignore = "entry point of the node processes of the chaos test; run by it, not alone"]
+fn chaos_job_node_process() {
+    assert!(
+        std::env::var("ZKLOCK_CHAOS_NODE").is_ok(),
+        "the entry point of the chaos test's node processes: run that test, not this"
+    );
+    std::process::exit(node_main_from_env());
+}
