@@ -564,3 +564,43 @@ async fn a_tick_claimed_while_the_hold_was_lost_is_not_run() {
         .unwrap();
     assert!(recorded >= tick, "the tick was not recorded as taken: {record}");
 }
+
+/// A run that panics is a failed run: counted, recorded as failed, and kept in the history as
+/// `panicked` with the panic's text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_panicking_run_is_recorded_as_panicked() {
+    use zklock::scheduler::{job_history, Outcome};
+    let server = support::server();
+    let client = support::client_with(&server.connect_string(), SESSION).await;
+    let job = SingletonJob::new_async(EVERY_SECOND, &client, "brittle", |_run| async {
+        if ledger_is_gone() {
+            panic!("the ledger is gone");
+        }
+    })
+    .unwrap();
+    let mut scheduler = JobScheduler::new().await.unwrap();
+    let (_, stats) = scheduler.add_singleton(job).await.unwrap();
+    scheduler.start().await.unwrap();
+    let recorded = support::eventually(Duration::from_secs(30), || async {
+        job_history(&client, "brittle").await.is_ok_and(|h| !h.is_empty())
+    })
+    .await;
+    scheduler.shutdown().await.unwrap();
+    settle(std::slice::from_ref(&stats)).await;
+    assert!(recorded, "no run recorded: {:?}", stats.snapshot());
+    let history = job_history(&client, "brittle").await.unwrap();
+    let last = history.last().unwrap();
+    assert_eq!(last.outcome, Outcome::Panicked);
+    assert_eq!(last.error.as_deref(), Some("panicked: the ledger is gone"));
+    assert!(
+        stats.failures() >= 1 && stats.failures() == stats.runs(),
+        "{:?}",
+        stats.snapshot()
+    );
+}
+
+/// What the brittle job above checks before it panics: always true, so that its body has the
+/// type `()` rather than never returning.
+fn ledger_is_gone() -> bool {
+    true
+}

@@ -455,6 +455,13 @@ async fn a_held_lock_survives_its_member_dying_over_tls_and_sasl() {
     assert_eq!(holder.session_id(), Some(session), "the session survived");
     assert!(!guard.is_lost(), "the hold was given up during the move");
     guard.ensure_held().await.expect("still held after the move");
+    // `other` may have been connected to the member that died: a try fails fast while it is
+    // not connected, so wait until it is.
+    let reconnected = support::eventually(Duration::from_secs(40), || async {
+        other.status() == SessionStatus::Connected
+    })
+    .await;
+    assert!(reconnected, "the other client did not reconnect");
     let lock = other.mutex("failover").unwrap();
     assert!(
         lock.try_acquire().await.unwrap().is_none(),

@@ -71,10 +71,15 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
         },
         Policy::OncePerTick | Policy::BufferOne | Policy::Replace | Policy::Allow => {
             let wait = shared.wait_for_lock(due);
-            if let (Policy::Replace, Some(own)) = (shared.policy, due) {
-                ask_to_replace(&shared, own).await;
-            }
-            match shared.lock.acquire_timeout(wait).await {
+            let free = match (shared.policy, due) {
+                (Policy::Replace, Some(own)) => take_or_replace(&shared, own).await,
+                _ => None,
+            };
+            let taken = match free {
+                Some(guard) => Ok(guard),
+                None => shared.lock.acquire_timeout(wait).await,
+            };
+            match taken {
                 Ok(guard) => guard,
                 Err(LockError::Timeout { .. }) => {
                     if let Some(own) = due {
@@ -99,13 +104,11 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
     drop(guard);
 }
 
-/// Under [`Policy::Replace`], when the job's lock is busy: asks the run going on to make way
-/// for `own`.
-async fn ask_to_replace(shared: &Shared, own: i64) {
+/// Under [`Policy::Replace`]: the job's lock if it is free; otherwise asks the run going on to
+/// make way for `own` (the caller then waits for the lock).
+async fn take_or_replace(shared: &Shared, own: i64) -> Option<LockGuard> {
     if let Ok(Some(guard)) = shared.lock.try_acquire().await {
-        // Free after all; the acquisition that follows takes it again (reentrantly cheap).
-        drop(guard);
-        return;
+        return Some(guard);
     }
     let asked = async {
         let zk = shared.client.session(None).await.ok()?.zk().ok()?;
@@ -118,6 +121,7 @@ async fn ask_to_replace(shared: &Shared, own: i64) {
     if asked.await.is_some() {
         debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "the job is running: asked the run to make way");
     }
+    None
 }
 
 /// Lists the job node's children again if they changed since the last look (or were never

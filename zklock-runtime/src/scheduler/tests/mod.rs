@@ -41,7 +41,6 @@ enum Act {
     /// Waits until the test notifies the node's `release`.
     Hold,
     Fail(&'static str),
-    Panic,
     Sleep(Duration),
 }
 
@@ -126,7 +125,6 @@ impl Node {
                             Ok(())
                         }
                         Some(Act::Fail(why)) => Err(why),
-                        Some(Act::Panic) => panic!("the job broke"),
                         Some(Act::Sleep(time)) => {
                             tokio::time::sleep(time).await;
                             Ok(())
