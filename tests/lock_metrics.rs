@@ -5,8 +5,6 @@
 
 mod support;
 
-use std::collections::HashMap;
-
 use metrics_exporter_prometheus::PrometheusBuilder;
 use support::{client, server, AppError};
 use zklock::{distributed_lock, LockClient, LockError};
@@ -44,17 +42,6 @@ impl Shop {
     }
 }
 
-/// The exported samples: `metric{labels}` → value.
-fn samples(text: &str) -> HashMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (key, value) = l.rsplit_once(' ')?;
-            Some((key.to_owned(), value.parse().ok()?))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_events_are_counted_per_template_with_wait_and_hold_times() {
     // The only test of this binary: the recorder is process-wide.
@@ -86,7 +73,7 @@ async fn lock_events_are_counted_per_template_with_wait_and_hold_times() {
 
     let text = handle.render();
     eprintln!("{text}");
-    let s = samples(&text);
+    let s = support::prometheus_samples(&text);
     let get = |key: &str| {
         s.get(key)
             .copied()

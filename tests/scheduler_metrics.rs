@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,17 +12,6 @@ use std::time::Duration;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use zklock::scheduler::tokio_cron_scheduler::JobScheduler;
 use zklock::scheduler::{JobSchedulerExt, SingletonJob};
-
-/// The exported samples: `metric{labels}` → value.
-fn samples(text: &str) -> HashMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (key, value) = l.rsplit_once(' ')?;
-            Some((key.to_owned(), value.parse().ok()?))
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_runs_are_counted_per_job_and_outcome() {
@@ -59,7 +47,7 @@ async fn job_runs_are_counted_per_job_and_outcome() {
     assert!(settled);
 
     let text = handle.render();
-    let s = samples(&text);
+    let s = support::prometheus_samples(&text);
     let get = |key: &str| {
         s.get(key)
             .copied()

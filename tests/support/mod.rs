@@ -166,3 +166,14 @@ where
     }
     granted
 }
+
+/// The samples of a Prometheus exporter's text: `metric{labels}` → value.
+pub fn prometheus_samples(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            Some((key.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}

@@ -129,6 +129,12 @@ fn now_ms() -> i64 {
 /// (the `zklock jobs` command). A job whose node this client may not read is listed as
 /// `forbidden`; the others are still listed.
 ///
+/// # Cancel safety
+///
+/// Cancel safe: it only reads.
+///
+/// # Examples
+///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
 /// for job in zklock_runtime::scheduler::job_records(&client).await? {
@@ -202,6 +208,12 @@ async fn read_job(zk: &zk::Client, store: RecordStore) -> Result<Option<JobRecor
 /// The latest runs of `job`, newest first (at most 50): tick, node, start, duration, outcome,
 /// error. Empty for a job that never ran.
 ///
+/// # Cancel safety
+///
+/// Cancel safe: it only reads.
+///
+/// # Examples
+///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
 /// for run in zklock_runtime::scheduler::job_history(&client, "nightly-report").await? {
@@ -223,6 +235,12 @@ pub async fn job_history(client: &LockClient, job: &str) -> Result<Vec<HistoryEn
 /// passes meanwhile is recorded as skipped (once) and never replayed. A run already going is
 /// not stopped; run-now requests are still served. Returns whether the job was running before
 /// (`false`: it was paused already).
+///
+/// # Cancel safety
+///
+/// Dropped before it returns, the job may or may not be paused; calling it again settles it.
+///
+/// # Examples
 ///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
@@ -251,6 +269,12 @@ pub async fn pause_job(client: &LockClient, job: &str) -> Result<bool, LockError
 /// Resumes a job paused with [`pause_job`]: its next tick runs as usual; the ticks that passed
 /// while it was paused are not replayed. Returns whether it was paused.
 ///
+/// # Cancel safety
+///
+/// Dropped before it returns, the job may or may not be resumed; calling it again settles it.
+///
+/// # Examples
+///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
 /// let was_paused = zklock_runtime::scheduler::resume_job(&client, "nightly-report").await?;
@@ -270,6 +294,13 @@ pub async fn resume_job(client: &LockClient, job: &str) -> Result<bool, LockErro
 /// when the job is idle; after the current run otherwise), also while the job is paused. The run
 /// does not touch the schedule's tick record; its history entry has no tick. Returns the
 /// request's name (`trigger-<n>`); it disappears once a node takes it.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropped after its request was sent, the run may still be made, and calling
+/// it again asks for a second one. `zklock jobs` shows pending requests.
+///
+/// # Examples
 ///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
@@ -294,6 +325,13 @@ pub async fn trigger_job(client: &LockClient, job: &str) -> Result<String, LockE
 /// Clears `job`'s tick record and history, under the job's lock (waiting at most `wait` for a
 /// run to end): the next tick runs as a first tick would, no late ticks are run from before the
 /// reset. Pause and pending run-now requests are kept. Returns whether the job existed.
+///
+/// # Cancel safety
+///
+/// Dropped before it returns, the record may or may not be cleared (the job's lock is let go
+/// either way); calling it again settles it.
+///
+/// # Examples
 ///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
@@ -329,6 +367,13 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
 /// Deletes everything `job` keeps in ZooKeeper (tick record, history, pause, requests,
 /// registration), under the job's lock (waiting at most `wait`), for a job no node runs any
 /// more. A node still running it starts afresh at its next tick. Returns whether it existed.
+///
+/// # Cancel safety
+///
+/// Dropped before it returns, the job may or may not be removed (the job's lock is let go
+/// either way); calling it again settles it.
+///
+/// # Examples
 ///
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
