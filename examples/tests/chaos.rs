@@ -124,12 +124,16 @@ fn lock_stays_safe_under_leader_kill_partitions_pause_restart_and_reap() {
 
 /// Not a test: the body of each contender process the chaos run starts (it re-executes this
 /// binary with `--ignored --exact chaos_contender_process` and its configuration in the
-/// environment). Ignored so that a normal run neither executes nor counts it.
+/// environment). Ignored so that a normal run neither executes nor counts it; run alone, it
+/// fails.
 #[test]
 #[ignore = "entry point of the contender processes started by the chaos run"]
 fn chaos_contender_process() {
-    if std::env::var(chaos::contender::ROLE_ENV).as_deref() != Ok("contender") {
-        return;
-    }
+    // Run alone (`--include-ignored`), it fails instead of passing without doing anything.
+    assert_eq!(
+        std::env::var(chaos::contender::ROLE_ENV).as_deref(),
+        Ok("contender"),
+        "the contender processes' entry point: run the chaos test, not this"
+    );
     std::process::exit(chaos::contender::main_from_env());
 }

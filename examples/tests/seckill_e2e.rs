@@ -44,13 +44,15 @@ struct ServeCli {
 }
 
 /// Not a test: the body of an instance process started by the end-to-end tests (it serves
-/// until its standard input closes). Run by hand it finds no arguments and returns.
+/// until its standard input closes). Run by hand it finds no arguments and fails.
 #[test]
 #[ignore = "a service instance process started by the end-to-end tests"]
 fn seckill_instance_process() {
+    // Run alone (`--include-ignored`), it fails instead of passing without doing anything.
     let Ok(raw) = std::env::var(SERVE_ARGS_ENV) else {
-        eprintln!("seckill_instance_process: started without {SERVE_ARGS_ENV}; nothing to serve");
-        return;
+        panic!(
+            "a service instance of the end-to-end tests, started without {SERVE_ARGS_ENV}: run those tests, not this"
+        );
     };
     let args: Vec<String> = serde_json::from_str(&raw).expect("serve arguments");
     let cli = <ServeCli as clap::Parser>::parse_from(std::iter::once("serve".to_string()).chain(args));

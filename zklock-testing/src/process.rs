@@ -18,7 +18,8 @@
 //! #[test]
 //! #[ignore = "entry point of the child processes of another test"]
 //! fn holder_process() {
-//!     let Ok(connect) = std::env::var("HOLDER_CONNECT") else { return };
+//!     // Run alone, fail rather than pass without doing anything.
+//!     let connect = std::env::var("HOLDER_CONNECT").expect("run by another test, not alone");
 //!     // ... take a lock, print a line the parent waits for, hold until killed ...
 //! # let _ = connect;
 //! }
