@@ -106,33 +106,8 @@ impl Hold<'_> {
     /// when the run was lost (the record can then no longer be written by this node).
     async fn report(&mut self, tick: Option<i64>, ended: Ended) -> Option<RunState> {
         let shared = self.shared;
-        shared.stats.ended(&ended.outcome, ended.took);
-        let state = match ended.outcome {
-            Outcome::Ok => RunState::Done,
-            Outcome::Lost => {
-                shared.stats.lost_lock();
-                return None;
-            }
-            Outcome::TimedOut => {
-                shared.stats.run_timed_out();
-                RunState::Failed
-            }
-            Outcome::Replaced => RunState::Replaced,
-            _ => {
-                shared.stats.failed();
-                RunState::Failed
-            }
-        };
-        let mut entry = HistoryEntry::new(
-            tick,
-            shared.client.identity(),
-            ms_of(ended.started),
-            ended.took.as_millis() as u64,
-            ended.outcome,
-        );
-        if let Some(error) = ended.error {
-            entry = entry.because(error);
-        }
+        let (state, entry) = tally(shared, tick, ended);
+        let state = state?;
         let record = tick.and_then(|tick| {
             let claim = self.record.as_ref().filter(|r| r.tick == tick)?;
             Some(TickRecord::next(
@@ -341,6 +316,39 @@ impl Hold<'_> {
     }
 }
 
+/// Counts how a run ended and makes its history entry; with the state the run leaves in the
+/// record, `None` when it was lost (the record is then no longer this node's to write).
+fn tally(shared: &Shared, tick: Option<i64>, ended: Ended) -> (Option<RunState>, HistoryEntry) {
+    shared.stats.ended(&ended.outcome, ended.took);
+    let state = match ended.outcome {
+        Outcome::Ok => Some(RunState::Done),
+        Outcome::Lost => {
+            shared.stats.lost_lock();
+            None
+        }
+        Outcome::TimedOut => {
+            shared.stats.run_timed_out();
+            Some(RunState::Failed)
+        }
+        Outcome::Replaced => Some(RunState::Replaced),
+        _ => {
+            shared.stats.failed();
+            Some(RunState::Failed)
+        }
+    };
+    let mut entry = HistoryEntry::new(
+        tick,
+        shared.client.identity(),
+        ms_of(ended.started),
+        ended.took.as_millis() as u64,
+        ended.outcome,
+    );
+    if let Some(error) = ended.error {
+        entry = entry.because(error);
+    }
+    (state, entry)
+}
+
 /// Under [`Policy::Allow`]: runs the taken tick of `claim` in a task of its own, without the
 /// lock, and records how it ended under the lock once it has.
 fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
@@ -361,12 +369,9 @@ fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
             &show(tick),
         )
         .await;
-        shared.stats.ended(&ended.outcome, ended.took);
-        match ended.outcome {
-            Outcome::Ok => {}
-            Outcome::TimedOut => shared.stats.run_timed_out(),
-            _ => shared.stats.failed(),
-        }
+        // No lock, so never lost: the run ends done or failed.
+        let (state_of_run, entry) = tally(&shared, Some(tick), ended);
+        let ended_as = state_of_run.unwrap_or(RunState::Failed);
         let wait = shared.wait_for_lock(Some(tick));
         let guard = match shared.lock.acquire_timeout(wait).await {
             Ok(guard) => guard,
@@ -379,22 +384,7 @@ fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
         let Ok(state) = shared.store.read_state(&zk, shared.client.inner.config.acls()).await else {
             return;
         };
-        let mut entry = HistoryEntry::new(
-            Some(tick),
-            shared.client.identity(),
-            ms_of(ended.started),
-            ended.took.as_millis() as u64,
-            ended.outcome.clone(),
-        );
-        if let Some(error) = ended.error {
-            entry = entry.because(error);
-        }
         // The record still names this tick only when no later tick was taken meanwhile.
-        let ended_as = if ended.outcome == Outcome::Ok {
-            RunState::Done
-        } else {
-            RunState::Failed
-        };
         let version = state.stat.version;
         let record = state
             .record
