@@ -6,15 +6,15 @@
 //! trust stores, a Java client's system properties, a client's `*_file` configuration).
 
 use std::fs;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    SanType,
 };
 use tempfile::TempDir;
+use time::OffsetDateTime;
 
 use super::error::TestingError;
 
@@ -46,8 +46,9 @@ impl std::fmt::Debug for TestCa {
     }
 }
 
-/// A certificate and its private key, issued by a [`TestCa`], valid for `127.0.0.1`, `::1` and
-/// `localhost`, for both server and client authentication.
+/// A certificate and its private key, issued by a [`TestCa`], for both server and client
+/// authentication: by [`TestCa::issue`] valid for `127.0.0.1`, `::1` and `localhost`, by
+/// [`TestCa::issue_with`] for the names and the time its [`IssueOptions`] say.
 #[derive(Debug, Clone)]
 pub struct TestIdentity {
     cert_pem: String,
@@ -120,18 +121,44 @@ impl TestCa {
         &self.cert_file
     }
 
-    /// Issues a certificate with common name `name` for `127.0.0.1`, `::1` and `localhost`.
+    /// Issues a certificate with common name `name` for `127.0.0.1`, `::1` and `localhost`,
+    /// valid from long ago until far in the future.
     pub fn issue(&self, name: &str) -> Result<TestIdentity, TestingError> {
+        self.issue_with(name, &IssueOptions::default())
+    }
+
+    /// Issues a certificate with common name `name`, valid for the names and the time `options`
+    /// give: e.g. one for another host, an expired one, or one not valid yet, to see a client
+    /// refuse it.
+    ///
+    /// ```no_run
+    /// use std::time::{Duration, SystemTime};
+    /// use zklock_testing::{IssueOptions, TestCa, ZkServer};
+    ///
+    /// let ca = TestCa::new("shop test CA")?;
+    /// let day = Duration::from_secs(24 * 60 * 60);
+    /// let expired = IssueOptions::new()
+    ///     .valid_from(SystemTime::now() - 2 * day)
+    ///     .valid_until(SystemTime::now() - day);
+    /// let identity = ca.issue_with("zookeeper-server", &expired)?;
+    /// let server = ZkServer::builder().tls_with(&identity, ca.cert_pem()).start()?;
+    /// # let _ = server;
+    /// # Ok::<(), zklock_testing::TestingError>(())
+    /// ```
+    ///
+    /// Errors: [`TestingError::InvalidArgument`] when a name is neither an IP address nor
+    /// ASCII text.
+    pub fn issue_with(&self, name: &str, options: &IssueOptions) -> Result<TestIdentity, TestingError> {
         let key = KeyPair::generate().map_err(|e| cert_error("a key", e))?;
-        let mut params = CertificateParams::new(vec!["localhost".to_string()])
-            .map_err(|e| cert_error("certificate parameters", e))?;
+        let mut params =
+            CertificateParams::new(options.names.clone()).map_err(|e| cert_error("certificate parameters", e))?;
         params.distinguished_name.push(DnType::CommonName, name);
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+        if let Some(from) = options.not_before {
+            params.not_before = OffsetDateTime::from(from);
+        }
+        if let Some(until) = options.not_after {
+            params.not_after = OffsetDateTime::from(until);
+        }
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         let cert = params
@@ -147,6 +174,68 @@ impl TestCa {
             key_pem,
             _dir: self.dir.clone(),
         })
+    }
+}
+
+/// What goes into a certificate that [`TestCa::issue_with`] issues: the names it is valid for
+/// and when it is valid. The defaults are [`TestCa::issue`]'s: `localhost`, `127.0.0.1` and `::1`,
+/// from 1975 until the year 4096.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use zklock_testing::IssueOptions;
+///
+/// let elsewhere = IssueOptions::new().names(["zk1.example.com", "192.0.2.7"]);
+/// let not_yet = IssueOptions::new().valid_from(SystemTime::now() + Duration::from_secs(86_400));
+/// # let _ = (elsewhere, not_yet);
+/// ```
+#[derive(Debug, Clone)]
+pub struct IssueOptions {
+    names: Vec<String>,
+    not_before: Option<SystemTime>,
+    not_after: Option<SystemTime>,
+}
+
+impl Default for IssueOptions {
+    fn default() -> Self {
+        IssueOptions {
+            names: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            not_before: None,
+            not_after: None,
+        }
+    }
+}
+
+impl IssueOptions {
+    /// The defaults: valid for loopback, from long ago until far in the future.
+    pub fn new() -> IssueOptions {
+        IssueOptions::default()
+    }
+
+    /// The host names and IP addresses the certificate is valid for (its subject alternative
+    /// names), instead of the loopback ones. A name that parses as an IP address is written as
+    /// one, any other as a DNS name. An empty list gives a certificate valid for no host.
+    pub fn names<I, S>(mut self, names: I) -> IssueOptions
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.names = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The first moment the certificate is valid (its `notBefore`, to the second); a time in
+    /// the future gives a certificate that is not valid yet.
+    pub fn valid_from(mut self, from: SystemTime) -> IssueOptions {
+        self.not_before = Some(from);
+        self
+    }
+
+    /// The last moment the certificate is valid (its `notAfter`, to the second); a time in the
+    /// past gives an expired certificate.
+    pub fn valid_until(mut self, until: SystemTime) -> IssueOptions {
+        self.not_after = Some(until);
+        self
     }
 }
 

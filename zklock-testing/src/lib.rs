@@ -11,8 +11,10 @@
 //!   off from the others while its clients stay connected ([`ZkEnsemble::isolate`]), wait for a
 //!   quorum again.
 //! - Secured servers: [`ZkServerBuilder::tls`] serves TLS on a second, TLS-only port with
-//!   certificates from a per-test [`TestCa`] (mutual TLS with [`ClientAuth::Need`]), and
-//!   [`ZkServerBuilder::sasl_user`] adds SASL DIGEST-MD5 users; ensembles take the same calls.
+//!   certificates from a per-test [`TestCa`] (mutual TLS with [`ClientAuth::Need`]; a
+//!   certificate of your own, e.g. expired or for another host, with [`IssueOptions`] and
+//!   [`ZkServerBuilder::tls_with`]), and [`ZkServerBuilder::sasl_user`] adds SASL DIGEST-MD5
+//!   users; ensembles take the same calls.
 //! - [`PgServer`]: a throw-away PostgreSQL server (its own `initdb` cluster, no fsync) on a
 //!   free loopback port, for code that keeps its data in a database; one empty database per
 //!   test with [`PgServer::create_database`], SQL through [`PgServer::psql`].
@@ -65,7 +67,7 @@ pub mod process;
 mod proxy;
 mod server;
 
-pub use certs::{TestCa, TestIdentity};
+pub use certs::{IssueOptions, TestCa, TestIdentity};
 pub use ensemble::{ZkEnsemble, ZkEnsembleBuilder};
 pub use error::TestingError;
 pub use postgres::{PgServer, PgServerBuilder};

@@ -685,7 +685,9 @@ macro_rules! settings_methods {
         }
 
         /// Like [`tls`](Self::tls), with a certificate of the caller's (e.g. one for another
-        /// host name, or from another authority) and the PEM certificates to trust for clients.
+        /// host name, an expired one, or one from another authority: see
+        /// [`TestCa::issue_with`](crate::TestCa::issue_with)) and the PEM certificates to trust
+        /// for clients.
         pub fn tls_with(mut self, identity: &$crate::TestIdentity, trusted_pem: &str) -> Self {
             $crate::server::set_tls(&mut self.settings, identity, trusted_pem);
             self
