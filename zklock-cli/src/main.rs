@@ -104,8 +104,8 @@ enum Command {
     Watch {
         /// The lock name.
         name: String,
-        /// Stop after this many views (default: until interrupted).
-        #[arg(long)]
+        /// Stop after this many views, at least one (default: until interrupted).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
     },
     /// The singleton jobs: list them (the default), read a job's history, pause, resume or
