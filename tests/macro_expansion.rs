@@ -1,6 +1,6 @@
-//! The expansion sample shown in the `zklock-macros` crate docs, written out by hand, so the
-//! documented shape keeps compiling against the runtime it calls. It checks the shape, not the
-//! macro's exact output; `tests/macro_server.rs` checks what the attribute does.
+//! The expansion shown in the `zklock-macros` crate docs (`zklock-macros/docs/expansion.rs`,
+//! which a unit test there compares with the attribute's real output), compiled and run
+//! against the runtime it calls; `tests/macro_server.rs` checks what the attribute does.
 
 use zklock::{LockClient, LockError};
 
@@ -21,37 +21,9 @@ struct Inventory {
     locks: LockClient,
 }
 
-impl Inventory {
-    async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
-        use ::zklock; // the crate's name in Cargo.toml, or `crate = …`
-        let names = ::std::vec![::std::format!("inventory:{}", sku)];
-        let client = zklock::__private::explicit_client(&(self.locks));
-        zklock::__private::run_locked(
-            client,
-            names,
-            zklock::__private::LockOptions {
-                kind: zklock::LockKind::Mutex,
-                timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
-                on_lost: zklock::__private::OnLost::Abort,
-                max_hold: ::core::option::Option::None,
-                templates: &["inventory:{sku}"],
-            },
-            zklock::__private::result_converter::<_, AppError>(),
-            move |_: zklock::FencingToken| async move {
-                // Fixes the future's output type before the body is checked (never runs).
-                if let ::core::option::Option::Some(ret) = ::core::option::Option::None::<Result<u32, AppError>> {
-                    return ret;
-                }
-                // The body's own statements follow: its braces are the async block's.
-                if qty > 100 {
-                    return Err(AppError::OutOfStock);
-                }
-                Ok(100 - qty)
-            },
-        )
-        .await
-    }
-}
+// The expansion the `zklock-macros` docs show (checked there against the attribute's real
+// output), compiled here against the runtime it calls.
+include!("../zklock-macros/docs/expansion.rs");
 
 #[tokio::test]
 async fn documented_expansion_compiles_and_reports_an_unreachable_ensemble() {

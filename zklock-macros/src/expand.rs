@@ -580,6 +580,34 @@ mod tests {
         expand(args, item).map(|t| t.to_string()).map_err(|e| e.to_string())
     }
 
+    /// The expansion the crate documentation shows is the attribute's output for its first
+    /// example, token for token (comments and layout aside).
+    #[test]
+    fn the_documented_expansion_is_the_real_one() {
+        let documented: syn::ItemImpl =
+            syn::parse_str(include_str!("../docs/expansion.rs")).expect("the documented expansion parses");
+        let [syn::ImplItem::Fn(documented)] = &documented.items[..] else {
+            panic!("docs/expansion.rs holds one method");
+        };
+        let args: LockArgs = syn::parse2(quote!("inventory:{sku}", timeout = "10s", client = self.locks)).unwrap();
+        let item: MaybeItemFn = syn::parse2(quote!(
+            async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
+                // Runs only while this process holds the lock `inventory:<sku>`.
+                if qty > 100 {
+                    return Err(AppError::OutOfStock);
+                }
+                Ok(100 - qty)
+            }
+        ))
+        .unwrap();
+        let real: syn::ImplItemFn = syn::parse2(expand(args, item).unwrap()).unwrap();
+        assert_eq!(
+            documented.to_token_stream().to_string(),
+            real.to_token_stream().to_string(),
+            "docs/expansion.rs no longer shows what the attribute writes"
+        );
+    }
+
     #[test]
     fn a_typical_method_becomes_one_runtime_call() {
         let out = expand_str(

@@ -228,41 +228,10 @@
 //! # What it expands to
 //!
 //! The body moves into a closure handed to the runtime; the lock logic lives in the runtime,
-//! not in the expansion. The first example above expands to (identifiers simplified):
+//! not in the expansion. The first example above expands to this (comments added; a unit
+//! test checks that it is what the attribute writes, token for token):
 //!
-//! ```ignore
-//! async fn deduct(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
-//!     use ::zklock as zklock; // the crate's name in Cargo.toml, or `crate = …`
-//!     let names = ::std::vec![::std::format!("inventory:{}", sku)];
-//!     let client = zklock::__private::explicit_client(&(self.locks));
-//!     zklock::__private::run_locked(
-//!         client,
-//!         names,
-//!         zklock::__private::LockOptions {
-//!             kind: zklock::LockKind::Mutex,
-//!             timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
-//!             on_lost: zklock::__private::OnLost::Abort,
-//!             max_hold: ::core::option::Option::None,
-//!             templates: &["inventory:{sku}"],
-//!         },
-//!         zklock::__private::result_converter::<_, AppError>(),
-//!         move |_: zklock::FencingToken| async move {
-//!             // Fixes the future's output type before the body is checked (never runs).
-//!             if let ::core::option::Option::Some(ret) = ::core::option::Option::None::<Result<u32, AppError>> {
-//!                 return ret;
-//!             }
-//!             // The body's own statements follow: its braces are the async block's.
-//!             if qty > 100 {
-//!                 return Err(AppError::OutOfStock);
-//!             }
-//!             Ok(100 - qty)
-//!         },
-//!     )
-//!     .await
-//! }
-//! ```
-//!
-//! (`tests/macro_expansion.rs` in the `zklock` repository keeps this sample compiling.)
+#![doc = concat!("```ignore\n", include_str!("../docs/expansion.rs"), "```")]
 //!
 //! [`validate_name`]: https://docs.rs/zklock/latest/zklock/fn.validate_name.html
 
