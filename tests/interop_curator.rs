@@ -10,16 +10,15 @@ mod support;
 
 use std::time::Duration;
 
-use support::{client, raw, server};
+use support::{client, raw, server, session_of, wait_watching};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use zklock_runtime::{zk, Lock, LockError};
+use zklock_runtime::{zk, Lock, LockClient, LockError};
 use zklock_testing::curator::{CuratorPeer, RwMode};
+use zklock_testing::ZkServer;
 
 /// Generous bound for anything that should happen promptly on a loaded machine.
 const SOON: Duration = Duration::from_secs(20);
-/// How long a contender that must keep waiting is watched.
-const STAYS_WAITING: Duration = Duration::from_millis(800);
 
 async fn curator(connect: &str) -> CuratorPeer {
     CuratorPeer::start(connect)
@@ -56,6 +55,13 @@ fn seq(node: &str) -> u64 {
     node[node.len() - digits..].parse().expect("sequence suffix")
 }
 
+/// The contender nodes of `dir` in queue (sequence) order, as full paths.
+async fn queue_of(raw: &zk::Client, dir: &str) -> Vec<String> {
+    let mut nodes = children(raw, dir).await;
+    nodes.sort_by_key(|n| seq(n));
+    nodes.into_iter().map(|n| format!("{dir}/{n}")).collect()
+}
+
 /// A zklock contender on its own task: reports its node when granted, holds until told to
 /// release.
 struct ZkContender {
@@ -87,9 +93,11 @@ impl ZkContender {
         }
     }
 
-    /// Asserts the contender is still waiting after a while.
-    async fn assert_waiting(&mut self, why: &str) {
-        if let Ok(outcome) = tokio::time::timeout(STAYS_WAITING, &mut self.granted).await {
+    /// Asserts the contender waits on `node` (of `client`'s session): it watches it, and was
+    /// not granted.
+    async fn assert_waiting(&mut self, zk: &ZkServer, client: &LockClient, node: &str, why: &str) {
+        wait_watching(zk, &session_of(client), node, "the zklock contender").await;
+        if let Ok(outcome) = self.granted.try_recv() {
             panic!("zklock contender went ahead while {why}: {outcome:?}");
         }
     }
@@ -111,8 +119,11 @@ impl ZkContender {
     }
 }
 
-async fn assert_curator_waiting(peer: &CuratorPeer, id: &str, why: &str) {
-    let event = peer.poll_event(id, STAYS_WAITING).await.expect("peer alive");
+/// Asserts Curator's contender `id` waits on `node`: the peer's session watches it, and no
+/// event came for `id`.
+async fn assert_curator_waiting(zk: &ZkServer, peer: &CuratorPeer, id: &str, node: &str, why: &str) {
+    wait_watching(zk, peer.session_id(), node, &format!("Curator contender {id}")).await;
+    let event = peer.poll_event(id, Duration::ZERO).await.expect("peer alive");
     assert_eq!(event, None, "Curator contender {id} did something while {why}");
 }
 
@@ -127,7 +138,7 @@ async fn curator_mutex_waits_while_zklock_holds() {
     let guard = lock.acquire_timeout(SOON).await.unwrap();
     peer.mutex("c", lock.path()).await.unwrap();
     peer.acquire("c", None).unwrap();
-    assert_curator_waiting(&peer, "c", "zklock holds").await;
+    assert_curator_waiting(&zk, &peer, "c", guard.node_path(), "zklock holds").await;
 
     guard.release().await.unwrap();
     let node = peer.wait_acquired("c", SOON).await.unwrap();
@@ -144,7 +155,7 @@ async fn zklock_mutex_waits_while_curator_holds() {
 
     peer.mutex("c", lock.path()).await.unwrap();
     peer.acquire("c", Some(SOON)).unwrap();
-    peer.wait_acquired("c", SOON).await.unwrap();
+    let curators = peer.wait_acquired("c", SOON).await.unwrap();
 
     assert!(
         lock.try_acquire().await.unwrap().is_none(),
@@ -155,7 +166,7 @@ async fn zklock_mutex_waits_while_curator_holds() {
         other => panic!("expected a timeout while Curator holds, got {other:?}"),
     }
     let mut waiter = ZkContender::spawn(lock.clone());
-    waiter.assert_waiting("Curator holds").await;
+    waiter.assert_waiting(&zk, &zl, &curators, "Curator holds").await;
 
     peer.release("c").await.unwrap();
     waiter.wait_granted().await;
@@ -185,7 +196,7 @@ async fn fifo_zklock_then_curator_then_zklock() {
         b = peer.wait_acquired("b", SOON) => b.unwrap(),
         c_first = &mut c.granted => panic!("zklock's C overtook Curator's B: {c_first:?}"),
     };
-    c.assert_waiting("Curator's B holds").await;
+    c.assert_waiting(&zk, &zl2, &b_node, "Curator's B holds").await;
 
     peer.release("b").await.unwrap();
     let c_node = c.wait_granted().await;
@@ -217,7 +228,7 @@ async fn fifo_curator_then_zklock_then_curator() {
         b = b.wait_granted() => b,
         c_first = peer.wait_acquired("c", SOON) => panic!("Curator's C overtook zklock's B: {c_first:?}"),
     };
-    assert_curator_waiting(&peer, "c", "zklock's B holds").await;
+    assert_curator_waiting(&zk, &peer, "c", &b_node, "zklock's B holds").await;
 
     b.release().await;
     let c_node = peer.wait_acquired("c", SOON).await.unwrap();
@@ -273,13 +284,19 @@ async fn curator_writer_excludes_zklock_readers_and_writers() {
     wait_for_contenders(&view, read.path(), 2).await;
     let mut writer = ZkContender::spawn(write.clone());
     wait_for_contenders(&view, read.path(), 3).await;
-    reader.assert_waiting("a Curator writer holds").await;
-    writer.assert_waiting("a Curator writer holds").await;
+    let queue = queue_of(&view, read.path()).await;
+    // The reader waits for the writer ahead of it; the writer for the node just ahead of it.
+    reader.assert_waiting(&zk, &zl, &node, "a Curator writer holds").await;
+    writer
+        .assert_waiting(&zk, &zl, &queue[1], "a Curator writer holds")
+        .await;
 
     peer.release("w").await.unwrap();
     // The reader queued first, so it goes; the writer waits for it.
     reader.wait_granted().await;
-    writer.assert_waiting("a zklock reader holds").await;
+    writer
+        .assert_waiting(&zk, &zl, &queue[1], "a zklock reader holds")
+        .await;
     reader.release().await;
     writer.wait_granted().await;
     writer.release().await;
@@ -298,7 +315,7 @@ async fn zklock_reader_and_writer_exclude_curator_writer_and_reader() {
     // A zklock reader keeps a Curator writer out.
     let held = read.acquire_timeout(SOON).await.unwrap();
     peer.acquire_rw("w", RwMode::Write, None).unwrap();
-    assert_curator_waiting(&peer, "w", "a zklock reader holds").await;
+    assert_curator_waiting(&zk, &peer, "w", held.node_path(), "a zklock reader holds").await;
     held.release().await.unwrap();
     peer.wait_acquired("w", SOON).await.unwrap();
     peer.release("w").await.unwrap();
@@ -307,7 +324,7 @@ async fn zklock_reader_and_writer_exclude_curator_writer_and_reader() {
     let held = write.acquire_timeout(SOON).await.unwrap();
     assert!(held.node_path().contains("__WRIT__"));
     peer.acquire_rw("r", RwMode::Read, None).unwrap();
-    assert_curator_waiting(&peer, "r", "a zklock writer holds").await;
+    assert_curator_waiting(&zk, &peer, "r", held.node_path(), "a zklock writer holds").await;
     held.release().await.unwrap();
     peer.wait_acquired("r", SOON).await.unwrap();
     peer.release("r").await.unwrap();
@@ -355,11 +372,12 @@ async fn foreign_sequential_nodes_are_honoured_in_sequence_order() {
     wait_for_contenders(&view, &dir, 2).await;
     let second = foreign_contender(&foreign, &dir, "other-client-").await;
     assert!(seq(&first) < seq(&second));
-    z.assert_waiting("a foreign node is ahead").await;
+    z.assert_waiting(&zk, &zl, &first, "a foreign node is ahead").await;
 
     // Removing the node behind changes nothing; removing the one ahead lets zklock go.
     foreign.delete(&second, None).await.unwrap();
-    z.assert_waiting("the foreign node ahead is still there").await;
+    z.assert_waiting(&zk, &zl, &first, "the foreign node ahead is still there")
+        .await;
     foreign.delete(&first, None).await.unwrap();
     let node = z.wait_granted().await;
     assert!(seq(&node) > seq(&first), "{node} vs {first}");
@@ -370,7 +388,9 @@ async fn foreign_sequential_nodes_are_honoured_in_sequence_order() {
     let mut after = ZkContender::spawn(zl2.mutex("interop-foreign").unwrap());
     wait_for_contenders(&view, &dir, 3).await;
     z.release().await;
-    after.assert_waiting("a foreign node is ahead of it").await;
+    after
+        .assert_waiting(&zk, &zl2, &third, "a foreign node is ahead of it")
+        .await;
     foreign.delete(&third, None).await.unwrap();
     after.wait_granted().await;
     after.release().await;
@@ -452,7 +472,7 @@ async fn a_multi_lock_and_a_curator_mutex_on_one_of_its_paths_exclude_each_other
 
     peer.mutex("c", b_dir).await.unwrap();
     peer.acquire("c", Some(SOON)).unwrap();
-    peer.wait_acquired("c", SOON).await.unwrap();
+    let curators = peer.wait_acquired("c", SOON).await.unwrap();
     // All or nothing: a try fails on the Curator-held path and keeps nothing.
     assert!(multi.try_acquire().await.unwrap().is_none());
     zl.flush().await;
@@ -469,24 +489,34 @@ async fn a_multi_lock_and_a_curator_mutex_on_one_of_its_paths_exclude_each_other
         let multi = multi.clone();
         async move {
             let guard = multi.acquire().await.expect("multi-lock");
-            let _ = granted_tx.send(());
+            let held = guard
+                .guards()
+                .iter()
+                .map(|g| g.node_path().to_owned())
+                .collect::<Vec<_>>();
+            let _ = granted_tx.send(held);
             let _ = release_rx.await;
             guard.release().await.expect("release");
         }
     });
     wait_for_contenders(&raw, a_dir, 1).await;
     wait_for_contenders(&raw, b_dir, 2).await;
-    if tokio::time::timeout(STAYS_WAITING, &mut granted).await.is_ok() {
-        panic!("the multi-lock went ahead while Curator holds one of its paths");
+    wait_watching(&zk, &session_of(&zl), &curators, "the multi-lock").await;
+    if let Ok(held) = granted.try_recv() {
+        panic!("the multi-lock went ahead while Curator holds one of its paths: {held:?}");
     }
 
     peer.release("c").await.unwrap();
-    tokio::time::timeout(SOON, &mut granted)
+    let held = tokio::time::timeout(SOON, &mut granted)
         .await
         .expect("multi-lock granted after Curator released")
         .unwrap();
+    let on_b = held
+        .iter()
+        .find(|node| node.starts_with(b_dir))
+        .expect("the multi-lock holds a node on the Curator path");
     peer.acquire("c", None).unwrap();
-    assert_curator_waiting(&peer, "c", "zklock's multi-lock holds").await;
+    assert_curator_waiting(&zk, &peer, "c", on_b, "zklock's multi-lock holds").await;
 
     let _ = release.send(());
     task.await.unwrap();

@@ -165,7 +165,12 @@ async fn curator_678_release_during_connection_loss_still_deletes_the_node() {
 async fn connection_loss_during_create_finds_the_protected_node() {
     let zk = server();
     let proxy = FaultProxy::start(zk.addr()).unwrap();
-    let c = client_via(&proxy).await;
+    let c = LockClient::builder(proxy.connect_string())
+        .session_timeout(SESSION)
+        .loss_after(SESSION / 2)
+        .connect()
+        .await
+        .unwrap();
     let raw = raw(&zk.connect_string()).await;
     // Keep the lock dir alive (a container is reaped once empty) with a child that is no
     // contender (no sequence number), so the create is a single request.
@@ -189,22 +194,31 @@ async fn connection_loss_during_create_finds_the_protected_node() {
             .filter(|c| c != "keeper")
             .collect::<Vec<_>>()
     };
-    proxy.set_latency(Duration::from_millis(300));
+    // Every chunk is held LATENCY in each direction (less than the client's ping interval, so
+    // the proxy keeps up): the create reaches the server no sooner than LATENCY after the
+    // acquisition starts, and its answer reaches the client no sooner than 2 × LATENCY after.
+    // The reconnect after the cut goes through the same latency for a while; the client's
+    // loss_after is raised past it, so a grant after the reconnect is trusted (a grant in a
+    // session reported lost meanwhile is given up and taken again, with a new node).
+    const LATENCY: Duration = Duration::from_millis(500);
+    proxy.set_latency(LATENCY);
+    let started = Instant::now();
     let acquire = tokio::spawn({
         let lock = c.mutex("lost-answer").unwrap();
         async move { lock.acquire_timeout(Duration::from_secs(20)).await }
     });
-    // Each chunk is held 300 ms in each direction (less than the client's ping interval, so
-    // the proxy keeps up), so once the create shows up on the server its answer is still inside
-    // the proxy for a while.
-    let arrived = eventually(Duration::from_millis(3000), || async { queued().await.len() == 1 }).await;
-    assert!(
-        arrived,
-        "the create did not reach the server in time; the fault was not injected"
-    );
+    let arrived = eventually(Duration::from_secs(10), || async { queued().await.len() == 1 }).await;
+    assert!(arrived, "the create did not reach the server");
     let created = queued().await;
-    proxy.set_latency(Duration::ZERO);
+    let cut_at = started.elapsed();
     proxy.reset_all();
+    proxy.set_latency(Duration::ZERO);
+    // The connections were cut while the create's answer was still inside the proxy: the
+    // fault was injected only if that holds.
+    assert!(
+        cut_at < 2 * LATENCY,
+        "too slow to cut the connection before the answer could arrive ({cut_at:?}); the fault was not injected"
+    );
     let guard = acquire.await.unwrap().expect("acquired after the lost answer");
     assert_eq!(
         guard.node_path(),

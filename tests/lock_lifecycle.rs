@@ -191,34 +191,108 @@ async fn release_of_a_lost_hold_says_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_handed_to_a_waiter_that_gives_up_returns_once_the_node_is_gone() {
+    use futures::FutureExt;
+
     let zk = server();
     let c = client(&zk.connect_string()).await;
     let view = raw(&zk.connect_string()).await;
     let lock = c.mutex("handoff-abandoned").unwrap();
-    // A local waiter queues behind the guard and gives up at about the moment the node is
-    // handed to it; tried a few times to land in that window.
-    for _ in 0..20 {
-        let guard = lock.acquire().await.unwrap();
-        let node = guard.node_path().to_owned();
-        let waiter = tokio::spawn({
-            let lock = lock.clone();
-            async move { lock.acquire_timeout(Duration::from_millis(50)).await.map(drop) }
-        });
-        tokio::task::yield_now().await;
-        let released = guard.release().await;
-        assert!(released.is_ok(), "{released:?}");
-        match waiter.await.unwrap() {
-            // The waiter gave up: release() said Ok, so the node must be gone already.
-            Err(LockError::Timeout { .. }) => assert!(
-                view.check_stat(&node).await.unwrap().is_none(),
-                "release() returned Ok while its node {node} was still there, taken by nobody"
-            ),
-            // The waiter took the node over and released it in turn.
-            Ok(()) => {
-                c.flush().await;
-                assert!(view.check_stat(&node).await.unwrap().is_none(), "{node} leaked");
-            }
-            Err(other) => panic!("{other:?}"),
+    let guard = lock.acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    // A local waiter queues behind the guard (one poll puts it in the process's queue) and is
+    // then never polled again: it cannot take the node it is handed.
+    let mut waiter = Box::pin(lock.acquire());
+    assert!(
+        (&mut waiter).now_or_never().is_none(),
+        "the lock is held: the waiter waits"
+    );
+    // The release hands the node to the waiter and waits for it to be taken (a waiter polled
+    // once is queued: `another_task_of_the_same_process_waits` in lock_mutex.rs sees such a
+    // waiter handed the node).
+    let handed_off = c.metrics().handed_off;
+    let mut release = Box::pin(guard.release());
+    assert!((&mut release).now_or_never().is_none(), "release waits for the taker");
+    // The waiter gives up holding the handed-over node: release() must answer only once the
+    // node is gone, since nobody holds it.
+    drop(waiter);
+    let released = tokio::time::timeout(SOON, release).await.expect("release answers");
+    assert!(released.is_ok(), "{released:?}");
+    assert!(
+        view.check_stat(&node).await.unwrap().is_none(),
+        "release() returned Ok while its node {node} was still there, taken by nobody"
+    );
+    assert_eq!(
+        c.metrics().handed_off,
+        handed_off,
+        "the waiter that gave up took nothing"
+    );
+    // The lock is free for the next one.
+    let next = lock.try_acquire().await.unwrap().expect("the lock is free");
+    assert_ne!(next.node_path(), node);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_fails_queued_waiters_promptly_and_takes_their_nodes_away() {
+    let zk = server();
+    let (closing, holder) = (client(&zk.connect_string()).await, client(&zk.connect_string()).await);
+    let view = raw(&zk.connect_string()).await;
+    let held = holder.mutex("queued").unwrap().acquire().await.unwrap();
+    // Two waiters of the closing client: the first queues in ZooKeeper, the second behind it
+    // in the process.
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let lock = closing.mutex("queued").unwrap();
+            tokio::spawn(async move { lock.acquire().await.map(drop) })
+        })
+        .collect();
+    assert!(
+        eventually(SOON, || async { contenders(&view, "/zklock/queued").await.len() == 2 }).await,
+        "the closing client's waiter never queued"
+    );
+    closing.close().await;
+    for waiter in waiters {
+        match tokio::time::timeout(SOON, waiter)
+            .await
+            .expect("a waiter answered")
+            .unwrap()
+        {
+            Err(LockError::Closed(_)) => {}
+            other => panic!("expected Closed, got {other:?}"),
         }
     }
+    assert_eq!(
+        contenders(&view, "/zklock/queued").await,
+        vec![held.node_path().rsplit('/').next().unwrap().to_owned()],
+        "the closed client's contender node outlived close()"
+    );
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_during_a_partition_returns_and_the_lock_frees_with_the_session() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let session_timeout = Duration::from_secs(4);
+    let cut = support::client_with(&proxy.connect_string(), session_timeout).await;
+    let other = client(&zk.connect_string()).await;
+    let guard = cut.mutex("partitioned-close").unwrap().acquire().await.unwrap();
+    proxy.blackhole();
+    // close() cannot reach the server: it must still return, bounded by the session's end
+    // and the connect limit, not hang.
+    tokio::time::timeout(SOON, cut.close()).await.expect("close() returned");
+    assert!(guard.is_lost(), "a guard of a closed client still looks held");
+    assert_eq!(cut.status(), SessionStatus::Closed);
+    match cut.mutex("partitioned-close").unwrap().try_acquire().await {
+        Err(LockError::Closed(_)) => {}
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    // The server ends the unreachable session after its timeout, which frees the lock.
+    let next = other
+        .mutex("partitioned-close")
+        .unwrap()
+        .acquire_timeout(SOON)
+        .await
+        .expect("the lock was freed when the session ended");
+    assert_ne!(next.node_path(), guard.node_path());
+    next.release().await.unwrap();
 }

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt;
+
 use support::{client, contenders, eventually, raw, server};
 use zklock_runtime::LockError;
 
@@ -195,15 +197,23 @@ async fn another_task_of_the_same_process_waits() {
     let blocked = tokio::spawn(async move { other.acquire_timeout(Duration::from_millis(300)).await.map(|_| ()) });
     assert!(matches!(blocked.await.unwrap(), Err(LockError::Timeout { .. })));
     let other = lock.clone();
-    let waiter = tokio::spawn(async move { other.acquire().await.unwrap().fencing_token() });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Polled once, the waiter is in the process's queue for the lock before the guard goes.
+    let mut waiter = Box::pin(async move { other.acquire().await.unwrap().fencing_token() });
+    assert!((&mut waiter).now_or_never().is_none(), "the lock is held");
+    let waiter = tokio::spawn(waiter);
     let first = guard.fencing_token();
+    let handed_off = c.metrics().handed_off;
     drop(guard);
     let second = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .unwrap()
         .unwrap();
     assert!(second > first);
+    assert_eq!(
+        c.metrics().handed_off,
+        handed_off + 1,
+        "the queued task was handed the node"
+    );
 }
 
 #[tokio::test]
@@ -250,7 +260,14 @@ async fn dropped_guard_releases_promptly() {
         let lock = b.mutex("dropped").unwrap();
         async move { lock.acquire().await.unwrap().node_path().to_owned() }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let view = raw(&zk.connect_string()).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            contenders(&view, "/zklock/dropped").await.len() == 2
+        })
+        .await,
+        "the waiter never queued"
+    );
     // Dropped from a plain thread with no runtime: release must not need one here.
     std::thread::spawn(move || drop(guard)).join().unwrap();
     let next = tokio::time::timeout(Duration::from_secs(10), waiter)

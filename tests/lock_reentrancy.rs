@@ -524,34 +524,40 @@ async fn spawn_blocking_jobs_on_one_thread_are_different_holders() {
     let zk = server();
     let c = client(&zk.connect_string()).await;
     let lock = c.mutex("blocking-jobs").unwrap();
-    let runtime = tokio::runtime::Handle::current();
+    // A runtime whose blocking pool has a single thread: every spawn_blocking job runs on it.
+    let pool = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let runtime = pool.handle().clone();
 
-    let (first_thread, first) = tokio::task::spawn_blocking({
-        let (lock, runtime) = (lock.clone(), runtime.clone());
-        move || {
-            (
-                std::thread::current().id(),
-                runtime.block_on(lock.acquire_timeout(SOON)),
-            )
-        }
-    })
-    .await
-    .unwrap();
+    let (first_thread, first) = pool
+        .spawn_blocking({
+            let (lock, runtime) = (lock.clone(), runtime.clone());
+            move || {
+                (
+                    std::thread::current().id(),
+                    runtime.block_on(lock.acquire_timeout(SOON)),
+                )
+            }
+        })
+        .await
+        .unwrap();
     // The first job's guard stays alive here, so the lock stays held.
     let first = first.expect("first job acquires");
-    let (second_thread, second) = tokio::task::spawn_blocking({
-        let (lock, runtime) = (lock.clone(), runtime.clone());
-        move || {
-            let got = runtime.block_on(lock.acquire_timeout(BLOCKED));
-            (std::thread::current().id(), got.map(|g| g.fencing_token()))
-        }
-    })
-    .await
-    .unwrap();
-    eprintln!(
-        "blocking jobs ran on {first_thread:?} and {second_thread:?} (same thread: {})",
-        first_thread == second_thread
-    );
+    let (second_thread, second) = pool
+        .spawn_blocking({
+            let (lock, runtime) = (lock.clone(), runtime.clone());
+            move || {
+                let got = runtime.block_on(lock.acquire_timeout(BLOCKED));
+                (std::thread::current().id(), got.map(|g| g.fencing_token()))
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(first_thread, second_thread, "the pool has one thread");
     assert!(
         is_timeout(&second),
         "the second job shared the first one's hold: {second:?}"
@@ -560,12 +566,17 @@ async fn spawn_blocking_jobs_on_one_thread_are_different_holders() {
 
     let token = first.fencing_token();
     first.release().await.unwrap();
-    let third =
-        tokio::task::spawn_blocking(move || runtime.block_on(lock.acquire_timeout(SOON)).map(|g| g.fencing_token()))
-            .await
-            .unwrap()
-            .expect("granted once the first job's guard is released");
+    let (third_thread, third) = pool
+        .spawn_blocking(move || {
+            let got = runtime.block_on(lock.acquire_timeout(SOON));
+            (std::thread::current().id(), got.map(|g| g.fencing_token()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(third_thread, first_thread, "the pool has one thread");
+    let third = third.expect("granted once the first job's guard is released");
     assert!(third > token);
+    pool.shutdown_background();
 }
 
 /// What a locked body saw, and what a task it spawned saw.

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,14 +40,35 @@ async fn readers_share_writers_exclude() {
             .await
         }
     };
-    let w = tokio::spawn(async move { writer.acquire().await.unwrap() });
+    // Each waiter checks, once granted, that what had to go first is gone: set before the
+    // release that lets it in, so a grant that came early finds it unset.
+    let readers_gone = Arc::new(AtomicBool::new(false));
+    let writer_gone = Arc::new(AtomicBool::new(false));
+    let w = tokio::spawn({
+        let readers_gone = readers_gone.clone();
+        async move {
+            let guard = writer.acquire().await.unwrap();
+            assert!(readers_gone.load(Ordering::SeqCst), "the writer went in beside readers");
+            guard
+        }
+    });
     assert!(queued(3).await, "the writer never queued");
     // A reader arriving after the queued writer waits for it.
     let late = a.read_lock("doc").unwrap();
-    let late_reader = tokio::spawn(async move { late.acquire().await.unwrap() });
+    let late_reader = tokio::spawn({
+        let writer_gone = writer_gone.clone();
+        async move {
+            let guard = late.acquire().await.unwrap();
+            assert!(
+                writer_gone.load(Ordering::SeqCst),
+                "the late reader went while the writer held"
+            );
+            guard
+        }
+    });
     assert!(queued(4).await, "the late reader never queued");
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!w.is_finished() && !late_reader.is_finished());
+    readers_gone.store(true, Ordering::SeqCst);
     r1.release().await.unwrap();
     r2.release().await.unwrap();
     let w = tokio::time::timeout(Duration::from_secs(20), w)
@@ -55,8 +76,8 @@ async fn readers_share_writers_exclude() {
         .expect("writer granted")
         .unwrap();
     assert!(w.node_path().contains("-__WRIT__"), "{}", w.node_path());
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!late_reader.is_finished(), "reader went while the writer held");
+    writer_gone.store(true, Ordering::SeqCst);
     w.release().await.unwrap();
     let late = tokio::time::timeout(Duration::from_secs(20), late_reader)
         .await

@@ -71,8 +71,11 @@ async fn bodies_never_overlap_across_two_clients() {
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two bodies ran at once");
 }
 
+/// Locked methods calling locked methods, through a proxy that drops every byte while the
+/// inner calls are made: a reentrant grant that needed the server would never come.
 struct Nested {
     locks: LockClient,
+    proxy: FaultProxy,
     tokens: Mutex<Vec<FencingToken>>,
 }
 
@@ -80,8 +83,10 @@ impl Nested {
     #[distributed_lock("macro-reentrant:{key}", client = self.locks, timeout = "5s", token = fence)]
     async fn outer(&self, key: &str) -> Result<u32, AppError> {
         self.tokens.lock().unwrap().push(fence);
-        let inner = self.inner(key).await?;
-        Ok(inner + 1)
+        self.proxy.blackhole();
+        let inner = self.inner(key).await;
+        self.proxy.pass();
+        Ok(inner? + 1)
     }
 
     #[distributed_lock("macro-reentrant:{key}", client = self.locks, timeout = "5s", token = fence)]
@@ -95,20 +100,34 @@ impl Nested {
         Ok(1)
     }
 
-    #[distributed_lock("macro-recursive", client = self.locks, timeout = "5s")]
+    /// Recurses `depth` times under one hold; the calls below the first see no server.
     async fn recurse(&self, depth: u32) -> Result<u32, AppError> {
+        self.recurse_locked(depth, true).await
+    }
+
+    #[distributed_lock("macro-recursive", client = self.locks, timeout = "5s")]
+    async fn recurse_locked(&self, depth: u32, top: bool) -> Result<u32, AppError> {
         if depth == 0 {
             return Ok(0);
         }
-        Ok(1 + Box::pin(self.recurse(depth - 1)).await?)
+        if top {
+            self.proxy.blackhole();
+        }
+        let below = Box::pin(self.recurse_locked(depth - 1, false)).await;
+        if top {
+            self.proxy.pass();
+        }
+        Ok(1 + below?)
     }
 }
 
 #[tokio::test]
 async fn nested_and_recursive_calls_reenter_without_a_round_trip() {
     let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
     let nested = Nested {
-        locks: client(&zk.connect_string()).await,
+        locks: client(&proxy.connect_string()).await,
+        proxy,
         tokens: Mutex::new(Vec::new()),
     };
     let before = nested.locks.metrics();

@@ -36,6 +36,25 @@ struct Run {
     tick: SystemTime,
     start: Instant,
     end: Option<Instant>,
+    /// When the run's body was dropped before its end (aborted on loss).
+    aborted: Option<Instant>,
+}
+
+/// Marks the run at `at` aborted if the body is dropped before it is disarmed.
+struct AbortMark {
+    log: Log,
+    at: usize,
+    armed: bool,
+}
+
+impl Drop for AbortMark {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Ok(mut log) = self.log.lock() {
+                log[self.at].aborted = Some(Instant::now());
+            }
+        }
+    }
 }
 
 type Log = Arc<Mutex<Vec<Run>>>;
@@ -82,10 +101,17 @@ impl Node {
                         tick: run.tick(),
                         start: Instant::now(),
                         end: None,
+                        aborted: None,
                     });
                     log.len() - 1
                 };
+                let mut mark = AbortMark {
+                    log: log.clone(),
+                    at,
+                    armed: true,
+                };
                 tokio::time::sleep(run_for).await;
+                mark.armed = false;
                 log.lock().unwrap()[at].end = Some(Instant::now());
             }
         })
@@ -259,7 +285,15 @@ async fn ticks_whose_fires_found_the_lock_busy_run_late_once_it_frees() {
     let holder = support::client(&server.connect_string()).await;
     let guard = holder.mutex(job).unwrap().acquire().await.expect("hold the job's lock");
     let held_from = log.lock().unwrap().len();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Held until fires on the nodes have found it busy and given up twice.
+    let skipped = || nodes.iter().map(|n| n.stats.skips()).sum::<u64>();
+    let skips_before = skipped();
+    let busy_seen = support::eventually(Duration::from_secs(40), || {
+        let now = skipped();
+        async move { now >= skips_before + 2 }
+    })
+    .await;
+    assert!(busy_seen, "no fire found the lock busy");
     let during = log.lock().unwrap().len() - held_from;
     guard.release().await.expect("release");
     let released_at = Instant::now();
@@ -366,13 +400,37 @@ async fn killing_the_running_node_moves_the_job_to_another() {
     let killed_at = Instant::now();
     let victim_stats = nodes[victim].stats.clone();
 
-    // The victim's run is cancelled when its lock is reported lost.
+    // The victim's run is stopped (OnLost::Abort, the default) when its lock is reported
+    // lost, well before its body would have ended by itself.
     let lost = support::eventually(Duration::from_secs(15), || async { victim_stats.lost() == 1 }).await;
     assert!(
         lost,
         "the cut-off node reported its run lost: {:?}",
         victim_stats.snapshot()
     );
+    let stopped = support::eventually(Duration::from_secs(15), || async {
+        log.lock().unwrap()[seen_before..]
+            .iter()
+            .any(|r| r.node == victim && r.aborted.is_some())
+    })
+    .await;
+    {
+        let log = log.lock().unwrap();
+        assert!(
+            stopped,
+            "the lost run's body was not stopped: {:?}",
+            &log[seen_before..]
+        );
+        let run = log[seen_before..]
+            .iter()
+            .find(|r| r.node == victim && r.aborted.is_some())
+            .expect("the stopped run");
+        assert!(run.end.is_none() && run.start <= killed_at, "{run:?}");
+        assert!(
+            run.aborted.unwrap() < run.start + run_for,
+            "the body was stopped only after it would have ended anyway: {run:?}"
+        );
+    }
 
     // Two later ticks run on the other nodes.
     let moved = support::eventually(Duration::from_secs(40), || async {
@@ -446,6 +504,7 @@ async fn a_failed_run_is_counted_recorded_and_not_rerun_elsewhere() {
             tick,
             start: Instant::now(),
             end: None,
+            aborted: None,
         })
         .collect();
     assert_each_tick_once(&runs);
@@ -493,6 +552,7 @@ async fn a_tick_claimed_while_the_hold_was_lost_is_not_run() {
                 tick: run.tick(),
                 start: Instant::now(),
                 end: None,
+                aborted: None,
             });
             async { Ok::<(), String>(()) }
         }
@@ -519,12 +579,14 @@ async fn a_tick_claimed_while_the_hold_was_lost_is_not_run() {
     // Every answer now spends 300 ms in the proxy: a claim shows up in the record well before
     // the node hears that it was applied.
     proxy.set_latency(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(30);
     let tick = loop {
         if let Some(tick) = claimed_tick().await {
             if !log.lock().unwrap().iter().any(|r| millis(r.tick) == tick) {
                 break tick;
             }
         }
+        assert!(Instant::now() < deadline, "no claim showed up in the record");
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     // The claim's answer is still in the proxy: drop it, and keep the node away until its hold

@@ -24,8 +24,6 @@ const SOON: Duration = Duration::from_secs(20);
 /// The connect timeout of clients that must fail: long, so that an error naming the problem
 /// (rather than [`LockError::Connection`]'s "within 30s") shows the diagnosis came first.
 const PATIENT: Duration = Duration::from_secs(30);
-/// How long a contender that must keep waiting is watched.
-const STAYS_WAITING: Duration = Duration::from_millis(800);
 
 fn start(builder: zklock_testing::ZkServerBuilder) -> ZkServer {
     builder.start().expect("start ZooKeeper (run scripts/install-deps.sh)")
@@ -86,11 +84,40 @@ async fn take_and_release(client: &LockClient, name: &str) {
     guard.release().await.unwrap();
 }
 
-/// Starts acquiring `lock` on a task of its own and checks that it is still waiting a while
-/// later, while `because`.
-async fn waiting(lock: Lock, because: &str) -> JoinHandle<Result<LockGuard, LockError>> {
-    let waiter = tokio::spawn(async move { lock.acquire_timeout(SOON).await });
-    tokio::time::sleep(STAYS_WAITING).await;
+/// The number of contender nodes in `dir`, seen through `client`'s session.
+async fn queue_length(client: &LockClient, dir: &str) -> usize {
+    let zk = client.zookeeper().await.expect("a session");
+    match zk.list_children(dir).await {
+        Ok(children) => children.len(),
+        Err(zk::Error::NoNode) => 0,
+        Err(err) => panic!("list {dir}: {err}"),
+    }
+}
+
+/// Starts acquiring `lock` (of `client`) on a task of its own and returns once its node is
+/// queued behind the `ahead` nodes already there. When granted, the waiter checks `gone`: the
+/// holder sets it just before releasing, so a waiter that went ahead while `because` fails.
+async fn waiting(
+    client: &LockClient,
+    lock: Lock,
+    ahead: usize,
+    gone: Arc<AtomicBool>,
+    because: &'static str,
+) -> JoinHandle<Result<LockGuard, LockError>> {
+    let dir = lock.path().to_owned();
+    let waiter = tokio::spawn(async move {
+        let granted = lock.acquire_timeout(SOON).await;
+        assert!(gone.load(Ordering::SeqCst), "a waiter went ahead while {because}");
+        granted
+    });
+    let deadline = tokio::time::Instant::now() + SOON;
+    while queue_length(client, &dir).await <= ahead {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never queued in {dir}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(!waiter.is_finished(), "a waiter went ahead while {because}");
     waiter
 }
@@ -101,8 +128,10 @@ async fn locks_work(a: &LockClient, b: &LockClient) {
     let held = a.mutex("orders").unwrap().acquire_timeout(SOON).await.unwrap();
     let theirs = b.mutex("orders").unwrap();
     assert!(theirs.try_acquire().await.unwrap().is_none(), "b got the mutex a holds");
-    let waiter = waiting(theirs, "a holds").await;
+    let gone = Arc::new(AtomicBool::new(false));
+    let waiter = waiting(b, theirs, 1, gone.clone(), "a holds").await;
     let first = held.fencing_token();
+    gone.store(true, Ordering::SeqCst);
     held.release().await.unwrap();
     let next = waiter.await.unwrap().expect("b granted after a released");
     assert!(next.fencing_token() > first);
@@ -368,6 +397,61 @@ async fn another_sasl_user_cannot_delete_or_join_a_lock() {
     guard.release().await.unwrap();
 }
 
+/// `.sasl()` with the client library's own options authenticates like `.sasl_digest()`, and
+/// `.acls()` replaces the default `creator_all` on the lock nodes: here the owner may do all,
+/// anyone may read, so another user reads the queue but cannot delete from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_options_and_explicit_acls_shape_the_lock_nodes() {
+    let zk = sasl_server();
+    let acls = vec![
+        zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("sasl", "alice")),
+        zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
+    ];
+    let alice = connect(
+        builder(&zk.connect_string())
+            .sasl(zk::SaslOptions::digest_md5("alice", "alice-secret"))
+            .acls(acls),
+    )
+    .await;
+    let guard = alice.mutex("shared-view").unwrap().acquire_timeout(SOON).await.unwrap();
+    let node = guard.node_path().to_owned();
+    let (on_node, _) = alice.zookeeper().await.unwrap().get_acl(&node).await.unwrap();
+    let mut seen: Vec<_> = on_node
+        .iter()
+        .map(|a| (a.scheme().to_owned(), a.id().to_owned(), a.permission()))
+        .collect();
+    seen.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    assert_eq!(
+        seen,
+        vec![
+            ("sasl".to_owned(), "alice".to_owned(), zk::Permission::ALL),
+            ("world".to_owned(), "anyone".to_owned(), zk::Permission::READ),
+        ],
+        "{on_node:?}"
+    );
+
+    let bob = zk::Client::connector()
+        .with_sasl(zk::SaslOptions::digest_md5("bob", "bob-secret"))
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(&zk.connect_string())
+        .await
+        .expect("bob connects");
+    let dir = node.rsplit_once('/').unwrap().0;
+    assert_eq!(
+        bob.list_children(dir).await.unwrap().len(),
+        1,
+        "anyone may read the queue"
+    );
+    assert!(bob.get_data(&node).await.is_ok(), "anyone may read the node");
+    assert_eq!(bob.delete(&node, None).await, Err(zk::Error::NoAuth));
+    guard.ensure_held().await.expect("alice still holds");
+    guard.release().await.unwrap();
+
+    // A refused password through `.sasl()` is an authentication failure, as with sasl_digest.
+    let err = refused(builder(&zk.connect_string()).sasl(zk::SaslOptions::digest_md5("alice", "wrong"))).await;
+    assert!(matches!(err, LockError::AuthFailed(_)), "{err:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_curator_peer_over_tls_excludes_zklock() {
     let ca = TestCa::new("zklock test CA").unwrap();
@@ -381,7 +465,9 @@ async fn a_curator_peer_over_tls_excludes_zklock() {
     let guard = lock.acquire_timeout(SOON).await.unwrap();
     peer.mutex("c", lock.path()).await.unwrap();
     peer.acquire("c", None).unwrap();
-    let event = peer.poll_event("c", STAYS_WAITING).await.expect("peer alive");
+    // Curator queues behind ours and waits for it: it watches our node, and reports no grant.
+    support::wait_watching(&zk, peer.session_id(), guard.node_path(), "Curator").await;
+    let event = peer.poll_event("c", Duration::ZERO).await.expect("peer alive");
     assert_eq!(event, None, "Curator went ahead while zklock holds");
     guard.release().await.unwrap();
     peer.wait_acquired("c", SOON).await.unwrap();
@@ -390,7 +476,9 @@ async fn a_curator_peer_over_tls_excludes_zklock() {
         lock.try_acquire().await.unwrap().is_none(),
         "zklock got the lock while Curator holds it"
     );
-    let waiter = waiting(lock.clone(), "Curator holds").await;
+    let gone = Arc::new(AtomicBool::new(false));
+    let waiter = waiting(&ours, lock.clone(), 1, gone.clone(), "Curator holds").await;
+    gone.store(true, Ordering::SeqCst);
     peer.release("c").await.unwrap();
     waiter
         .await

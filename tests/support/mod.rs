@@ -177,3 +177,44 @@ pub fn prometheus_samples(text: &str) -> std::collections::HashMap<String, f64> 
         })
         .collect()
 }
+
+/// The paths `session` (in hex, with or without `0x`) has watches on, from the server's
+/// `wchc` report: a line per session, then a tab-indented line per watched path.
+pub fn watches_of(zk: &ZkServer, session: &str) -> Vec<String> {
+    let id = |hex: &str| u64::from_str_radix(hex.trim().trim_start_matches("0x"), 16).ok();
+    let wanted = id(session).unwrap_or_else(|| panic!("not a session id: {session:?}"));
+    let report = tokio::task::block_in_place(|| zk.four_letter_word("wchc")).expect("wchc answers");
+    let mut watched = Vec::new();
+    let mut ours = false;
+    for line in report.lines() {
+        match line.strip_prefix('\t') {
+            Some(path) if ours => watched.push(path.trim().to_owned()),
+            Some(_) => {}
+            None => ours = id(line) == Some(wanted),
+        }
+    }
+    watched
+}
+
+/// Waits until `session` watches `node`: its contender has read the queue, found `node` in
+/// its way and settled down to wait for it to go. A contender that took the lock (or queued
+/// behind another node) sets no such watch, so this fails for it.
+pub async fn wait_watching(zk: &ZkServer, session: &str, node: &str, who: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let watched = watches_of(zk, session);
+        if watched.iter().any(|w| w == node) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{who} (session {session}) never waited on {node}; it watches {watched:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A zklock client's session id as ZooKeeper prints it.
+pub fn session_of(client: &LockClient) -> String {
+    format!("{:#x}", client.session_id().expect("the client has a session"))
+}

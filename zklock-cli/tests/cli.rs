@@ -240,7 +240,9 @@ async fn jobs_lists_the_tick_records_a_singleton_job_wrote() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     scheduler.shutdown().await.unwrap();
+    let deadline = Instant::now() + SOON;
     while stats.fires_in_flight() > 0 {
+        assert!(Instant::now() < deadline, "a fire never ended: {:?}", stats.snapshot());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
