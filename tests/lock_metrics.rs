@@ -5,9 +5,11 @@
 
 mod support;
 
+use futures::FutureExt;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use support::{client, server, AppError};
 use zklock::{distributed_lock, LockClient, LockError};
+use zklock_testing::FaultProxy;
 
 struct Shop {
     locks: LockClient,
@@ -71,6 +73,35 @@ async fn lock_events_are_counted_per_template_with_wait_and_hold_times() {
     shop.locks.flush().await;
     other.flush().await;
 
+    // A node handed to a task queued in the same process, and grants without a listing, on a
+    // client of their own, so its snapshot is what the exporter must show for `batch`.
+    let batches = client(&zk.connect_string()).await;
+    let batch = batches.mutex("batch:1").unwrap().with_template("batch:{n}");
+    let first = batch.acquire().await.unwrap();
+    let mut queued = Box::pin(batch.acquire());
+    assert!((&mut queued).now_or_never().is_none(), "the lock is held");
+    drop(first);
+    queued.await.unwrap().release().await.unwrap();
+    let batch_counts = batches.metrics();
+    assert_eq!(batch_counts.handed_off, 1);
+    assert!(batch_counts.granted_without_listing >= 1, "{batch_counts:?}");
+
+    // A hold lost with its connection, then released.
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let cut = support::client_with(&proxy.connect_string(), std::time::Duration::from_secs(4)).await;
+    let ledger = cut
+        .mutex("ledger")
+        .unwrap()
+        .with_template("ledger")
+        .acquire()
+        .await
+        .unwrap();
+    proxy.blackhole();
+    tokio::time::timeout(std::time::Duration::from_secs(20), ledger.lost())
+        .await
+        .expect("loss reported");
+    assert!(matches!(ledger.release().await, Err(LockError::Lost { .. })));
+
     let text = handle.render();
     eprintln!("{text}");
     let s = support::prometheus_samples(&text);
@@ -94,6 +125,18 @@ async fn lock_events_are_counted_per_template_with_wait_and_hold_times() {
     assert_eq!(get(&format!("zklock_wait_seconds_count{{{tpl}}}")), 4.0);
     assert_eq!(get(&format!("zklock_hold_seconds_count{{{tpl}}}")), 4.0);
     assert!(get(r#"zklock_hold_seconds_sum{kind="mutex",lock="report"}"#) >= 0.1);
+    let batch = r#"kind="mutex",lock="batch:{n}""#;
+    assert_eq!(get(&format!("zklock_handed_off_total{{{batch}}}")), 1.0);
+    assert_eq!(
+        get(&format!("zklock_granted_without_listing_total{{{batch}}}")),
+        batch_counts.granted_without_listing as f64
+    );
+    assert_eq!(
+        get(&format!("zklock_acquired_total{{{batch}}}")),
+        batch_counts.acquired as f64
+    );
+    assert_eq!(get(r#"zklock_lost_total{kind="mutex",lock="ledger"}"#), 1.0);
+    assert_eq!(cut.metrics().lost, 1);
     // Never a filled-in name: the number of series does not grow with the keys.
     assert!(!text.contains("inventory:1") && !text.contains("inventory:3"), "{text}");
 }
