@@ -45,6 +45,15 @@ fi
 status=0
 cargo test --workspace --all-features --no-fail-fast "${locked[@]}" "$@" || status=$?
 
+# The library as a service that only takes locks builds it: no optional feature (its default,
+# the same as --no-default-features). Its unit tests and the core lock tests run again that way
+# (lint.sh lints every target with each feature alone). Skipped when arguments pick tests.
+if [[ $# -eq 0 ]]; then
+    cargo test -p zklock-runtime -p zklock --no-default-features --no-fail-fast "${locked[@]}" \
+        --lib --test lock_mutex --test lock_errors --test lock_reentrancy --test lock_multi --test macro_server ||
+        status=$?
+fi
+
 # Servers are killed by Drop guards (and by the kernel when a test process dies); give the kernel
 # a moment to reap them before looking.
 survivors=""

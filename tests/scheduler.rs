@@ -1,6 +1,7 @@
 //! Singleton cron jobs across three scheduler instances, each with its own ZooKeeper session,
 //! against a real server: every tick once (also with a skewed clock), no overlap under the skip
 //! policy, and failover when the node running the job dies.
+#![cfg(feature = "scheduler")]
 
 mod support;
 

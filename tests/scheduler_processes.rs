@@ -1,6 +1,7 @@
 //! A singleton job in separate processes: three copies of this test binary act as cluster
 //! nodes (the `node_process` entry point below), each printing the ticks it runs. Killing the
 //! node that runs the job moves the job to another one, and no tick ever runs twice.
+#![cfg(feature = "scheduler")]
 
 mod support;
 
