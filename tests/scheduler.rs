@@ -34,6 +34,8 @@ async fn settle(stats: &[JobStats]) {
 #[derive(Debug, Clone)]
 struct Run {
     node: usize,
+    /// The job name the run was given.
+    job: String,
     tick: SystemTime,
     start: Instant,
     end: Option<Instant>,
@@ -99,6 +101,7 @@ impl Node {
                     let mut log = log.lock().unwrap();
                     log.push(Run {
                         node: index,
+                        job: run.job().to_owned(),
                         tick: run.tick(),
                         start: Instant::now(),
                         end: None,
@@ -441,6 +444,10 @@ async fn killing_the_running_node_moves_the_job_to_another() {
     .await;
     let runs = log.lock().unwrap().clone();
     assert!(moved, "the job moved to another node: {runs:?}");
+    assert!(
+        runs.iter().all(|r| r.job == "failover"),
+        "each run names its job: {runs:?}"
+    );
     for node in nodes {
         node.stop().await;
     }
@@ -502,6 +509,7 @@ async fn a_failed_run_is_counted_recorded_and_not_rerun_elsewhere() {
         .iter()
         .map(|&tick| Run {
             node: 0,
+            job: "flaky".to_owned(),
             tick,
             start: Instant::now(),
             end: None,
@@ -550,6 +558,7 @@ async fn a_tick_claimed_while_the_hold_was_lost_is_not_run() {
         move |run| {
             log.lock().unwrap().push(Run {
                 node: 0,
+                job: run.job().to_owned(),
                 tick: run.tick(),
                 start: Instant::now(),
                 end: None,
