@@ -461,3 +461,49 @@ async fn ensure_held_asks_the_server() {
         other => panic!("expected NotHeld, got {other:?}"),
     }
 }
+
+/// The client keeps one in-process queue per lock and sweeps the queues nobody uses as it
+/// makes new ones: a sweep must keep the queue of a lock still held, so that a task of the
+/// process asking for it afterwards still queues behind the holder inside the process (and is
+/// handed the node) rather than contending in ZooKeeper beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweeping_unused_local_queues_keeps_the_ones_in_use() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = c.mutex("kept-queue").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    // More locks than the first sweep waits for (64), each taken and freed: their queues are
+    // unused, and making the last ones sweeps the table.
+    for n in 0..70 {
+        c.mutex(&format!("swept-{n}"))
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let handed_off = c.metrics().handed_off;
+    let mut waiter = Box::pin({
+        let lock = lock.clone();
+        async move { lock.acquire().await }
+    });
+    assert!((&mut waiter).now_or_never().is_none(), "the lock is held");
+    let waiter = tokio::spawn(waiter);
+    c.flush().await;
+    assert_eq!(
+        contenders(&view, "/zklock/kept-queue").await.len(),
+        1,
+        "the waiter contends in ZooKeeper instead of queueing in the process"
+    );
+    drop(guard);
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is granted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.metrics().handed_off, handed_off + 1, "the waiter was handed the node");
+    next.release().await.unwrap();
+}

@@ -239,3 +239,69 @@ async fn a_scope_future_takes_the_scope_it_runs_in() {
         "code outside a hold re-entered it: {result:?}"
     );
 }
+
+/// A node handed on is not taken once its session was reported lost: the release hands the
+/// node to a task of the process queued behind it, the connection is cut long enough for the
+/// loss to be reported before that task takes it, then restored on the same session (the node
+/// still there). The task must not be granted the node; it queues anew instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_handed_on_is_not_taken_after_its_session_was_reported_lost() {
+    use futures::FutureExt;
+
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let c = LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .loss_after(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let session = c.session_id();
+    let lock = c.mutex("lost-handoff").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    let mut loss = guard.loss_signal();
+    // Polled once, the waiter is queued in the process behind the guard; it is not polled
+    // again until the loss has been reported.
+    let mut waiter = Box::pin(lock.acquire_timeout(SOON));
+    assert!((&mut waiter).now_or_never().is_none(), "the lock is held");
+    let handed_off = c.metrics().handed_off;
+    // Its first poll hands the node to the waiter, then waits for it to be taken.
+    let mut release = Box::pin(guard.release());
+    assert!(
+        (&mut release).now_or_never().is_none(),
+        "the release waits for the taker"
+    );
+    let release = tokio::spawn(release);
+
+    let mut status = c.watch_status();
+    proxy.blackhole();
+    tokio::time::timeout(SOON, loss.lost())
+        .await
+        .expect("the loss is reported");
+    proxy.pass();
+    tokio::time::timeout(SOON, status.wait_for(|s| s.is_connected()))
+        .await
+        .expect("reconnected")
+        .unwrap();
+    assert_eq!(c.session_id(), session, "the same session: the node is still there");
+    let view = raw(&zk.connect_string()).await;
+    assert!(
+        view.check_stat(&node).await.unwrap().is_some(),
+        "{node} outlived the cut"
+    );
+
+    let next = tokio::time::timeout(SOON, waiter)
+        .await
+        .expect("the waiter is answered")
+        .expect("the waiter gets the lock");
+    assert_ne!(next.node_path(), node, "the node of a hold reported lost was handed on");
+    assert_eq!(c.metrics().handed_off, handed_off);
+    tokio::time::timeout(SOON, release)
+        .await
+        .expect("the release is answered")
+        .unwrap()
+        .expect("the release deleted the node nobody took");
+    assert!(view.check_stat(&node).await.unwrap().is_none(), "the node was deleted");
+    next.release().await.unwrap();
+}
