@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::FutureExt;
-
-use support::{client, contenders, eventually, raw, server};
+use support::{client, contenders, eventually, queue_in_process, raw, server};
 use zklock_runtime::LockError;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,18 +194,17 @@ async fn another_task_of_the_same_process_waits() {
     let other = lock.clone();
     let blocked = tokio::spawn(async move { other.acquire_timeout(Duration::from_millis(300)).await.map(|_| ()) });
     assert!(matches!(blocked.await.unwrap(), Err(LockError::Timeout { .. })));
-    let other = lock.clone();
-    // Polled once, the waiter is in the process's queue for the lock before the guard goes.
-    let mut waiter = Box::pin(async move { other.acquire().await.unwrap().fencing_token() });
-    assert!((&mut waiter).now_or_never().is_none(), "the lock is held");
-    let waiter = tokio::spawn(waiter);
+    // The waiter is in the process's queue for the lock before the guard goes.
+    let waiter = queue_in_process(&lock);
     let first = guard.fencing_token();
     let handed_off = c.metrics().handed_off;
     drop(guard);
     let second = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+        .unwrap()
+        .fencing_token();
     assert!(second > first);
     assert_eq!(
         c.metrics().handed_off,
@@ -486,12 +483,7 @@ async fn sweeping_unused_local_queues_keeps_the_ones_in_use() {
             .unwrap();
     }
     let handed_off = c.metrics().handed_off;
-    let mut waiter = Box::pin({
-        let lock = lock.clone();
-        async move { lock.acquire().await }
-    });
-    assert!((&mut waiter).now_or_never().is_none(), "the lock is held");
-    let waiter = tokio::spawn(waiter);
+    let waiter = queue_in_process(&lock);
     c.flush().await;
     assert_eq!(
         contenders(&view, "/zklock/kept-queue").await.len(),

@@ -5,28 +5,13 @@
 
 mod support;
 
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use support::Captured;
 use zklock::scheduler::tokio_cron_scheduler::JobScheduler;
 use zklock::scheduler::{JobSchedulerExt, SingletonJob};
-
-/// Everything the subscriber writes, shared with the test.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_runs_are_debug_and_failed_runs_warn_with_their_reason() {
@@ -67,8 +52,8 @@ async fn finished_runs_are_debug_and_failed_runs_warn_with_their_reason() {
     let settled = support::eventually(Duration::from_secs(30), || async { stats.fires_in_flight() == 0 }).await;
     assert!(settled, "{:?}", stats.snapshot());
 
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
-    let lines: Vec<&str> = text.lines().filter(|l| l.contains("zklock::scheduler")).collect();
+    let all = captured.lines();
+    let lines: Vec<&String> = all.iter().filter(|l| l.contains("zklock::scheduler")).collect();
     let finished: Vec<_> = lines.iter().filter(|l| l.contains("run finished")).collect();
     let failed: Vec<_> = lines.iter().filter(|l| l.contains("run failed")).collect();
     assert!(

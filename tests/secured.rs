@@ -313,6 +313,16 @@ fn unreadable_or_malformed_pem_is_a_configuration_error() {
     }
 }
 
+/// A plain ZooKeeper session of the SASL user `bob` (see [`sasl_server`]).
+async fn raw_as_bob(zk: &ZkServer) -> zk::Client {
+    zk::Client::connector()
+        .with_sasl(zk::SaslOptions::digest_md5("bob", "bob-secret"))
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(&zk.connect_string())
+        .await
+        .expect("bob connects")
+}
+
 fn sasl_server() -> ZkServer {
     start(
         ZkServer::builder()
@@ -373,12 +383,7 @@ async fn another_sasl_user_cannot_delete_or_join_a_lock() {
     let guard = alice.mutex("payroll").unwrap().acquire_timeout(SOON).await.unwrap();
     let node = guard.node_path().to_owned();
 
-    let bob = zk::Client::connector()
-        .with_sasl(zk::SaslOptions::digest_md5("bob", "bob-secret"))
-        .with_session_timeout(Duration::from_secs(4))
-        .connect(&zk.connect_string())
-        .await
-        .expect("bob connects");
+    let bob = raw_as_bob(&zk).await;
     let (acls, _) = alice.zookeeper().await.unwrap().get_acl(&node).await.unwrap();
     assert_eq!(acls.len(), 1, "{acls:?}");
     assert_eq!((acls[0].scheme(), acls[0].id()), ("sasl", "alice"), "{acls:?}");
@@ -430,12 +435,7 @@ async fn sasl_options_and_explicit_acls_shape_the_lock_nodes() {
         "{on_node:?}"
     );
 
-    let bob = zk::Client::connector()
-        .with_sasl(zk::SaslOptions::digest_md5("bob", "bob-secret"))
-        .with_session_timeout(Duration::from_secs(4))
-        .connect(&zk.connect_string())
-        .await
-        .expect("bob connects");
+    let bob = raw_as_bob(&zk).await;
     let dir = node.rsplit_once('/').unwrap().0;
     assert_eq!(
         bob.list_children(dir).await.unwrap().len(),

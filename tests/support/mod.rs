@@ -218,3 +218,45 @@ pub async fn wait_watching(zk: &ZkServer, session: &str, node: &str, who: &str) 
 pub fn session_of(client: &LockClient) -> String {
     format!("{:#x}", client.session_id().expect("the client has a session"))
 }
+
+/// Everything a `tracing_subscriber::fmt` subscriber writes, shared with the test that reads
+/// it back (the log tests install one as the binary's global subscriber).
+#[derive(Clone, Default)]
+pub struct Captured(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// The lines written so far.
+    pub fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Asks for `lock` on a task of its own, after polling the request once here: a request for an
+/// exclusive lock that a task of this process holds is then queued behind it in the process,
+/// so the holder's release hands it the node.
+pub fn queue_in_process(
+    lock: &zklock_runtime::Lock,
+) -> tokio::task::JoinHandle<Result<zklock_runtime::LockGuard, LockError>> {
+    use futures::FutureExt;
+    let lock = lock.clone();
+    let mut request = Box::pin(async move { lock.acquire().await });
+    assert!(
+        (&mut request).now_or_never().is_none(),
+        "the lock is held: the request waits"
+    );
+    tokio::spawn(request)
+}
