@@ -2,7 +2,8 @@
 # The checks a reviewer runs before reading a change, in the order that fails fastest:
 #   1. rustfmt          cargo fmt --all --check
 #   2. clippy           every crate, every target, every feature, warnings are errors; the
-#                       library again with no feature and with each feature alone
+#                       library again with no feature (every target) and with each feature
+#                       alone (the library itself)
 #   3. rustdoc          the workspace's docs build with warnings as errors (broken links…)
 #   4. packaging        every publishable crate packages and its packaged copy builds
 # `.ci/run` runs this before the test suite.
@@ -30,12 +31,16 @@ cargo fmt --all --check
 step "clippy"
 cargo clippy --workspace --all-targets --all-features "${locked[@]}" -- -D warnings
 
-# The library with no optional feature (its default) and with each one alone: every target
-# builds and lints clean, so a missing `#[cfg(feature = …)]` shows here.
-for features in "" tls sasl metrics scheduler; do
-    step "clippy, library with features [${features}]"
-    cargo clippy -p zklock -p zklock-runtime -p zklock-macros --no-default-features ${features:+--features "$features"} \
-        --all-targets "${locked[@]}" -- -D warnings
+# The library with no optional feature (its default): every target builds and lints clean, so a
+# test or example missing its `#[cfg(feature = …)]` shows here. Then the library alone with each
+# feature by itself.
+step "clippy, library without features"
+cargo clippy -p zklock -p zklock-runtime -p zklock-macros --no-default-features --all-targets "${locked[@]}" \
+    -- -D warnings
+for feature in tls sasl metrics scheduler; do
+    step "clippy, library with only $feature"
+    cargo clippy -p zklock -p zklock-runtime --no-default-features --features "$feature" --lib "${locked[@]}" \
+        -- -D warnings
 done
 
 step "rustdoc"

@@ -50,7 +50,7 @@ cargo test --workspace --all-features --no-fail-fast "${locked[@]}" "$@" || stat
 # (lint.sh lints every target with each feature alone). Skipped when arguments pick tests.
 if [[ $# -eq 0 ]]; then
     cargo test -p zklock-runtime -p zklock --no-default-features --no-fail-fast "${locked[@]}" \
-        --lib --test lock_mutex --test lock_errors --test lock_reentrancy --test lock_multi --test macro_server ||
+        --lib --test lock_mutex --test lock_reentrancy --test macro_server ||
         status=$?
 fi
 
