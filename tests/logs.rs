@@ -20,13 +20,7 @@ fn at(level: &str, lines: &[String]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_line_per_cycle_at_info_and_a_cut_session_timeout_is_said_once() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let captured = Captured::install();
 
     // A 200 ms tick allows sessions of at most 4 s: asking for 60 s is cut.
     let zk = support::server();

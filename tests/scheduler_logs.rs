@@ -15,13 +15,7 @@ use zklock::scheduler::{JobSchedulerExt, SingletonJob};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_runs_are_debug_and_failed_runs_warn_with_their_reason() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let captured = Captured::install();
 
     let zk = support::server();
     let client = support::client(&zk.connect_string()).await;

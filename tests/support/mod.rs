@@ -236,6 +236,18 @@ impl std::io::Write for Captured {
 }
 
 impl Captured {
+    /// Installs a DEBUG-level `fmt` subscriber as the binary's global one, writing here.
+    pub fn install() -> Captured {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        captured
+    }
+
     /// The lines written so far.
     pub fn lines(&self) -> Vec<String> {
         String::from_utf8_lossy(&self.0.lock().unwrap())
