@@ -291,10 +291,13 @@ async fn a_reconnect_forgets_what_was_known() {
 }
 
 /// Lone grants interleaved with bursts of contention: siblings under `join!` in one task, a
-/// spawned task and another client. Every grant stays exclusive with a strictly larger token;
-/// after each round with the other client the next grant lists; the fast path comes back
-/// between bursts. (A round of this client's own tasks may rightly skip the listing: they
-/// queue in process, and the node is alone in ZooKeeper.)
+/// spawned task and another client. Every grant stays exclusive with a strictly larger token,
+/// and no grant skips the listing once the other client's node came after this client's last
+/// one: in a round with the other client, this client's grant lists if the other was granted
+/// first (its node is older), and otherwise the next round's grant lists. The fast path comes
+/// back between bursts. (A round of this client's own tasks may rightly skip the listing: they
+/// queue in process, and the node is alone in ZooKeeper. And a round in which this client
+/// came second and listed may leave it proven alone again, so the round after may skip.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lone_grants_between_bursts_of_contention_stay_exclusive() {
     let zk = server();
@@ -303,61 +306,92 @@ async fn lone_grants_between_bursts_of_contention_stay_exclusive() {
     let lock = c.mutex("bursty").unwrap();
     let foreign = other.mutex("bursty").unwrap();
     let held = Arc::new(AtomicBool::new(false));
-    let tokens = Arc::new(Mutex::new(Vec::new()));
-    let critical = |lock: zklock_runtime::Lock| {
-        let (held, tokens) = (held.clone(), tokens.clone());
+    // Every grant in order: whether it was this client's, and its token.
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let critical = |lock: zklock_runtime::Lock, ours: bool| {
+        let (held, grants) = (held.clone(), grants.clone());
         async move {
             let guard = lock.acquire_timeout(Duration::from_secs(20)).await.unwrap();
             assert!(!held.swap(true, Ordering::SeqCst), "two holders at once");
-            tokens.lock().unwrap().push(guard.fencing_token());
+            grants.lock().unwrap().push((ours, guard.fencing_token()));
             tokio::task::yield_now().await;
             held.store(false, Ordering::SeqCst);
             guard.release().await.unwrap();
         }
     };
+    // This client's grants in a round that went to ZooKeeper and listed the directory: all
+    // grants, less those handed over in the process and those proven alone without a listing.
+    let listed_since = |before: &zklock_runtime::MetricsSnapshot| {
+        let now = c.metrics();
+        (now.acquired - before.acquired)
+            - (now.handed_off - before.handed_off)
+            - (now.granted_without_listing - before.granted_without_listing)
+    };
     let base = warm_up(&lock, &c).await;
     let mut rng = Rng::from_clock();
-    let (mut lone, mut foreign_rounds) = (0, 0);
-    for _ in 0..40 {
-        match rng.below(4) {
+    let (mut lone, mut foreign_first, mut ours_first) = (0, 0, 0);
+    // Set when the other client created its node after ours: the directory changed behind
+    // this client's back, so its next grant must list.
+    let mut owed = false;
+    for round in 0..40 {
+        let before = c.metrics();
+        let seen = grants.lock().unwrap().len();
+        let foreign_round = match rng.below(4) {
             0 => {
-                tokio::join!(critical(lock.clone()), critical(lock.clone()));
+                tokio::join!(critical(lock.clone(), true), critical(lock.clone(), true));
+                false
             }
             1 => {
-                let spawned = tokio::spawn(critical(lock.clone()));
-                critical(lock.clone()).await;
+                let spawned = tokio::spawn(critical(lock.clone(), true));
+                critical(lock.clone(), true).await;
                 spawned.await.unwrap();
+                false
             }
             2 => {
-                tokio::join!(critical(lock.clone()), critical(foreign.clone()));
-                foreign_rounds += 1;
+                tokio::join!(critical(lock.clone(), true), critical(foreign.clone(), false));
+                true
             }
             _ => {
-                critical(lock.clone()).await;
+                critical(lock.clone(), true).await;
                 lone += 1;
+                false
+            }
+        };
+        let listed = listed_since(&before);
+        if owed {
+            assert!(
+                listed >= 1,
+                "round {round}: granted without listing after another client's node came and went"
+            );
+        }
+        owed = false;
+        if foreign_round {
+            // Grant order is queue order: whoever was granted first created its node first.
+            if grants.lock().unwrap()[seen].0 {
+                // The other client's node came after ours: the next round must list.
+                ours_first += 1;
+                owed = true;
+            } else {
+                // Ours came after the other client's node: this grant must have listed.
+                foreign_first += 1;
+                assert!(listed >= 1, "round {round}: granted past another client's node without listing");
             }
         }
     }
-    let tokens = tokens.lock().unwrap().clone();
+    let grants = grants.lock().unwrap().clone();
     assert!(
-        tokens.windows(2).all(|w| w[0] < w[1]),
-        "tokens did not strictly increase in grant order: {tokens:?}"
+        grants.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens did not strictly increase in grant order: {grants:?}"
     );
     let m = c.metrics();
-    // The warm-up's two grants, one of them without listing, are not counted.
-    let listed = m.acquired - 2 - m.handed_off - (m.granted_without_listing - base);
     eprintln!(
-        "{} grants, {lone} lone and {foreign_rounds} foreign rounds; this client: {m:?}",
-        tokens.len()
+        "{} grants, {lone} lone rounds, {foreign_first} with the other client first and \
+         {ours_first} with this one first; this client: {m:?}",
+        grants.len()
     );
     assert!(
         m.granted_without_listing > base || lone < 2,
         "the fast path never came back"
-    );
-    // The other client's create and delete change the directory: our next grant must list.
-    assert!(
-        listed + 1 >= foreign_rounds,
-        "{listed} listed grants after {foreign_rounds} rounds with another client"
     );
     let raw = raw(&zk.connect_string()).await;
     assert_eq!(raw.list_children("/zklock/bursty").await.unwrap(), Vec::<String>::new());
