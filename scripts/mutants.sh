@@ -7,8 +7,9 @@
 #   scripts/mutants.sh rules holds     only these groups (see GROUPS below)
 #
 # The mutants are applied in a clone of HEAD (ZKLOCK_MUTANTS_DIR, default /tmp/zklock-mutants),
-# never in this checkout; the clone builds into this checkout's target directory, so only the
-# workspace's own crates are rebuilt. Each group's results land in mutants.out/<group>/ here
+# never in this checkout; the clone builds into this checkout's target directory (or
+# ZKLOCK_MUTANTS_TARGET, to keep building here meanwhile), so only the workspace's own crates
+# are rebuilt. Each group's results land in mutants.out/<group>/ here
 # (caught.txt, missed.txt, timeout.txt, unviable.txt, outcomes.json). docs/testing.md lists the
 # last results and why each surviving mutant cannot change behaviour.
 set -euo pipefail
@@ -45,7 +46,7 @@ work="${ZKLOCK_MUTANTS_DIR:-/tmp/zklock-mutants}"
 rm -rf "$work"
 git clone --quiet "$root" "$work"
 git -C "$work" checkout --quiet "$(git rev-parse HEAD)"
-export CARGO_TARGET_DIR="$root/target"
+export CARGO_TARGET_DIR="${ZKLOCK_MUTANTS_TARGET:-$root/target}"
 
 for group in "${groups[@]}"; do
     files=()
