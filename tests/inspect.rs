@@ -1,6 +1,7 @@
 //! Inspection (`LockClient::lock_names`, `inspect`) of queues that hold more than zklock's own
 //! nodes, against a real ZooKeeper: Kazoo's and unknown clients' nodes are shown in queue
-//! order with who made them, and a client with its own namespace sees its own locks only.
+//! order with who made them, a node gone between the listing and its read is left out, and a
+//! client with its own namespace sees its own locks only.
 
 mod support;
 
@@ -89,4 +90,49 @@ async fn a_client_with_its_own_namespace_inspects_its_own_locks() {
     );
     guard.release().await.unwrap();
     other.release().await.unwrap();
+}
+
+/// A holder's node deleted after the inspection listed the directory and before it read the
+/// node: the view leaves it out, judges the rest without it, and reports the queue changed.
+///
+/// The delete is ordered by the server, not by timing: the inspection's listing is sent first
+/// (its first poll), then the release's delete on the same session, and only then are the
+/// node reads sent (when the inspection is polled again, with the listing already answered).
+/// The fired directory watch shows that the listing came before the delete, so the node was
+/// listed and then found gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_gone_between_the_listing_and_its_read_is_left_out() {
+    use futures::FutureExt;
+
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let foreign = raw(&zk.connect_string()).await;
+    let guard = c.mutex("vanishing").unwrap().acquire().await.unwrap();
+    let waiter = foreign_node(&foreign, "/zklock/vanishing", "someone-", b"").await;
+
+    let mut inspection = Box::pin(c.inspect_and_watch("vanishing"));
+    assert!(
+        inspection.as_mut().now_or_never().is_none(),
+        "the listing waits for its answer"
+    );
+    guard.release().await.unwrap();
+    let (view, changed) = tokio::time::timeout(Duration::from_secs(20), inspection)
+        .await
+        .expect("the inspection answers")
+        .expect("a vanished node is not an error");
+    tokio::time::timeout(Duration::from_secs(20), changed)
+        .await
+        .expect("the listing saw the holder's node, so its delete fires the watch");
+    let view = view.expect("the lock exists");
+    let nodes: Vec<_> = view
+        .holders
+        .iter()
+        .chain(&view.waiters)
+        .map(|n| n.node.as_str())
+        .collect();
+    assert_eq!(nodes, [waiter.as_str()], "{view:?}");
+    assert!(
+        view.holders[0].waits_for.is_none(),
+        "judged without the vanished node, the next in line holds: {view:?}"
+    );
 }

@@ -374,7 +374,10 @@ async fn lone_grants_between_bursts_of_contention_stay_exclusive() {
             } else {
                 // Ours came after the other client's node: this grant must have listed.
                 foreign_first += 1;
-                assert!(listed >= 1, "round {round}: granted past another client's node without listing");
+                assert!(
+                    listed >= 1,
+                    "round {round}: granted past another client's node without listing"
+                );
             }
         }
     }
