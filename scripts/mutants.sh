@@ -24,13 +24,13 @@ fi
 
 # group: the files mutated | the tests run against each mutant (fastest first).
 declare -A FILES TESTS
-FILES[rules]="rules.rs alone.rs"
+FILES[rules]="engine/rules.rs engine/alone.rs"
 TESTS[rules]="--lib --test lock_mutex --test lock_rw --test lock_alone --test interop_curator"
-FILES[queue]="queue.rs"
+FILES[queue]="engine/queue.rs"
 TESTS[queue]="--lib --test lock_mutex --test lock_rw --test lock_cancel --test lock_faults --test lock_lifecycle"
-FILES[handoff]="local_queue.rs"
+FILES[handoff]="engine/local_queue.rs"
 TESTS[handoff]="--lib --test lock_mutex --test lock_reentrancy --test lock_lifecycle --test lock_cancel"
-FILES[holds]="reentrancy.rs guard.rs multi.rs"
+FILES[holds]="engine/reentrancy.rs engine/guard.rs recipes/multi.rs"
 TESTS[holds]="--lib --test lock_reentrancy --test multi_guard --test lock_multi --test lock_lifecycle --test macro_server --test never_falsely_held"
 FILES[jobs]="scheduler/run.rs scheduler/record.rs"
 TESTS[jobs]="--lib --test scheduler"

@@ -1,5 +1,5 @@
 //! The uncontended fast paths: a contender proven alone in its lock directory
-//! (`zklock-runtime/src/alone.rs`), or proven first by its number 0 in a directory made in the
+//! (`zklock-runtime/src/engine/alone.rs`), or proven first by its number 0 in a directory made in the
 //! same round trip, is granted without listing it (`docs/safety.md` "Skipping the listing").
 //! Each test forces one of the cases that must fall back to a listing, and checks both that
 //! the fallback happened (`granted_without_listing` did not move) and that the grant was right.

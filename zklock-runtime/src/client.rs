@@ -8,17 +8,18 @@ use tokio::sync::{watch, Mutex as AsyncMutex};
 use tracing::{debug, info, warn};
 use zookeeper_client as zk;
 
-use crate::alone::DEFAULT_FAST_PATH_DIRS;
-use crate::cleanup::{delete_node, Cleanup};
-use crate::connect;
-use crate::driver::Driver;
-use crate::holder::Holder;
-use crate::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
-use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::connection::connect_string;
+use crate::connection::driver::Driver;
+use crate::connection::secure::{self, Secured, Security};
+use crate::connection::session::{Health, Session, SessionStatus};
+use crate::engine::alone::DEFAULT_FAST_PATH_DIRS;
+use crate::engine::cleanup::{delete_node, Cleanup};
+use crate::engine::guard::ClientId;
+use crate::engine::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
+use crate::error::LockError;
 use crate::name::validate_namespace;
-use crate::secure::{self, Secured, Security};
-use crate::session::{Health, Session, SessionStatus};
-use crate::LockError;
+use crate::ops::holder::Holder;
+use crate::ops::metrics::{Metrics, MetricsSnapshot};
 
 /// 30 s: safe against ZooKeeper's default server settings (tickTime 2 s, syncLimit 5), where a
 /// follower cut off from the quorum keeps its clients connected for up to 10 s while the leader
@@ -125,7 +126,7 @@ pub(crate) struct ClientInner {
     pub id: ClientId,
     pub config: Config,
     /// The connect string's servers, and what the last look at them found.
-    pub contact: Arc<connect::Contact>,
+    pub contact: Arc<connect_string::Contact>,
     /// Why the client cannot be used any more, once it cannot.
     closed: StdMutex<Option<String>>,
     /// The session new work goes to. Locked while a session is being opened, so concurrent
@@ -141,23 +142,6 @@ pub(crate) struct ClientInner {
     pub metrics: Arc<Metrics>,
     pub gates: Gates,
     pub cleanup: Cleanup,
-}
-
-/// The identity of one client (and its clones) within this process: another client, even of
-/// the same ensemble, is another holder, as another process would be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct ClientId(u64);
-
-impl ClientId {
-    #[cfg(test)]
-    pub(crate) fn for_model() -> ClientId {
-        ClientId(0)
-    }
-
-    fn next() -> ClientId {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        ClientId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-    }
 }
 
 /// Configures and connects a [`LockClient`].
@@ -450,7 +434,7 @@ impl LockClientBuilder {
     /// Validates the configuration without connecting; the first acquisition connects.
     pub fn build(self) -> Result<LockClient, LockError> {
         validate_namespace(&self.namespace)?;
-        let servers = connect::parse(&self.connect)?;
+        let servers = connect_string::parse(&self.connect)?;
         if self.session_timeout.is_zero() {
             return Err(LockError::InvalidConfig("the session timeout is zero".into()));
         }
@@ -490,7 +474,7 @@ impl LockClientBuilder {
             inner: Arc::new(ClientInner {
                 id: ClientId::next(),
                 config,
-                contact: Arc::new(connect::Contact::new(servers)),
+                contact: Arc::new(connect_string::Contact::new(servers)),
                 closed: StdMutex::new(None),
                 current: AsyncMutex::new(None),
                 latest: StdRwLock::new(None),
@@ -789,7 +773,7 @@ impl LockClient {
             biased;
             result = open => result,
             why = secure::misconfiguration(&config.security, self.inner.contact.servers()) => Err(why),
-            why = connect::all_refused(&config.connect, &self.inner.contact) => Err(why),
+            why = connect_string::all_refused(&config.connect, &self.inner.contact) => Err(why),
             () = tokio::time::sleep(limit) => Err(LockError::Connection(format!(
                 "no ZooKeeper session could be opened to {} within {limit:?}{}",
                 config.connect,
@@ -822,7 +806,7 @@ impl LockClient {
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
         let config = &self.inner.config;
         self.inner.status.send_replace(SessionStatus::Connecting);
-        connect::resolve(&config.connect, self.inner.contact.servers()).await?;
+        connect_string::resolve(&config.connect, self.inner.contact.servers()).await?;
         let driver = self.inner.driver.get_or_try_init(Driver::start).await?.clone();
         debug!(connect = %config.connect, "opening zookeeper session");
         // On the driver: the client library's connection task is spawned where it connects.

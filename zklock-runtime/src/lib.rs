@@ -17,65 +17,58 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Where to look: `lock.rs` (the acquire path, which calls down into the others in order),
-//! `reentrancy.rs` (the call scope a hold re-enters in), `local_queue.rs` (in-process waiters
-//! and node handoff), `queue.rs` (the ZooKeeper recipe every lock kind shares), `rules.rs`
-//! (mutex and read/write rules), `semaphore.rs` (leases, in Curator's semaphore layout),
-//! `multi.rs` (several locks
-//! taken together in one order), `guard.rs` (owned guards, the loss signal, `max_hold`), `token.rs` (fencing tokens), `cleanup.rs` (the
-//! one delete path, abandoned contenders), `session.rs`, `connect.rs` and `client.rs`
-//! (sessions, connect strings, configuration, closing), `secure.rs` (TLS and SASL settings, and
-//! telling a misconfigured connection from an unreachable one). Real servers for tests are in the
-//! `zklock-testing` crate.
+//! # Where to look
+//!
+//! - `lock.rs`: the acquire path, the orchestrator that calls down, in order, into the core.
+//! - `engine/`: the lock core. `queue.rs` (the ZooKeeper recipe every lock kind shares),
+//!   `rules.rs` (the lock kinds and the rule each judges the queue by), `local_queue.rs`
+//!   (in-process waiters and node handoff), `reentrancy.rs` (the call scope a hold re-enters
+//!   in), `guard.rs` (owned guards, the loss signal, `max_hold`), `token.rs` (fencing tokens),
+//!   `alone.rs` (the uncontended fast path), `cleanup.rs` (the one delete path).
+//! - `recipes/`: built on the core, in Curator's layouts: `semaphore.rs` (leases) and
+//!   `multi.rs` (several locks taken together in one order).
+//! - `connection/`: `connect_string.rs`, `secure.rs` (TLS, SASL, and telling a misconfigured
+//!   connection from an unreachable one), `driver.rs`, `session.rs` (one session and its
+//!   health); `client.rs` holds the configuration and the current session.
+//! - `ops/`: `holder.rs` (who a node belongs to), `inspect.rs` (a lock's queue for
+//!   operators), `metrics.rs`.
+//! - `scheduler/` (feature `scheduler`): singleton cron jobs.
+//!
+//! Real servers for tests are in the `zklock-testing` crate.
 
 #![warn(missing_docs)]
 
-mod alone;
-mod cleanup;
 mod client;
-mod connect;
-mod driver;
+mod connection;
+mod engine;
 mod error;
-mod guard;
-mod holder;
-mod inspect;
-#[cfg(test)]
-mod interleavings;
-mod local_queue;
 mod lock;
 #[doc(hidden)]
 pub mod macro_support;
-mod metrics;
-mod model_lock;
-mod multi;
 mod name;
-mod queue;
-mod reentrancy;
-mod rules;
+mod ops;
+mod recipes;
 #[cfg(feature = "scheduler")]
 pub mod scheduler;
-mod secure;
-mod semaphore;
-mod session;
-mod token;
 
-pub use alone::DEFAULT_FAST_PATH_DIRS;
 pub use client::{LockClient, LockClientBuilder};
-pub use error::{ErrorKind, LockError};
-pub use guard::{LockGuard, LossSignal, OnLost};
-pub use holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
-pub use inspect::{LockView, QueueChanged, QueuedNode, RecipeKind, Side};
-pub use lock::{Lock, LockKind};
-pub use metrics::MetricsSnapshot;
-pub use multi::{MultiGuard, MultiLock};
-pub use name::{validate_name, MAX_NAME_LEN};
-#[allow(deprecated)]
-pub use reentrancy::fencing_token;
-pub use reentrancy::{current_fencing_token, current_fencing_token_for, current_loss_signal};
 #[cfg(feature = "tls")]
-pub use secure::TlsConfig;
-pub use session::SessionStatus;
-pub use token::{FencingToken, ParseTokenError};
+pub use connection::secure::TlsConfig;
+pub use connection::session::SessionStatus;
+pub use engine::alone::DEFAULT_FAST_PATH_DIRS;
+pub use engine::guard::{LockGuard, LossSignal, OnLost};
+#[allow(deprecated)]
+pub use engine::reentrancy::fencing_token;
+pub use engine::reentrancy::{current_fencing_token, current_fencing_token_for, current_loss_signal};
+pub use engine::rules::LockKind;
+pub use engine::token::{FencingToken, ParseTokenError};
+pub use error::{ErrorKind, LockError};
+pub use lock::Lock;
+pub use name::{validate_name, MAX_NAME_LEN};
+pub use ops::holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
+pub use ops::inspect::{LockView, QueueChanged, QueuedNode, RecipeKind, Side};
+pub use ops::metrics::MetricsSnapshot;
+pub use recipes::multi::{MultiGuard, MultiLock};
 
 /// Re-export of the ZooKeeper client crate this engine speaks through, for ACLs and raw access.
 pub use zookeeper_client as zk;

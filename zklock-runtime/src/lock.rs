@@ -1,12 +1,12 @@
 //! A handle for one named lock, and the acquire path: the orchestrator that calls down, in
 //! order, into
 //!
-//! 1. [`crate::reentrancy`]: does the current call scope already hold this lock? Then re-enter.
-//! 2. [`crate::local_queue`]: wait for the front of this process's queue (exclusive locks), and
+//! 1. [`crate::engine::reentrancy`]: does the current call scope already hold this lock? Then re-enter.
+//! 2. [`crate::engine::local_queue`]: wait for the front of this process's queue (exclusive locks), and
 //!    take over a node the previous local holder handed on, if any.
-//! 3. [`crate::queue`]: the ZooKeeper recipe on one session, started over on a new session
+//! 3. [`crate::engine::queue`]: the ZooKeeper recipe on one session, started over on a new session
 //!    when one ends midway.
-//! 4. [`crate::guard`]: the hold and its guard.
+//! 4. [`crate::engine::guard`]: the hold and its guard.
 //!
 //! None of those modules calls back up into this one or into the client.
 
@@ -15,18 +15,20 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, Instrument};
 
-use crate::cleanup::{delete_node, Cleanup};
-use crate::client::{ClientId, LockClient};
-use crate::guard::{Holding, LockGuard};
-use crate::local_queue::Turn;
-use crate::metrics::{Event, Labels, Timing};
-use crate::queue::{self, Failed, Granted, Recipe};
-use crate::reentrancy;
-use crate::rules::{Leases, Readers, Rule, MUTEX_NODE, WRITE_NODE};
-use crate::semaphore;
-use crate::session::Session;
-use crate::token::FencingToken;
-use crate::{LockError, SessionStatus};
+use crate::client::LockClient;
+use crate::connection::session::Session;
+use crate::connection::session::SessionStatus;
+use crate::engine::cleanup::{delete_node, Cleanup};
+use crate::engine::guard::ClientId;
+use crate::engine::guard::{Holding, LockGuard};
+use crate::engine::local_queue::Turn;
+use crate::engine::queue::{self, Failed, Granted, Recipe};
+use crate::engine::reentrancy;
+use crate::engine::rules::{LockKind, Rule, LEASES_DIR, LEASE_NODE, LOCKS_DIR};
+use crate::engine::token::FencingToken;
+use crate::error::LockError;
+use crate::ops::metrics::{Event, Labels, Timing};
+use crate::recipes::semaphore;
 
 /// The least time one acquisition gets for its round trips (and for opening a session, when
 /// the client has none or its last one expired), however short the caller's timeout: a try
@@ -36,48 +38,6 @@ const MIN_ATTEMPT_BUDGET: Duration = Duration::from_secs(2);
 
 /// How often one acquisition starts over on a fresh session before giving up.
 const MAX_SESSION_RESTARTS: u32 = 5;
-
-/// Which recipe a [`Lock`] follows.
-///
-/// ```
-/// use zklock_runtime::LockKind;
-/// assert_ne!(LockKind::Read, LockKind::Write);
-/// let pool = LockKind::Semaphore { leases: 4 };
-/// # let _ = pool;
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LockKind {
-    /// Exclusive; nodes named like Curator's `InterProcessMutex` (`_c_<uuid>-lock-<seq>`).
-    Mutex,
-    /// The shared side of a read/write lock (`__READ__`): waits only for earlier writers.
-    Read,
-    /// The exclusive side of a read/write lock (`__WRIT__`): waits for every earlier contender.
-    Write,
-    /// Up to `leases` holders at once, in Curator's `InterProcessSemaphoreV2` layout (a
-    /// `locks` mutex over the acquirers and `leases/…-lease-` nodes).
-    Semaphore {
-        /// How many holders may hold the semaphore at once.
-        leases: u32,
-    },
-}
-
-impl LockKind {
-    pub(crate) fn rule(self) -> Arc<dyn Rule> {
-        match self {
-            LockKind::Mutex => Arc::new(Leases {
-                leases: 1,
-                node: MUTEX_NODE,
-            }),
-            LockKind::Write => Arc::new(Leases {
-                leases: 1,
-                node: WRITE_NODE,
-            }),
-            LockKind::Read => Arc::new(Readers),
-            // A semaphore contends in the queue of its acquirers' mutex (see `semaphore.rs`).
-            LockKind::Semaphore { .. } => LockKind::Mutex.rule(),
-        }
-    }
-}
 
 /// One named lock of one kind. Cheap to clone; creating it costs nothing on the server.
 ///
@@ -160,7 +120,7 @@ impl LockClient {
 
     /// A lock of any kind; the other constructors are shorthands for this.
     pub fn lock(&self, name: &str, kind: LockKind) -> Result<Lock, LockError> {
-        crate::validate_name(name)?;
+        crate::name::validate_name(name)?;
         if let LockKind::Semaphore { leases: 0 } = kind {
             return Err(LockError::InvalidConfig("a semaphore needs at least one lease".into()));
         }
@@ -487,21 +447,21 @@ impl Lock {
         }
     }
 
-    /// A semaphore lease ([`crate::semaphore`]): the mutex over acquirers, then a lease node
+    /// A semaphore lease ([`crate::recipes::semaphore`]): the mutex over acquirers, then a lease node
     /// in the session the mutex is held in; the mutex is given up as soon as the lease is held.
     async fn lease(&self, leases: u32, deadline: Option<Instant>) -> Result<LockGuard, Failed> {
         let inner = &self.client.inner;
         let mut mutex = Lock::at(
             self.client.clone(),
             self.name.clone(),
-            format!("{}/{}", self.dir, semaphore::LOCKS_DIR),
+            format!("{}/{}", self.dir, LOCKS_DIR),
             LockKind::Mutex,
         );
         mutex.template = self.template.clone();
-        let leases_dir = format!("{}/{}", self.dir, semaphore::LEASES_DIR);
+        let leases_dir = format!("{}/{}", self.dir, LEASES_DIR);
         let recipe = Recipe {
             dir: &leases_dir,
-            node_name: semaphore::LEASE_NODE,
+            node_name: LEASE_NODE,
             acls: inner.config.acls(),
             cleanup: &inner.cleanup,
             skip_listing_when_alone: false,
@@ -581,7 +541,7 @@ mod tests {
 
     use zklock_testing::ZkServer;
 
-    use crate::LockClient;
+    use crate::client::LockClient;
 
     /// A deadline that has passed before the local queue is even looked at must not beat a
     /// free turn: a try of a lock nobody holds goes on to ZooKeeper and is granted.

@@ -42,12 +42,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{FencingToken, LockClient, LockError, LockKind, MultiLock};
+use crate::client::LockClient;
+use crate::engine::rules::LockKind;
+use crate::engine::token::FencingToken;
+use crate::error::LockError;
+use crate::recipes::multi::MultiLock;
 
 /// How long `#[distributed_lock]` waits for the lock when the attribute gives no `timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub use crate::guard::OnLost;
+pub use crate::engine::guard::OnLost;
 
 /// How long to wait for the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

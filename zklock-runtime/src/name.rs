@@ -1,6 +1,6 @@
 //! Lock names: what users may pass, and how a name maps to a ZooKeeper path.
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 200;

@@ -12,7 +12,9 @@ use super::history::{self, HistoryEntry, Outcome};
 use super::record::TickRecord;
 use super::store::{records_root, Commit, RecordStore, WriteError, HISTORY, PAUSED, SPEC, TRIGGER_PREFIX};
 use super::ticks::Ticks;
-use crate::{zk, LockClient, LockError};
+use crate::client::LockClient;
+use crate::error::LockError;
+use zookeeper_client as zk;
 
 /// The child a node whose registration differs from [`SPEC`] writes its own into.
 pub(crate) const SPEC_CONFLICT: &str = "spec-conflict";
@@ -114,7 +116,7 @@ async fn session_zk(client: &LockClient, op: &'static str) -> Result<std::sync::
 }
 
 fn store_of(client: &LockClient, job: &str) -> Result<RecordStore, LockError> {
-    crate::validate_name(job)?;
+    crate::name::validate_name(job)?;
     Ok(RecordStore::for_job(client.namespace(), job))
 }
 

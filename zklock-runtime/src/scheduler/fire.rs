@@ -20,7 +20,9 @@ use super::policy::Policy;
 use super::record::TickRecord;
 use super::store::{SPEC, TRIGGER_PREFIX};
 use super::ticks::{due_ticks, past_deadline, show, tick_time, Missed};
-use crate::{zk, LockError, LockGuard};
+use crate::engine::guard::LockGuard;
+use crate::error::LockError;
+use zookeeper_client as zk;
 
 /// Entry point of every beat.
 pub(crate) async fn fire(shared: Arc<Shared>) {

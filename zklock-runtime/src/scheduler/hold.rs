@@ -15,8 +15,9 @@ use super::record::{RunState, TickRecord};
 use super::run::{execute, Ended, JobRun};
 use super::store::{Commit, WriteError};
 use super::ticks::{show, tick_time};
+use crate::engine::guard::LockGuard;
 use crate::error::is_transient;
-use crate::{zk, LockGuard};
+use zookeeper_client as zk;
 
 /// One hold of the job's lock: the session it is held in, and the job's state as this node
 /// last wrote or read it.
@@ -357,7 +358,7 @@ fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
         let _in_flight = in_flight;
         let tick = claim.tick;
         let run = JobRun {
-            loss: crate::LossSignal::never(&shared.name),
+            loss: crate::engine::guard::LossSignal::never(&shared.name),
             ..run
         };
         let ended = execute(

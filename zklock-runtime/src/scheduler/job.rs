@@ -17,7 +17,8 @@ use super::run::{JobRun, RunFn, RunLimits};
 use super::stats::JobStats;
 use super::store::RecordStore;
 use super::ticks::Ticks;
-use crate::{LockClient, LockError};
+use crate::client::LockClient;
+use crate::error::LockError;
 
 /// How often tokio-cron-scheduler calls a singleton job: each call reads the job's own schedule,
 /// in its time zone, and the operators' requests.
@@ -96,7 +97,7 @@ pub struct SingletonJob {
     policy: Policy,
     catch_up: CatchUp,
     starting_deadline: Option<Duration>,
-    on_lost: crate::OnLost,
+    on_lost: crate::engine::guard::OnLost,
     max_run: Option<Duration>,
     clock: Arc<dyn Clock>,
     lock_wait: Option<Duration>,
@@ -150,7 +151,7 @@ impl SingletonJob {
         Fut: Future + Send + 'static,
         Fut::Output: RunResult,
     {
-        crate::validate_name(name).map_err(SchedulerError::InvalidName)?;
+        crate::name::validate_name(name).map_err(SchedulerError::InvalidName)?;
         let schedule = schedule.to_string();
         let ticks = Ticks::parse(&schedule).map_err(|reason| SchedulerError::InvalidSchedule {
             schedule: schedule.clone(),
@@ -169,7 +170,7 @@ impl SingletonJob {
             policy: Policy::default(),
             catch_up: CatchUp::default(),
             starting_deadline: None,
-            on_lost: crate::OnLost::default(),
+            on_lost: crate::engine::guard::OnLost::default(),
             max_run: None,
             clock: Arc::new(SystemClock),
             lock_wait: None,
@@ -187,7 +188,7 @@ impl SingletonJob {
     /// Chooses what happens to a run whose lock is lost (default
     /// [`OnLost::Abort`](crate::OnLost::Abort): the run's task is aborted). Either way the run
     /// is counted in [`JobStats::lost`] and reported at `warn` level.
-    pub fn on_lost(mut self, on_lost: crate::OnLost) -> Self {
+    pub fn on_lost(mut self, on_lost: crate::engine::guard::OnLost) -> Self {
         self.on_lost = on_lost;
         self
     }

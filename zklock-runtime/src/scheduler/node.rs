@@ -18,7 +18,9 @@ use super::run::{RunFn, RunLimits};
 use super::stats::JobStats;
 use super::store::RecordStore;
 use super::ticks::Ticks;
-use crate::{zk, Lock, LockClient};
+use crate::client::LockClient;
+use crate::lock::Lock;
+use zookeeper_client as zk;
 
 /// What one node knows about one job.
 pub(crate) struct Shared {

@@ -128,11 +128,11 @@ impl Default for OnLoss {
 }
 
 #[allow(deprecated)]
-impl From<OnLoss> for crate::OnLost {
+impl From<OnLoss> for crate::engine::guard::OnLost {
     fn from(old: OnLoss) -> Self {
         match old {
-            OnLoss::Cancel => crate::OnLost::Abort,
-            OnLoss::Flag => crate::OnLost::Continue,
+            OnLoss::Cancel => crate::engine::guard::OnLost::Abort,
+            OnLoss::Flag => crate::engine::guard::OnLost::Continue,
         }
     }
 }

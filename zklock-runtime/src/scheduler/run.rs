@@ -9,7 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::{debug, warn};
 
 use super::history::Outcome;
-use crate::{FencingToken, LossSignal, OnLost};
+use crate::engine::guard::LossSignal;
+use crate::engine::guard::OnLost;
+use crate::engine::token::FencingToken;
 
 /// The boxed user closure: builds the run's future for one tick.
 pub(crate) type RunFn = Box<dyn FnMut(JobRun) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send>;
@@ -85,7 +87,7 @@ pub(crate) struct RunLimits {
 pub(crate) async fn execute(
     make: &std::sync::Mutex<RunFn>,
     run: JobRun,
-    lost: impl Future<Output = crate::LockError>,
+    lost: impl Future<Output = crate::error::LockError>,
     limits: &RunLimits,
     replaced: impl Future<Output = ()>,
     what: &str,

@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::history;
 use super::record::TickRecord;
 use crate::error::is_transient;
-use crate::zk;
+use zookeeper_client as zk;
 
 /// The child that exists while a job is paused.
 pub(crate) const PAUSED: &str = "paused";

@@ -19,7 +19,8 @@ use super::record::{RunState, TickRecord};
 use super::store::RecordStore;
 use super::ticks::MAX_CATCH_UP;
 use super::{job_history, job_records, pause_job, resume_job, trigger_job, Outcome, Policy, SingletonJob};
-use crate::{zk, LockClient};
+use crate::client::LockClient;
+use zookeeper_client as zk;
 
 const SECOND: i64 = 1000;
 

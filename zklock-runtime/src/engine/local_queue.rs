@@ -16,16 +16,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::model_lock::Lock;
+use crate::engine::model_lock::Lock;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use tokio::sync::oneshot;
 
-use crate::cleanup::{delete_node, Cleanup};
-use crate::session::Session;
-use crate::token::FencingToken;
-use crate::{LockError, LockKind};
+use crate::connection::session::Session;
+use crate::engine::cleanup::{delete_node, Cleanup};
+use crate::engine::rules::LockKind;
+use crate::engine::token::FencingToken;
+use crate::error::LockError;
 
 /// How many times in a row one contender node may be handed to the next task of this process
 /// before it goes back to the end of the ZooKeeper queue, unless the builder says otherwise.

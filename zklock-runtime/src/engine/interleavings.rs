@@ -10,12 +10,12 @@
 //! `std::sync::Mutex` critical section; in the local queue those sections never await and
 //! are short, and the model treats them as atomic, which they are with respect to each other.
 //!
-//! - The local queue and its handoff ([`crate::local_queue`]): at most one local holder at a
+//! - The local queue and its handoff ([`crate::engine::local_queue`]): at most one local holder at a
 //!   time; a released node goes to a waiter or is deleted, never left in the slot with nobody
 //!   to take it, also when waiters give up or a turn is dropped at once; a release that waits
 //!   for its node to be taken always hears back. The holders release as
-//!   [`Holding::end`](crate::guard) does: hand over when someone waits, else delete.
-//! - The reentrancy scope ([`crate::reentrancy`]): only code inside a scope sees it, whatever
+//!   [`Holding::end`](crate::engine::guard) does: hand over when someone waits, else delete.
+//! - The reentrancy scope ([`crate::engine::reentrancy`]): only code inside a scope sees it, whatever
 //!   the interleaving: not sibling futures, not other tasks, and a scope future takes the
 //!   scope of where it runs. (Not modelled: a task spawned from inside a scope. Shuttle may
 //!   run another task within the `spawn` call itself, in the middle of the spawner's poll,
@@ -29,9 +29,9 @@ use shuttle::future::{block_on, spawn, yield_now};
 use shuttle::rand::{thread_rng, Rng};
 use tokio::sync::oneshot;
 
-use crate::local_queue::Gate;
-use crate::reentrancy::{current_fencing_token, current_fencing_token_for, model_scope};
-use crate::token::FencingToken;
+use crate::engine::local_queue::Gate;
+use crate::engine::reentrancy::{current_fencing_token, current_fencing_token_for, model_scope};
+use crate::engine::token::FencingToken;
 
 /// Interleavings per test and scheduler; the whole file runs in a few seconds.
 const ITERATIONS: usize = 3_000;

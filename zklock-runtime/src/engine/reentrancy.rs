@@ -18,10 +18,9 @@
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
-use crate::client::ClientId;
-use crate::guard::{Holding, LockGuard, LossSignal};
-use crate::token::FencingToken;
-use crate::LockKind;
+use crate::engine::guard::{ClientId, Holding, LockGuard, LossSignal};
+use crate::engine::rules::LockKind;
+use crate::engine::token::FencingToken;
 
 /// One hold whose scope the current future runs in.
 #[derive(Clone)]

@@ -3,7 +3,7 @@
 //! 1. Create `<dir>/_c_<uuid>-<node name>` as EPHEMERAL_SEQUENTIAL, and send the listing of
 //!    `<dir>` right behind it without waiting: ZooKeeper answers one session's requests in
 //!    order, so the listing includes the new node and the pair costs one round trip. When the
-//!    session can prove the new node alone ([`crate::alone`]), the listing is left out.
+//!    session can prove the new node alone ([`crate::engine::alone`]), the listing is left out.
 //! 2. Order the children by sequence number and ask the [`Rule`] whether we may go.
 //! 3. If not, watch only the contender the rule names (no herd), and when it is deleted either
 //!    go at once (it was the last blocker) or list again.
@@ -21,12 +21,12 @@ use std::time::Instant;
 use tracing::debug;
 use zookeeper_client as zk;
 
-use crate::cleanup::Cleanup;
+use crate::connection::session::Session;
+use crate::engine::cleanup::Cleanup;
+use crate::engine::rules::{queue_order, Decision, Rule};
+use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
-use crate::holder::Holder;
-use crate::rules::{queue_order, Decision, Rule};
-use crate::session::Session;
-use crate::LockError;
+use crate::ops::holder::Holder;
 
 /// What the recipe needs to know about one lock; handed down by the orchestrator
 /// ([`crate::lock`]), so the recipe never reaches back into the client.
@@ -40,10 +40,10 @@ pub(crate) struct Recipe<'a> {
     pub acls: zk::Acls<'a>,
     /// Where abandoned contenders are removed.
     pub cleanup: &'a Cleanup,
-    /// Exclusive locks: a contender proven alone (see [`crate::alone`]) is granted without
+    /// Exclusive locks: a contender proven alone (see [`crate::engine::alone`]) is granted without
     /// listing the directory.
     pub skip_listing_when_alone: bool,
-    /// Who contender nodes say they belong to ([`crate::holder`]).
+    /// Who contender nodes say they belong to ([`crate::ops::holder`]).
     pub holder: &'a Holder,
     /// The lock's name template, recorded in contender nodes.
     pub template: Option<&'a str>,
@@ -256,7 +256,7 @@ struct Created {
     stat: zk::Stat,
     /// The directory's children; just our node when `listed` is false.
     children: Vec<String>,
-    /// False when the directory was not listed: our node was proven alone ([`crate::alone`])
+    /// False when the directory was not listed: our node was proven alone ([`crate::engine::alone`])
     /// or first (number 0), and no contender is ahead of it.
     listed: bool,
 }
@@ -265,7 +265,7 @@ struct Created {
 /// directory (and namespace) as containers when missing, and finds our node again by its
 /// protected prefix when the create's answer was lost. Leaves the listing out when the
 /// create's number will likely prove the node ahead of everyone (the session was alone in the
-/// directory, see [`crate::alone`], or the directory is being made in the same round trip),
+/// directory, see [`crate::engine::alone`], or the directory is being made in the same round trip),
 /// and lists only if the number does not prove it.
 async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) -> Result<Created, Failed> {
     let dir = recipe.dir;
@@ -300,7 +300,7 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
                 let ours = format!("{protect}{}{sequence}", recipe.node_name);
                 let sequence = sequence.into_i64();
                 // Proven ahead of everyone without a listing: alone again by the count
-                // ([`crate::alone`]), or number 0, the first create in this incarnation of the
+                // ([`crate::engine::alone`]), or number 0, the first create in this incarnation of the
                 // directory, so every other child came later (docs/safety.md, "Number 0 is
                 // first").
                 let alone = expected.is_some_and(|expected| session.alone().confirm(dir, expected, &ours, sequence));
@@ -413,7 +413,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::LockClient;
+    use crate::client::LockClient;
     use zklock_testing::ZkServer;
 
     /// CURATOR-604: after a reconnect with a new session, a node of the old session carrying

@@ -15,9 +15,9 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use zookeeper_client as zk;
 
-use crate::alone::Alone;
-use crate::connect::Contact;
-use crate::driver::Driver;
+use crate::connection::connect_string::Contact;
+use crate::connection::driver::Driver;
+use crate::engine::alone::Alone;
 
 /// The pause before a request that failed on the connection is sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -88,7 +88,7 @@ pub(crate) struct Session {
     pub id: i64,
     /// How long the connection may stay down before holds are reported lost.
     pub loss_after: Duration,
-    /// The client's driver runtime ([`crate::driver`]), where the session's connection, its
+    /// The client's driver runtime ([`crate::connection::driver`]), where the session's connection, its
     /// monitor and background cleanups run, so a guard can be dropped anywhere.
     pub runtime: tokio::runtime::Handle,
     health: watch::Sender<Health>,

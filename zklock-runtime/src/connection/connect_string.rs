@@ -8,7 +8,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use crate::LockError;
+use crate::error::LockError;
 
 const DEFAULT_PORT: u16 = 2181;
 
@@ -194,7 +194,7 @@ pub(crate) fn describe(probed: &[(String, Reach)]) -> String {
 /// connect should say so now instead of at its timeout. Pending for ever otherwise, so a
 /// connect that is merely slow keeps its full timeout.
 /// Each look is kept in `contact`, for the error of a connect that times out instead.
-pub(crate) async fn all_refused(connect: &str, contact: &Contact) -> crate::LockError {
+pub(crate) async fn all_refused(connect: &str, contact: &Contact) -> crate::error::LockError {
     // A healthy connect is done long before this: no probe connection for it.
     tokio::time::sleep(PROBE_RETRY).await;
     let mut refused_before = false;
@@ -203,7 +203,7 @@ pub(crate) async fn all_refused(connect: &str, contact: &Contact) -> crate::Lock
         contact.keep(&probed);
         let refused = probed.iter().all(|(_, reach)| matches!(reach, Reach::Refused(_)));
         if refused && refused_before {
-            return crate::LockError::Connection(format!(
+            return crate::error::LockError::Connection(format!(
                 "no server of {connect:?} accepts connections ({})",
                 describe(&probed)
             ));

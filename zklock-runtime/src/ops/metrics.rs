@@ -35,7 +35,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::LockKind;
+use crate::engine::rules::LockKind;
 
 #[derive(Default)]
 pub(crate) struct Metrics {
@@ -179,7 +179,7 @@ pub struct MetricsSnapshot {
 #[cfg(feature = "metrics")]
 mod export {
     use super::{Labels, Timing};
-    use crate::LockKind;
+    use crate::engine::rules::LockKind;
 
     fn kind(kind: LockKind) -> &'static str {
         match kind {

@@ -2,7 +2,7 @@
 //! waits for whom. Read-only; the `zklock` command is built on it.
 //!
 //! A lock's queue is read the way its contenders read it: ordered by sequence number and
-//! judged by the same rules ([`crate::rules`]), so a waiter is shown waiting for exactly the
+//! judged by the same rules ([`crate::engine::rules`]), so a waiter is shown waiting for exactly the
 //! node it watches. The recipe is told apart by node names, which zklock shares with Curator:
 //! `__READ__`/`__WRIT__` nodes make a read/write lock, `locks`/`leases` children a semaphore,
 //! anything else a mutex.
@@ -15,12 +15,14 @@ use futures_util::future;
 use serde::Serialize;
 use zookeeper_client as zk;
 
-use crate::holder::ContenderData;
-use crate::rules::{queue_order, Contender, Decision, Leases, Readers, Rule, MUTEX_NODE, READ_NODE, WRITE_NODE};
-use crate::semaphore::{LEASES_DIR, LOCKS_DIR};
-use crate::session::Session;
-use crate::token::FencingToken;
-use crate::{LockClient, LockError};
+use crate::client::LockClient;
+use crate::connection::session::Session;
+use crate::engine::rules::{
+    queue_order, Contender, Decision, Leases, Readers, Rule, LEASES_DIR, LOCKS_DIR, MUTEX_NODE, READ_NODE, WRITE_NODE,
+};
+use crate::engine::token::FencingToken;
+use crate::error::LockError;
+use crate::ops::holder::ContenderData;
 
 /// Which recipe a lock directory follows, as its nodes tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -166,7 +168,7 @@ impl LockClient {
     /// # }
     /// ```
     pub async fn inspect_and_watch(&self, name: &str) -> Result<(Option<LockView>, QueueChanged), LockError> {
-        crate::validate_name(name)?;
+        crate::name::validate_name(name)?;
         let session = self.session(None).await?;
         let path = format!("{}/{name}", self.namespace());
         let zk = session.zk().map_err(|err| LockError::zk("list children", err))?;

@@ -1,9 +1,11 @@
 //! The rules that turn the one contender queue into a mutex, a read/write lock or a semaphore.
 //!
-//! Every recipe shares [`crate::queue`]: contenders append ephemeral sequential nodes to the
+//! Every recipe shares [`crate::engine::queue`]: contenders append ephemeral sequential nodes to the
 //! lock directory and are ordered by sequence number. A rule only answers, for one position in
 //! that order, "may this contender go, and if not, whose deletion should it wait for" — the
 //! shape of Curator's `LockInternalsDriver`.
+
+use std::sync::Arc;
 
 /// One contender node in a lock directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +63,14 @@ pub(crate) const MUTEX_NODE: &str = "lock-";
 pub(crate) const READ_NODE: &str = "__READ__";
 pub(crate) const WRITE_NODE: &str = "__WRIT__";
 
+/// The layout of Curator's `InterProcessSemaphoreV2` ([`crate::recipes::semaphore`]): the
+/// mutex over acquirers, below the semaphore's directory,
+pub(crate) const LOCKS_DIR: &str = "locks";
+/// the directory of lease nodes beside it,
+pub(crate) const LEASES_DIR: &str = "leases";
+/// and the name part of lease nodes.
+pub(crate) const LEASE_NODE: &str = "lease-";
+
 /// The first `leases` contenders go; the others wait for the one `leases` places ahead.
 /// A mutex is one lease; a write lock is one lease counted over readers and writers alike.
 #[derive(Debug)]
@@ -108,6 +118,48 @@ impl Rule for Readers {
                 on,
                 last_blocker: writers.next().is_none(),
             },
+        }
+    }
+}
+
+/// Which recipe a [`Lock`](crate::Lock) follows.
+///
+/// ```
+/// use zklock_runtime::LockKind;
+/// assert_ne!(LockKind::Read, LockKind::Write);
+/// let pool = LockKind::Semaphore { leases: 4 };
+/// # let _ = pool;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockKind {
+    /// Exclusive; nodes named like Curator's `InterProcessMutex` (`_c_<uuid>-lock-<seq>`).
+    Mutex,
+    /// The shared side of a read/write lock (`__READ__`): waits only for earlier writers.
+    Read,
+    /// The exclusive side of a read/write lock (`__WRIT__`): waits for every earlier contender.
+    Write,
+    /// Up to `leases` holders at once, in Curator's `InterProcessSemaphoreV2` layout (a
+    /// `locks` mutex over the acquirers and `leases/…-lease-` nodes).
+    Semaphore {
+        /// How many holders may hold the semaphore at once.
+        leases: u32,
+    },
+}
+
+impl LockKind {
+    pub(crate) fn rule(self) -> Arc<dyn Rule> {
+        match self {
+            LockKind::Mutex => Arc::new(Leases {
+                leases: 1,
+                node: MUTEX_NODE,
+            }),
+            LockKind::Write => Arc::new(Leases {
+                leases: 1,
+                node: WRITE_NODE,
+            }),
+            LockKind::Read => Arc::new(Readers),
+            // A semaphore contends in the queue of its acquirers' mutex (see `semaphore.rs`).
+            LockKind::Semaphore { .. } => LockKind::Mutex.rule(),
         }
     }
 }

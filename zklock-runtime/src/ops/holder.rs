@@ -18,7 +18,7 @@
 use serde::{Deserialize, Serialize};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The version of the node data format zklock writes.
 const VERSION: u32 = 1;

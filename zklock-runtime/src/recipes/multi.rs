@@ -21,11 +21,13 @@ use std::time::{Duration, Instant};
 use futures_util::future;
 use tracing::debug;
 
-use crate::guard::{supervise, LockGuard, MaxHold};
-use crate::lock::{Lock, LockKind};
-use crate::reentrancy;
-use crate::token::FencingToken;
-use crate::{LockClient, LockError};
+use crate::client::LockClient;
+use crate::engine::guard::{supervise, LockGuard, MaxHold};
+use crate::engine::reentrancy;
+use crate::engine::rules::LockKind;
+use crate::engine::token::FencingToken;
+use crate::error::LockError;
+use crate::lock::Lock;
 
 /// How many times one acquisition takes every part again after finding one of them lost
 /// before it gives up with the loss.

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
-use crate::connect::Server;
-use crate::LockError;
+use crate::connection::connect_string::Server;
+use crate::error::LockError;
 
 /// When the first diagnostic handshake is made, if no session has opened by then: long enough
 /// for a healthy connect, short enough to answer a misconfiguration at once.
@@ -202,8 +202,8 @@ mod tls {
     use tokio_rustls::TlsConnector;
     use zookeeper_client as zk;
 
-    use crate::connect::Server;
-    use crate::LockError;
+    use crate::connection::connect_string::Server;
+    use crate::error::LockError;
 
     /// How long a diagnostic TCP connect or handshake may take.
     const PROBE_TIMEOUT: Duration = Duration::from_secs(2);

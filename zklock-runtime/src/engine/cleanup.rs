@@ -19,9 +19,9 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
+use crate::connection::session::Session;
+use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
-use crate::session::Session;
-use crate::LockError;
 
 /// Tracks background cleanup jobs so [`LockClient::flush`](crate::LockClient::flush) can
 /// wait for them.

@@ -20,15 +20,8 @@ use std::time::Instant;
 use tracing::debug;
 use zookeeper_client as zk;
 
-use crate::queue::{deadline_passed, handle, retry_after, Contending, Failed, Granted, Recipe};
-use crate::session::Session;
-
-/// The mutex over acquirers, below the semaphore's directory.
-pub(crate) const LOCKS_DIR: &str = "locks";
-/// The directory of lease nodes, below the semaphore's directory.
-pub(crate) const LEASES_DIR: &str = "leases";
-/// The name part of lease nodes, as Curator names them.
-pub(crate) const LEASE_NODE: &str = "lease-";
+use crate::connection::session::Session;
+use crate::engine::queue::{deadline_passed, handle, retry_after, Contending, Failed, Granted, Recipe};
 
 /// Creates a lease node in `recipe.dir` (the `leases` directory) and waits until at most
 /// `leases` lease nodes exist, or `deadline` passes (the node is then removed). The caller

@@ -22,7 +22,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use zookeeper_client as zk;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// How long a driver that is no longer needed lets its sessions' close requests go out before
 /// its runtime stops.

@@ -8,13 +8,30 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use crate::cleanup::{delete_node, Cleanup};
-use crate::client::ClientId;
-use crate::local_queue::{Turn, Warm};
-use crate::metrics::{Event, Labels, Metrics, Timing};
-use crate::session::{Health, Session};
-use crate::token::FencingToken;
-use crate::{LockError, LockKind};
+use crate::connection::session::{Health, Session};
+use crate::engine::cleanup::{delete_node, Cleanup};
+use crate::engine::local_queue::{Turn, Warm};
+use crate::engine::rules::LockKind;
+use crate::engine::token::FencingToken;
+use crate::error::LockError;
+use crate::ops::metrics::{Event, Labels, Metrics, Timing};
+
+/// The identity of one client (and its clones) within this process: another client, even of
+/// the same ensemble, is another holder, as another process would be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ClientId(u64);
+
+impl ClientId {
+    #[cfg(test)]
+    pub(crate) fn for_model() -> ClientId {
+        ClientId(0)
+    }
+
+    pub(crate) fn next() -> ClientId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        ClientId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
 
 /// One grant of a lock, shared by the guards of a reentrant hold. Dropping the last guard drops
 /// this, which ends the hold ([`Holding::end`]).
@@ -285,7 +302,7 @@ impl LockGuard {
     /// The handle of the session this lock is held in, for writes fenced by its node.
     // Only singleton jobs ask (feature `scheduler`).
     #[cfg_attr(not(feature = "scheduler"), allow(dead_code))]
-    pub(crate) fn zk(&self) -> Result<Arc<crate::zk::Client>, crate::zk::Error> {
+    pub(crate) fn zk(&self) -> Result<Arc<zookeeper_client::Client>, zookeeper_client::Error> {
         self.hold.session.zk()
     }
 
@@ -526,7 +543,7 @@ impl LossSignal {
     #[cfg_attr(not(any(test, feature = "scheduler")), allow(dead_code))]
     pub(crate) fn never(name: &str) -> LossSignal {
         let (_, rx) = watch::channel(Health {
-            status: crate::SessionStatus::Connected,
+            status: crate::connection::session::SessionStatus::Connected,
             losses: 0,
         });
         LossSignal {

@@ -1,0 +1,9 @@
+//! The way to ZooKeeper: the connect string ([`connect_string`]), TLS and SASL
+//! ([`secure`]), the thread sessions live on ([`driver`]), and one session with its health as
+//! the lock core sees it ([`session`]). The client ([`crate::client`]) opens sessions through
+//! these; nothing here knows about locks.
+
+pub(crate) mod connect_string;
+pub(crate) mod driver;
+pub(crate) mod secure;
+pub(crate) mod session;

@@ -1,0 +1,24 @@
+//! The lock core: one contender queue in ZooKeeper and the parts that decide who holds what.
+//!
+//! Every lock kind is the same queue ([`queue`]) judged by a different rule ([`rules`]):
+//! contenders append ephemeral sequential nodes to the lock directory, and each waits only for
+//! the node its rule names. In front of it, [`local_queue`] lines up the tasks of this process
+//! (exclusive kinds) and hands a node from one local holder to the next; [`reentrancy`] lets a
+//! body re-enter a hold it runs under; [`guard`] is the hold itself, with its loss signal; and
+//! [`token`] the fencing token a grant carries. [`alone`] is the uncontended fast path and
+//! [`cleanup`] the one path by which contender nodes are deleted.
+//!
+//! Nothing here reaches up into the orchestrator ([`crate::lock`]), the recipes built on it, or
+//! the client: they call down, and hand in what the core needs (a session, a deadline, a rule).
+
+pub(crate) mod alone;
+pub(crate) mod cleanup;
+pub(crate) mod guard;
+#[cfg(test)]
+mod interleavings;
+pub(crate) mod local_queue;
+pub(crate) mod model_lock;
+pub(crate) mod queue;
+pub(crate) mod reentrancy;
+pub(crate) mod rules;
+pub(crate) mod token;
