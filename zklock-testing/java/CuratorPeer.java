@@ -2,9 +2,10 @@
 //
 // zklock's interoperability tests and its benchmark run this peer next to zklock contenders on
 // the same ZooKeeper server, so that a real InterProcessMutex / InterProcessReadWriteLock /
-// InterProcessSemaphoreV2 takes part in the same queue. Every command is answered with exactly one line; lock events
-// (ACQUIRED, TIMEOUT, RELEASED, ERROR) are printed when they happen, so acquires never block the
-// command loop.
+// InterProcessSemaphoreV2 takes part in the same queue, and a real LeaderLatch in the same
+// election. Every command is answered with exactly one line; lock events (ACQUIRED, TIMEOUT,
+// RELEASED, ERROR) and latch events (IS_LEADER, NOT_LEADER) are printed when they happen, so
+// acquires and elections never block the command loop.
 //
 // Protocol (one command per line, words separated by spaces):
 //   connect <connectString> <sessionMs>            -> CONNECTED <sessionIdHex> | ERROR - <msg>
@@ -18,6 +19,20 @@
 //                                                     <path>/leases/...)
 //   release <id>                                   -> (later) RELEASED <id> (a semaphore returns
 //                                                     its lease)
+//   latch <id> <path> [<participantId>]            -> (later) OK <id> <nodePath>, once the latch has
+//                                                     created its node (or ERROR <id> after 30 s)
+//                                                     A LeaderLatch(client, path, participantId,
+//                                                     NOTIFY_LEADER), started; participantId is
+//                                                     percent-encoded (see below), "" when left out.
+//                                                     Its listener prints, whenever leadership
+//                                                     changes: IS_LEADER <id> | NOT_LEADER <id>
+//   latch-close <id>                               -> CLOSED <id> (after NOT_LEADER <id> if it led)
+//   latch-has <id>                                 -> HAS_LEADERSHIP <id> true|false
+//   latch-leader <id>                              -> LEADER <id> <participant>
+//   latch-participants <id>                        -> PARTICIPANTS <id> <count> <participant>...
+//                                                     (in Curator's order, the leader first)
+//                                                     where <participant> is true|false (isLeader),
+//                                                     ':', and the percent-encoded participant id
 //   bench-uncontended <path> <warmup> <cycles>     -> RESULT <json>
 //   bench-contended <path> <threads> <startEpochMs> <endEpochMs>
 //                                                  -> RESULT <json>
@@ -25,9 +40,13 @@
 //   bench-distinct <prefix> <threads> <keys> <beginEpochMs> <middleEpochMs> <endEpochMs>  -> RESULT <json>
 //   ping                                           -> PONG
 //   quit                                           -> BYE (and exit)
-// Errors are reported as "ERROR <id|-> <message>". Ids are chosen by the driver.
+// Errors are reported as "ERROR <id|-> <message>". Ids are chosen by the driver; locks and latches
+// share one set of ids.
+// Percent-encoding: the UTF-8 bytes of a participant id, every byte but A-Z a-z 0-9 - . _ ~ written
+// as %XX, so that any id (empty, with spaces or newlines) is one word.
 
 import java.io.BufferedReader;
+import java.io.ByteArrayOutputStream;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.lang.reflect.Method;
@@ -45,6 +64,9 @@ import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
+import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
@@ -94,6 +116,13 @@ public final class CuratorPeer {
 
     private static CuratorFramework client;
     private static final Map<String, Contender> CONTENDERS = new ConcurrentHashMap<>();
+    /** The leader latches the driver started, by id; a latch leaves when it is closed. */
+    private static final Map<String, LeaderLatch> LATCHES = new ConcurrentHashMap<>();
+    /** How long `latch` waits for Curator to create the latch's node. */
+    private static final long LATCH_NODE_WAIT_MS = 30_000;
+    /** Commands whose second word is the id of a lock or latch, which their errors carry. */
+    private static final List<String> ID_COMMANDS = Arrays.asList("mutex", "rwlock", "semaphore", "acquire",
+            "release", "latch", "latch-close", "latch-has", "latch-leader", "latch-participants");
     private static Method lockPathMethod;
 
     static synchronized void say(String line) {
@@ -117,9 +146,9 @@ public final class CuratorPeer {
                     break;
                 }
             } catch (Exception e) {
-                // Commands about one lock report failures under its id, the rest under "-".
-                boolean aboutLock = w.length > 1 && Arrays.asList("mutex", "rwlock", "semaphore", "acquire", "release").contains(w[0]);
-                say("ERROR " + (aboutLock ? w[1] : "-") + " " + describe(e));
+                // Commands about one lock or latch report failures under its id, the rest under "-".
+                boolean aboutOne = w.length > 1 && ID_COMMANDS.contains(w[0]);
+                say("ERROR " + (aboutOne ? w[1] : "-") + " " + describe(e));
             }
         }
         if (client != null) {
@@ -155,6 +184,18 @@ public final class CuratorPeer {
         return c;
     }
 
+    private static LeaderLatch latch(String id) {
+        LeaderLatch latch = LATCHES.get(id);
+        if (latch == null) {
+            throw new IllegalArgumentException("no latch with id " + id);
+        }
+        return latch;
+    }
+
+    private static boolean idInUse(String id) {
+        return CONTENDERS.containsKey(id) || LATCHES.containsKey(id);
+    }
+
     private static boolean handle(String[] w) throws Exception {
         switch (w[0]) {
             case "ping":
@@ -185,7 +226,7 @@ public final class CuratorPeer {
             case "mutex":
             case "rwlock": {
                 need(w, 3, w[0] + " <id> <path>");
-                if (CONTENDERS.containsKey(w[1])) {
+                if (idInUse(w[1])) {
                     say("ERROR " + w[1] + " id already in use");
                     return true;
                 }
@@ -198,7 +239,7 @@ public final class CuratorPeer {
             }
             case "semaphore": {
                 need(w, 4, "semaphore <id> <path> <maxLeases>");
-                if (CONTENDERS.containsKey(w[1])) {
+                if (idInUse(w[1])) {
                     say("ERROR " + w[1] + " id already in use");
                     return true;
                 }
@@ -259,6 +300,79 @@ public final class CuratorPeer {
                         say("ERROR " + c.id + " " + describe(e));
                     }
                 });
+                return true;
+            }
+            case "latch": {
+                need(w, 3, "latch <id> <path> [<participantId>]");
+                if (w.length > 4) {
+                    throw new IllegalArgumentException(
+                            "usage: latch <id> <path> [<participantId>] (the participant id percent-encoded)");
+                }
+                String id = w[1];
+                if (idInUse(id)) {
+                    say("ERROR " + id + " id already in use");
+                    return true;
+                }
+                String participantId = w.length > 3 ? decode(w[3]) : "";
+                // The constructor checks the path; NOTIFY_LEADER makes close() tell the listener.
+                LeaderLatch latch =
+                        new LeaderLatch(client(), w[2], participantId, LeaderLatch.CloseMode.NOTIFY_LEADER);
+                latch.addListener(new LeaderLatchListener() {
+                    @Override
+                    public void isLeader() {
+                        say("IS_LEADER " + id);
+                    }
+
+                    @Override
+                    public void notLeader() {
+                        say("NOT_LEADER " + id);
+                    }
+                });
+                LATCHES.put(id, latch);
+                try {
+                    latch.start();
+                } catch (Exception e) {
+                    LATCHES.remove(id, latch);
+                    throw e;
+                }
+                Thread waiter = new Thread(() -> awaitLatchNode(id, latch), "latch-" + id);
+                waiter.setDaemon(true);
+                waiter.start();
+                return true;
+            }
+            case "latch-close": {
+                need(w, 2, "latch-close <id>");
+                LeaderLatch latch = latch(w[1]);
+                try {
+                    // Deletes the node (a guaranteed delete, in the background) and, as the latch
+                    // was made with NOTIFY_LEADER, calls notLeader first if it led.
+                    latch.close();
+                } finally {
+                    // close() marks the latch closed before anything in it can fail.
+                    LATCHES.remove(w[1], latch);
+                }
+                say("CLOSED " + w[1]);
+                return true;
+            }
+            case "latch-has": {
+                need(w, 2, "latch-has <id>");
+                say("HAS_LEADERSHIP " + w[1] + " " + latch(w[1]).hasLeadership());
+                return true;
+            }
+            case "latch-leader": {
+                need(w, 2, "latch-leader <id>");
+                say("LEADER " + w[1] + " " + participant(latch(w[1]).getLeader()));
+                return true;
+            }
+            case "latch-participants": {
+                need(w, 2, "latch-participants <id>");
+                List<Participant> all = new ArrayList<>(latch(w[1]).getParticipants());
+                StringBuilder line =
+                        new StringBuilder("PARTICIPANTS ").append(w[1]).append(' ').append(all.size());
+                for (Participant p : all) {
+                    line.append(' ').append(participant(p));
+                }
+                say(line.toString());
                 return true;
             }
             case "bench-uncontended": {
@@ -346,6 +460,95 @@ public final class CuratorPeer {
         } catch (Exception e) {
             say("ERROR " + c.id + " " + describe(e));
         }
+    }
+
+    // ---- leader latches ----------------------------------------------------------------------
+
+    /**
+     * Answers `latch` once the latch has created its node: LeaderLatch creates it in the
+     * background after start() returns, and a test wants Curator in the election before it goes
+     * on. Gives up (closing the latch) after LATCH_NODE_WAIT_MS, e.g. when the node cannot be
+     * created under that path; Curator only logs that failure.
+     */
+    private static void awaitLatchNode(String id, LeaderLatch latch) {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(LATCH_NODE_WAIT_MS);
+        String node;
+        try {
+            synchronized (latch) {
+                // The latch notifies its own monitor each time it sets its leadership, which it
+                // does right after it has created its node and read the children; the short
+                // bound covers every other way there.
+                while ((node = latch.getOurPath()) == null && latch.getState() == LeaderLatch.State.STARTED
+                        && System.nanoTime() < deadline) {
+                    latch.wait(20);
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            say("ERROR " + id + " interrupted while waiting for the latch node");
+            return;
+        }
+        if (node != null) {
+            say("OK " + id + " " + node);
+            return;
+        }
+        if (latch.getState() != LeaderLatch.State.STARTED) {
+            say("ERROR " + id + " the latch was closed before it created its node");
+            return;
+        }
+        LATCHES.remove(id, latch);
+        try {
+            latch.close(LeaderLatch.CloseMode.SILENT);
+        } catch (Exception e) {
+            // Closed either way; the error below says what matters.
+        }
+        say("ERROR " + id + " Curator created no latch node under the path within "
+                + LATCH_NODE_WAIT_MS / 1000 + " s (can the path's parents be created there?)");
+    }
+
+    /** A participant as one word: isLeader, ':', the percent-encoded id. */
+    private static String participant(Participant p) {
+        return p.isLeader() + ":" + encode(p.getId());
+    }
+
+    private static final char[] HEX = "0123456789ABCDEF".toCharArray();
+
+    /** Percent-encodes the UTF-8 bytes of {@code s}, all but A-Z a-z 0-9 - . _ ~. */
+    static String encode(String s) {
+        StringBuilder out = new StringBuilder();
+        for (byte b : s.getBytes(StandardCharsets.UTF_8)) {
+            int c = b & 0xff;
+            boolean plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+                    || c == '-' || c == '.' || c == '_' || c == '~';
+            if (plain) {
+                out.append((char) c);
+            } else {
+                out.append('%').append(HEX[c >> 4]).append(HEX[c & 0xf]);
+            }
+        }
+        return out.toString();
+    }
+
+    /** Reverses {@link #encode}; characters that are not escaped stand for themselves. */
+    static String decode(String s) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        for (int i = 0; i < s.length(); i++) {
+            int c = s.codePointAt(i);
+            if (c != '%') {
+                byte[] bytes = new String(Character.toChars(c)).getBytes(StandardCharsets.UTF_8);
+                out.write(bytes, 0, bytes.length);
+                i += Character.charCount(c) - 1;
+                continue;
+            }
+            int hi = i + 2 < s.length() ? Character.digit(s.charAt(i + 1), 16) : -1;
+            int lo = i + 2 < s.length() ? Character.digit(s.charAt(i + 2), 16) : -1;
+            if (hi < 0 || lo < 0) {
+                throw new IllegalArgumentException("bad percent-encoding at " + i + " in " + s);
+            }
+            out.write(hi * 16 + lo);
+            i += 2;
+        }
+        return new String(out.toByteArray(), StandardCharsets.UTF_8);
     }
 
     // ---- benchmark modes -------------------------------------------------------------------
