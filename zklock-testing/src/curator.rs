@@ -3,7 +3,10 @@
 //! [`CuratorPeer`] compiles `java/CuratorPeer.java` (once per source version, cached under the
 //! cargo target directory or the temporary directory) against the Debian Curator jars, starts it as a child JVM and speaks
 //! its line protocol: each lock gets an id, acquires run on a thread of their own inside the
-//! JVM, and their outcomes arrive as [`PeerEvent`]s while the test goes on.
+//! JVM, and their outcomes arrive as [`PeerEvent`]s while the test goes on. Curator's leader
+//! election (`LeaderLatch`) takes part the same way: each latch gets an id, and its
+//! `isLeader`/`notLeader` calls arrive as [`PeerEvent::IsLeader`] and [`PeerEvent::NotLeader`]
+//! (see [`CuratorPeer::leader_latch`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), zklock_testing::curator::PeerError> {
@@ -35,6 +38,10 @@ use tokio::sync::watch;
 
 use crate::certs::TestCa;
 use crate::java::DEBIAN_NETTY_EXTRA_JARS;
+
+mod latch;
+
+pub use latch::LatchParticipant;
 
 /// The peer's Java source, embedded so the cache key follows every edit.
 const SOURCE: &str = include_str!("../java/CuratorPeer.java");
@@ -113,14 +120,26 @@ pub enum PeerEvent {
         /// The lock id.
         id: String,
     },
+    /// `IS_LEADER <id>`: Curator called `isLeader()` on latch `id`'s listener; it leads now.
+    IsLeader {
+        /// The latch id.
+        id: String,
+    },
+    /// `NOT_LEADER <id>`: Curator called `notLeader()` on latch `id`'s listener; it led and
+    /// leads no more (it was closed, or lost its session or connection).
+    NotLeader {
+        /// The latch id.
+        id: String,
+    },
     /// `ERROR <id|-> <message>`.
     Error {
-        /// The lock id, or `-` for commands about no lock.
+        /// The lock or latch id, or `-` for commands about neither.
         id: String,
         /// The message.
         message: String,
     },
-    /// Any other line (`OK`, `CONNECTED`, `RESULT`, `PONG`, ...), verbatim.
+    /// Any other line (`OK`, `CONNECTED`, `RESULT`, `PONG`, `CLOSED`, answers to latch queries,
+    /// ...), verbatim.
     Line(String),
 }
 
@@ -135,6 +154,8 @@ impl PeerEvent {
             },
             (Some("TIMEOUT"), Some(id)) => PeerEvent::Timeout { id: id.to_owned() },
             (Some("RELEASED"), Some(id)) => PeerEvent::Released { id: id.to_owned() },
+            (Some("IS_LEADER"), Some(id)) => PeerEvent::IsLeader { id: id.to_owned() },
+            (Some("NOT_LEADER"), Some(id)) => PeerEvent::NotLeader { id: id.to_owned() },
             (Some("ERROR"), Some(id)) => PeerEvent::Error {
                 id: id.to_owned(),
                 message: rest.unwrap_or_default().to_owned(),
@@ -143,12 +164,14 @@ impl PeerEvent {
         }
     }
 
-    /// The lock id the event is about, if any.
+    /// The lock or latch id the event is about, if any.
     pub fn id(&self) -> Option<&str> {
         match self {
             PeerEvent::Acquired { id, .. }
             | PeerEvent::Timeout { id }
             | PeerEvent::Released { id }
+            | PeerEvent::IsLeader { id }
+            | PeerEvent::NotLeader { id }
             | PeerEvent::Error { id, .. } => Some(id),
             PeerEvent::Line(_) => None,
         }
@@ -412,8 +435,9 @@ impl CuratorPeer {
         }
     }
 
-    /// The next event about `id` within `within`, or `None` if nothing happened to it.
-    /// Use it to check that a contender is still waiting.
+    /// The next event about `id` (a lock or a latch) within `within`, or `None` if nothing
+    /// happened to it. Use it to check that a contender is still waiting, or that a latch has
+    /// not become leader.
     pub async fn poll_event(&self, id: &str, within: Duration) -> Result<Option<PeerEvent>, PeerError> {
         match self
             .wait_event(&format!("event for {id}"), within, |e| e.id() == Some(id))
@@ -741,6 +765,13 @@ mod tests {
             }
         );
         assert_eq!(PeerEvent::parse("OK a"), PeerEvent::Line("OK a".into()));
+        assert_eq!(PeerEvent::parse("IS_LEADER l"), PeerEvent::IsLeader { id: "l".into() });
+        assert_eq!(
+            PeerEvent::parse("NOT_LEADER l"),
+            PeerEvent::NotLeader { id: "l".into() }
+        );
+        assert_eq!(PeerEvent::parse("IS_LEADER"), PeerEvent::Line("IS_LEADER".into()));
+        assert_eq!(PeerEvent::NotLeader { id: "l".into() }.id(), Some("l"));
         assert_eq!(PeerEvent::parse("ACQUIRED"), PeerEvent::Line("ACQUIRED".into()));
     }
 
