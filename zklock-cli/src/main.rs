@@ -1,4 +1,5 @@
-//! `zklock`: who holds a lock, since when, and who waits for it; the singleton jobs' ticks.
+//! `zklock`: who holds a lock, since when, and who waits for it; the singleton jobs' ticks; a
+//! command run under a lock.
 //!
 //! ```text
 //! zklock --zk zk1:2181 locks [--prefix inventory:]
@@ -8,13 +9,25 @@
 //! zklock --zk zk1:2181 jobs history nightly-report
 //! zklock --zk zk1:2181 jobs pause|resume|trigger nightly-report
 //! zklock --zk zk1:2181 jobs reset|remove nightly-report --yes
+//! zklock --zk zk1:2181 exec nightly-report [--wait 30s] [--semaphore 3] [--grace 10s] -- CMD ARGS...
 //! ```
 //!
-//! Every command takes `--zk`, `--namespace`, `--digest user:password`, `--json`, and for
-//! secured ensembles `--tls-ca FILE` (with `--tls-cert FILE --tls-key FILE` for a client
-//! certificate) and `--sasl user:password` (DIGEST-MD5). Exit
-//! codes: 0 done; 1 ZooKeeper refused a request; 2 bad arguments; 3 ZooKeeper cannot be
-//! reached; 4 no such lock (`show`) or job (`jobs reset`, `jobs remove`).
+//! Every command takes `--zk`, `--namespace`, `--digest user:password`, `--json`,
+//! `--timeout` (how long to wait for ZooKeeper), `--session-timeout`, and for secured ensembles
+//! `--tls-ca FILE` (with `--tls-cert FILE --tls-key FILE` for a client certificate) and `--sasl
+//! user:password` (DIGEST-MD5). Exit codes: 0 done; 1 ZooKeeper refused a request; 2 bad
+//! arguments; 3 ZooKeeper cannot be reached; 4 no such lock (`show`) or job (`jobs reset`,
+//! `jobs remove`).
+//!
+//! `exec` runs CMD (directly, not through a shell) while holding the mutex NAME, or one lease
+//! of the semaphore NAME with `--semaphore N`, with `ZKLOCK_LOCK_NAME`, `ZKLOCK_FENCING_TOKEN`
+//! and `ZKLOCK_NODE` in its environment, and releases the lock once CMD has exited. SIGINT,
+//! SIGTERM and SIGHUP are passed on to CMD (received while waiting for the lock, they end the
+//! wait with 128 + N). When the lock is lost while CMD runs, CMD gets SIGTERM, then SIGKILL
+//! after `--grace`. It exits with CMD's exit code, or 128 + N when CMD died of signal N; 124
+//! when the lock was not acquired within `--wait`; 125 when the lock was lost while CMD ran and
+//! CMD was stopped; 126 when CMD could not be executed; 127 when CMD was not found; before CMD
+//! starts, with the codes above (1, 2, 3).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -24,6 +37,7 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use zklock_runtime::{LockClient, LockError, LockView, QueuedNode, TlsConfig};
 
+mod exec;
 mod jobs;
 
 /// Exit code: ZooKeeper refused a request (or another failure).
@@ -33,14 +47,23 @@ const EXIT_UNREACHABLE: u8 = 3;
 /// Exit code: `show` named a lock that has no directory, or `jobs reset|remove` a job that does
 /// not exist.
 const EXIT_NO_SUCH_LOCK: u8 = 4;
+/// Exit code of `exec`: the lock was not acquired within `--wait`; the command did not run.
+const EXIT_NOT_ACQUIRED: u8 = 124;
+/// Exit code of `exec`: the lock was lost while the command ran, and the command was stopped.
+const EXIT_LOCK_LOST: u8 = 125;
+/// Exit code of `exec`: the command was found but could not be executed.
+const EXIT_CANNOT_EXECUTE: u8 = 126;
+/// Exit code of `exec`: the command was not found.
+const EXIT_NOT_FOUND: u8 = 127;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "zklock",
     version,
-    about = "Who holds a ZooKeeper lock, who waits for it, and the singleton jobs' ticks",
+    about = "Who holds a ZooKeeper lock, who waits for it, the singleton jobs' ticks; run a command under a lock",
     after_help = "Exit codes: 0 done, 1 ZooKeeper refused a request, 2 bad arguments, \
-                  3 ZooKeeper cannot be reached, 4 no such lock or job."
+                  3 ZooKeeper cannot be reached, 4 no such lock or job; `exec` has its own \
+                  (zklock exec --help)."
 )]
 struct Cli {
     /// ZooKeeper connect string (`host:port[,host:port…]`).
@@ -82,6 +105,11 @@ struct Cli {
     /// How long to wait for ZooKeeper before giving up.
     #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// The ZooKeeper session timeout to ask for (default 30s; the server may grant less): how
+    /// long after this process vanishes the server frees the locks it held, and so how soon
+    /// `exec` learns that a lock it holds is lost when cut off from ZooKeeper.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    session_timeout: Option<Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -114,7 +142,33 @@ enum Command {
         #[command(subcommand)]
         action: Option<jobs::JobsAction>,
     },
+    /// Run a command while holding a lock: wait for the lock, run CMD with the fencing token
+    /// in its environment, release the lock when CMD exits, and stop CMD if the lock is lost.
+    #[command(after_help = EXEC_HELP)]
+    Exec(exec::ExecArgs),
 }
+
+/// What `zklock exec --help` says after the options.
+const EXEC_HELP: &str = "\
+CMD sees in its environment:
+  ZKLOCK_LOCK_NAME      the lock name
+  ZKLOCK_FENCING_TOKEN  the grant's fencing token (fixed-width hex, sorts like the token)
+  ZKLOCK_NODE           the path of the holder's node in ZooKeeper
+
+SIGINT, SIGTERM and SIGHUP sent to zklock are passed on to CMD; zklock then waits for CMD.
+Received while zklock still waits for the lock, they end the wait (exit code 128+N) and CMD
+does not run. When the lock is lost while CMD runs, CMD gets SIGTERM, then SIGKILL after
+--grace.
+
+Exit codes:
+  CMD's own   CMD exited
+  128+N       CMD died of signal N
+  124         the lock was not acquired within --wait (CMD did not run)
+  125         the lock was lost while CMD ran, and CMD was stopped
+  126         CMD could not be executed
+  127         CMD was not found
+  1, 2, 3     before CMD started: ZooKeeper refused a request, bad arguments, ZooKeeper
+              cannot be reached within --timeout";
 
 /// Why the command failed, with the exit code it maps to.
 struct Failure {
@@ -147,7 +201,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(failure) => {
             eprintln!("zklock: {}", failure.message);
             ExitCode::from(failure.code)
@@ -155,25 +209,40 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
+/// Runs the command; its exit code (0 but for `exec`).
+async fn run(cli: Cli) -> Result<u8, Failure> {
+    if let Command::Exec(args) = &cli.command {
+        args.check()?;
+    }
     let client = connect(&cli).await?;
     let outcome = match &cli.command {
-        Command::Locks { prefix } => locks(&client, prefix, cli.json).await,
-        Command::Show { name } => show(&client, name, cli.json).await,
-        Command::Watch { name, count } => watch(&client, name, *count, cli.json).await,
-        Command::Jobs { action } => {
-            jobs::run(&client, action.as_ref().unwrap_or(&jobs::JobsAction::List), cli.json).await
-        }
+        Command::Locks { prefix } => locks(&client, prefix, cli.json).await.map(|()| 0),
+        Command::Show { name } => show(&client, name, cli.json).await.map(|()| 0),
+        Command::Watch { name, count } => watch(&client, name, *count, cli.json).await.map(|()| 0),
+        Command::Jobs { action } => jobs::run(&client, action.as_ref().unwrap_or(&jobs::JobsAction::List), cli.json)
+            .await
+            .map(|()| 0),
+        Command::Exec(args) => exec::run(&client, args, cli.timeout).await,
     };
-    client.close().await;
+    // Bounded: a client cut off from ZooKeeper (an `exec` whose lock was lost) would wait for
+    // its deletions until it is back; the server ends the session by itself.
+    let _ = tokio::time::timeout(cli.timeout, client.close()).await;
     outcome
 }
 
 async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
+    // A holder's node names what holds it, for `zklock show`.
+    let identity = match cli.command {
+        Command::Exec(_) => "zklock-exec",
+        _ => "zklock-cli",
+    };
     let mut builder = LockClient::builder(cli.zk.clone())
         .namespace(cli.namespace.clone())
         .connect_timeout(cli.timeout)
-        .identity("zklock-cli");
+        .identity(identity);
+    if let Some(session_timeout) = cli.session_timeout {
+        builder = builder.session_timeout(session_timeout);
+    }
     if let Some(digest) = &cli.digest {
         let (user, password) = credentials("--digest", digest)?;
         builder = builder.digest(user, password);

@@ -1,0 +1,371 @@
+//! `zklock exec`: runs a command while holding a lock (or a lease of a semaphore), and stops
+//! the command when the lock is lost.
+//!
+//! The command is a child of this process and stays in its process group, so an interactive
+//! command keeps its terminal; its standard streams are this process's. SIGINT, SIGTERM and
+//! SIGHUP sent to `zklock exec` are passed on to it, and `zklock exec` ends with its outcome.
+//! The lock is released once the command has exited, before `zklock exec` exits.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use clap::Args;
+use rustix::process::{kill_process, Pid, Signal};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
+use zklock_runtime::{FencingToken, LockClient, LockError, LockGuard};
+
+use crate::{Failure, EXIT_CANNOT_EXECUTE, EXIT_FAILED, EXIT_LOCK_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND};
+
+/// `zklock exec NAME [--wait D] [--semaphore N] [--grace D] -- CMD ARGS...`
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The lock name (as given to the library, e.g. `nightly-report`).
+    pub name: String,
+    /// How long to wait for the lock: `0` tries once; without it, waits as long as it takes.
+    /// Not acquired in time: exit code 124, and CMD does not run.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    wait: Option<Duration>,
+    /// Take one lease of the semaphore NAME that lets N holders in at once (N >= 1), instead
+    /// of the mutex NAME.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    semaphore: Option<u32>,
+    /// When the lock is lost while CMD runs, how long CMD has to exit after SIGTERM before it
+    /// gets SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    grace: Duration,
+    /// The command to run under the lock, and its arguments (after `--`). It is run directly,
+    /// not through a shell.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+impl ExecArgs {
+    /// Refuses what needs no server to refuse: a lock name the library does not take.
+    pub(crate) fn check(&self) -> Result<(), Failure> {
+        zklock_runtime::validate_name(&self.name)?;
+        Ok(())
+    }
+}
+
+/// What CMD runs under: a grant with a fencing token and a node, that can be lost and is
+/// released once CMD has exited. A lock guard (a mutex, or a semaphore's lease) for now.
+enum Held {
+    Lock(LockGuard),
+}
+
+impl Held {
+    fn fencing_token(&self) -> FencingToken {
+        match self {
+            Held::Lock(guard) => guard.fencing_token(),
+        }
+    }
+
+    fn node_path(&self) -> &str {
+        match self {
+            Held::Lock(guard) => guard.node_path(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Held::Lock(guard) => guard.is_lost(),
+        }
+    }
+
+    /// Resolves once the grant can no longer be trusted; pending otherwise.
+    async fn lost(&self) -> LockError {
+        match self {
+            Held::Lock(guard) => guard.lost().await,
+        }
+    }
+
+    /// Gives the grant up and waits for the outcome.
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Held::Lock(guard) => guard.release().await,
+        }
+    }
+}
+
+/// Runs `zklock exec`: takes the lock, runs CMD under it, releases it. Returns the exit code:
+/// CMD's own, or what it died of; [`Failure`] for every way CMD did not run or was stopped.
+/// `patience` (the `--timeout`) bounds the wait for the release's answer.
+pub(crate) async fn run(client: &LockClient, args: &ExecArgs, patience: Duration) -> Result<u8, Failure> {
+    let name = args.name.as_str();
+    let mut signals = Signals::install()?;
+    let held = tokio::select! {
+        held = acquire(client, args) => held?,
+        (signal, signal_name) = signals.next() => {
+            return Err(Failure {
+                code: 128 + signal.as_raw() as u8,
+                message: format!("{signal_name} while waiting for lock {name:?}; the command did not run"),
+            });
+        }
+    };
+    if held.is_lost() {
+        let err = held.lost().await;
+        release(held, name, patience).await;
+        return Err(Failure {
+            code: EXIT_LOCK_LOST,
+            message: format!("lock {name:?} was lost before the command started ({err}); it did not run"),
+        });
+    }
+    let mut child = match spawn(args, &held) {
+        Ok(child) => child,
+        Err(failure) => {
+            release(held, name, patience).await;
+            return Err(failure);
+        }
+    };
+    let outcome = supervise(&mut child, &held, &mut signals, args).await;
+    release(held, name, patience).await;
+    outcome
+}
+
+async fn acquire(client: &LockClient, args: &ExecArgs) -> Result<Held, Failure> {
+    let lock = match args.semaphore {
+        Some(leases) => client.semaphore(&args.name, leases)?,
+        None => client.mutex(&args.name)?,
+    };
+    let acquired = match args.wait {
+        None => lock.acquire().await.map(Some),
+        Some(wait) if wait.is_zero() => lock.try_acquire().await,
+        Some(wait) => match lock.acquire_timeout(wait).await {
+            Err(LockError::Timeout { .. }) => Ok(None),
+            other => other.map(Some),
+        },
+    };
+    match acquired? {
+        Some(guard) => Ok(Held::Lock(guard)),
+        None => Err(Failure {
+            code: EXIT_NOT_ACQUIRED,
+            message: format!(
+                "lock {:?} was not acquired within {}; the command did not run",
+                args.name,
+                humantime::format_duration(args.wait.unwrap_or_default())
+            ),
+        }),
+    }
+}
+
+/// Starts CMD with the standard streams of this process and the grant in its environment.
+fn spawn(args: &ExecArgs, held: &Held) -> Result<Child, Failure> {
+    let (program, rest) = args.command.split_first().ok_or_else(|| Failure {
+        code: 2,
+        message: "no command given after --".into(),
+    })?;
+    Command::new(program)
+        .args(rest)
+        .env("ZKLOCK_LOCK_NAME", &args.name)
+        .env("ZKLOCK_FENCING_TOKEN", held.fencing_token().to_string())
+        .env("ZKLOCK_NODE", held.node_path())
+        // Only if this process ends before the command (a panic): not left running unlocked.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| not_started(program, err))
+}
+
+/// The exit code and message for a command that could not be started.
+fn not_started(program: &OsStr, err: io::Error) -> Failure {
+    let program = program.to_string_lossy();
+    match err.kind() {
+        io::ErrorKind::NotFound => Failure {
+            code: EXIT_NOT_FOUND,
+            message: format!("{program}: command not found ({err})"),
+        },
+        _ => Failure {
+            code: EXIT_CANNOT_EXECUTE,
+            message: format!("{program}: cannot execute ({err})"),
+        },
+    }
+}
+
+/// Waits for CMD to exit, passing signals on to it; stops it when the lock is lost.
+async fn supervise(child: &mut Child, held: &Held, signals: &mut Signals, args: &ExecArgs) -> Result<u8, Failure> {
+    let lost = held.lost();
+    tokio::pin!(lost);
+    // Loss first: a command that exits as the lock is lost counts as stopped, since it may
+    // have done its last work after the loss.
+    let err = loop {
+        tokio::select! {
+            biased;
+            err = &mut lost => break err,
+            status = child.wait() => return exit_code(status),
+            (signal, _) = signals.next() => pass_on(child, signal),
+        }
+    };
+
+    let grace = humantime::format_duration(args.grace);
+    eprintln!("zklock: {err}; sending the command SIGTERM, and SIGKILL in {grace} if it has not exited");
+    pass_on(child, Signal::TERM);
+    let deadline = Instant::now() + args.grace;
+    let mut killed = false;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            (signal, _) = signals.next() => pass_on(child, signal),
+            () = tokio::time::sleep_until(deadline), if !killed => {
+                killed = true;
+                eprintln!("zklock: the command did not exit within {grace} of SIGTERM; sending it SIGKILL");
+                let _ = child.start_kill();
+            }
+        }
+    };
+    let how = match status {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("it exited with code {code}"),
+            (None, Some(9)) if killed => "it was killed".to_owned(),
+            (None, Some(signal)) => format!("it died of signal {signal}"),
+            (None, None) => format!("it ended: {status}"),
+        },
+        Err(err) => format!("waiting for it failed: {err}"),
+    };
+    Err(Failure {
+        code: EXIT_LOCK_LOST,
+        message: format!("the command was stopped because lock {:?} was lost; {how}", args.name),
+    })
+}
+
+/// CMD's exit code, or 128 + the signal it died of.
+fn exit_code(status: io::Result<ExitStatus>) -> Result<u8, Failure> {
+    let status = status.map_err(|err| Failure {
+        code: EXIT_FAILED,
+        message: format!("waiting for the command failed: {err}"),
+    })?;
+    match (status.code(), status.signal()) {
+        // Exit codes are 0..=255 on Unix.
+        (Some(code), _) => Ok(code as u8),
+        (None, Some(signal)) => Ok(128u8.wrapping_add(signal as u8)),
+        (None, None) => Err(Failure {
+            code: EXIT_FAILED,
+            message: format!("the command ended without an exit code: {status}"),
+        }),
+    }
+}
+
+/// Sends `signal` to CMD, unless it has been reaped already (its pid may then be another's).
+fn pass_on(child: &Child, signal: Signal) {
+    if let Some(pid) = child.id().and_then(|id| Pid::from_raw(id as i32)) {
+        // Only fails when the process is gone, which its wait reports.
+        let _ = kill_process(pid, signal);
+    }
+}
+
+/// Releases the grant, waiting at most `patience` for the server's answer; says on stderr when
+/// that went wrong. The exit code stays CMD's.
+async fn release(held: Held, name: &str, patience: Duration) {
+    let lost = held.is_lost();
+    match tokio::time::timeout(patience, held.release()).await {
+        Ok(Ok(())) => {}
+        // Reported already.
+        Ok(Err(LockError::Lost { .. })) if lost => {}
+        Ok(Err(err)) => eprintln!("zklock: releasing lock {name:?}: {err}"),
+        Err(_) => eprintln!(
+            "zklock: the release of lock {name:?} was not confirmed within {}; ZooKeeper deletes its node when \
+             the session ends",
+            humantime::format_duration(patience)
+        ),
+    }
+}
+
+/// The signals `zklock exec` passes on to CMD: SIGINT, SIGTERM, SIGHUP. Their default action
+/// (ending this process) is replaced for as long as the process lives.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, Failure> {
+        let listen = |kind: SignalKind| {
+            signal(kind).map_err(|err| Failure {
+                code: EXIT_FAILED,
+                message: format!("cannot listen for signals: {err}"),
+            })
+        };
+        Ok(Signals {
+            interrupt: listen(SignalKind::interrupt())?,
+            terminate: listen(SignalKind::terminate())?,
+            hangup: listen(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received, with its name.
+    ///
+    /// Cancel safe: a signal received meanwhile is reported by the next call.
+    async fn next(&mut self) -> (Signal, &'static str) {
+        tokio::select! {
+            Some(()) = self.interrupt.recv() => (Signal::INT, "SIGINT"),
+            Some(()) = self.terminate.recv() => (Signal::TERM, "SIGTERM"),
+            Some(()) = self.hangup.recv() => (Signal::HUP, "SIGHUP"),
+            else => std::future::pending().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use crate::{Cli, Command};
+
+    fn parse(args: &[&str]) -> Result<super::ExecArgs, clap::Error> {
+        let cli = Cli::try_parse_from([&["zklock"], args].concat())?;
+        match cli.command {
+            Command::Exec(args) => Ok(args),
+            other => panic!("not exec: {other:?}"),
+        }
+    }
+
+    /// Everything after `--` is the command's, its own options included; zklock's options come
+    /// before it, global ones too.
+    #[test]
+    fn the_command_is_everything_after_the_dashes() {
+        let args = parse(&[
+            "exec",
+            "--wait",
+            "0",
+            "n",
+            "--timeout",
+            "1s",
+            "--",
+            "ls",
+            "--wait",
+            "--",
+            "-l",
+        ])
+        .unwrap();
+        assert_eq!(args.name, "n");
+        assert_eq!(args.wait, Some(Duration::ZERO));
+        assert_eq!((args.semaphore, args.grace), (None, Duration::from_secs(10)));
+        assert_eq!(args.command, ["ls", "--wait", "--", "-l"]);
+
+        let args = parse(&["exec", "n", "--semaphore", "3", "--grace", "1m", "--", "sh"]).unwrap();
+        assert_eq!((args.semaphore, args.grace), (Some(3), Duration::from_secs(60)));
+        assert_eq!(args.wait, None);
+    }
+
+    #[test]
+    fn a_command_a_lease_and_durations_are_required_to_make_sense() {
+        for bad in [
+            &["exec", "n", "--"][..],
+            &["exec", "n", "ls"],
+            &["exec", "--", "ls"],
+            &["exec", "n", "--semaphore", "0", "--", "ls"],
+            &["exec", "n", "--semaphore", "-1", "--", "ls"],
+            &["exec", "n", "--wait", "soon", "--", "ls"],
+            &["exec", "n", "--grace", "", "--", "ls"],
+        ] {
+            let err = parse(bad).map(|_| ()).expect_err(&format!("{bad:?} was taken"));
+            assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
+        }
+    }
+}
