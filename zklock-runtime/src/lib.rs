@@ -25,8 +25,10 @@
 //!   (in-process waiters and node handoff), `reentrancy.rs` (the call scope a hold re-enters
 //!   in), `guard.rs` (owned guards, the loss signal, `max_hold`), `token.rs` (fencing tokens),
 //!   `alone.rs` (the uncontended fast path), `cleanup.rs` (the one delete path).
-//! - `recipes/`: built on the core, in Curator's layouts: `semaphore.rs` (leases) and
-//!   `multi.rs` (several locks taken together in one order).
+//! - `recipes/`: built on the core, in Curator's layouts: `semaphore.rs` (leases),
+//!   `multi.rs` (several locks taken together in one order), `leader.rs` (leader election,
+//!   Curator's `LeaderLatch` layout) and `leader_service.rs` (a future kept running while
+//!   leading).
 //! - `connection/`: `connect_string.rs`, `secure.rs` (TLS, SASL, and telling a misconfigured
 //!   connection from an unreachable one), `driver.rs`, `session.rs` (one session and its
 //!   health); `client.rs` holds the configuration and the current session.
@@ -68,6 +70,8 @@ pub use name::{validate_name, MAX_NAME_LEN};
 pub use ops::holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
 pub use ops::inspect::{LockView, QueueChanged, QueuedNode, RecipeKind, Side};
 pub use ops::metrics::MetricsSnapshot;
+pub use recipes::leader::{Election, Leadership, Member};
+pub use recipes::leader_service::{LeaderService, Leading, ServeOptions};
 pub use recipes::multi::{MultiGuard, MultiLock};
 
 /// Re-export of the ZooKeeper client crate this engine speaks through, for ACLs and raw access.

@@ -71,6 +71,9 @@ pub struct Lock {
     rule: Arc<dyn Rule>,
     /// The name template this lock was made from, if known.
     template: Option<Arc<str>>,
+    /// For [`LockKind::Leader`]: the participant id its nodes hold (default: the client's
+    /// identity).
+    participant: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -139,7 +142,14 @@ impl Lock {
             kind,
             rule: kind.rule(),
             template: None,
+            participant: None,
         }
+    }
+
+    /// The same lock, whose nodes name `participant` as the member (leader election).
+    pub(crate) fn with_participant(mut self, participant: Arc<str>) -> Lock {
+        self.participant = Some(participant);
+        self
     }
 
     /// The same lock, labelled with the name template it was made from
@@ -412,9 +422,11 @@ impl Lock {
             acls: inner.config.acls(),
             cleanup: &inner.cleanup,
             // Readers share a directory with each other: being alone proves less for them.
-            skip_listing_when_alone: matches!(self.kind, LockKind::Mutex | LockKind::Write),
+            skip_listing_when_alone: matches!(self.kind, LockKind::Mutex | LockKind::Write | LockKind::Leader),
             holder: &inner.config.holder,
             template: self.template.as_deref(),
+            participant: (self.kind == LockKind::Leader)
+                .then(|| self.participant.as_deref().unwrap_or(inner.config.holder.identity())),
         };
         let mut restarts = 0;
         loop {
@@ -467,6 +479,7 @@ impl Lock {
             skip_listing_when_alone: false,
             holder: &inner.config.holder,
             template: self.template.as_deref(),
+            participant: None,
         };
         let mut restarts = 0;
         loop {

@@ -47,6 +47,9 @@ pub(crate) struct Recipe<'a> {
     pub holder: &'a Holder,
     /// The lock's name template, recorded in contender nodes.
     pub template: Option<&'a str>,
+    /// Leader election: contender nodes hold this participant id alone, as Curator's
+    /// `LeaderLatch` writes it, instead of the holder record.
+    pub participant: Option<&'a str>,
 }
 
 /// A contender node the rule let go.
@@ -282,7 +285,10 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
             .flatten();
         let zk = handle(session)?;
         let make_dir = dir_missing.then(|| zk.create(dir, b"", &container));
-        let data = recipe.holder.node_data(recipe.template);
+        let data = match recipe.participant {
+            Some(id) => id.as_bytes().to_vec(),
+            None => recipe.holder.node_data(recipe.template),
+        };
         let create = zk.create(&prefix, &data, &options);
         // In a directory made just now our node is almost surely number 0, which proves it
         // first without a listing (see below); only a lost race costs a round trip more.

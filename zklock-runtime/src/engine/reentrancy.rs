@@ -45,10 +45,11 @@ fn with_scope<T>(f: impl FnOnce(&[Entry]) -> Option<T>) -> Option<T> {
 
 /// Whether a hold of kind `held` lets an acquisition of kind `wanted` on the same lock
 /// directory re-enter. A writer may also read, as in Curator's read/write lock; semaphore
-/// leases never re-enter (each acquisition is another lease).
+/// leases and election members never re-enter (each acquisition is another lease, another
+/// member).
 fn reenters(held: LockKind, wanted: LockKind) -> bool {
     match wanted {
-        LockKind::Semaphore { .. } => false,
+        LockKind::Semaphore { .. } | LockKind::Leader => false,
         LockKind::Read => matches!(held, LockKind::Read | LockKind::Write),
         wanted => held == wanted,
     }

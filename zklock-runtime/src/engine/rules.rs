@@ -62,6 +62,8 @@ pub(crate) const MUTEX_NODE: &str = "lock-";
 /// Node names of Curator's `InterProcessReadWriteLock`.
 pub(crate) const READ_NODE: &str = "__READ__";
 pub(crate) const WRITE_NODE: &str = "__WRIT__";
+/// Node name of leader election members, as Curator's `LeaderLatch` names them.
+pub(crate) const LATCH_NODE: &str = "latch-";
 
 /// The layout of Curator's `InterProcessSemaphoreV2` ([`crate::recipes::semaphore`]): the
 /// mutex over acquirers, below the semaphore's directory,
@@ -144,6 +146,11 @@ pub enum LockKind {
         /// How many holders may hold the semaphore at once.
         leases: u32,
     },
+    /// A member of a leader election group, in Curator's `LeaderLatch` layout
+    /// (`_c_<uuid>-latch-<seq>` nodes holding the participant id): the oldest member leads.
+    /// Every acquisition is a member of its own, with its own node (no in-process queue, no
+    /// reentrancy). Usually taken through [`LockClient::election`](crate::LockClient::election).
+    Leader,
 }
 
 impl LockKind {
@@ -160,6 +167,10 @@ impl LockKind {
             LockKind::Read => Arc::new(Readers),
             // A semaphore contends in the queue of its acquirers' mutex (see `semaphore.rs`).
             LockKind::Semaphore { .. } => LockKind::Mutex.rule(),
+            LockKind::Leader => Arc::new(Leases {
+                leases: 1,
+                node: LATCH_NODE,
+            }),
         }
     }
 }

@@ -4,8 +4,8 @@
 //! A lock's queue is read the way its contenders read it: ordered by sequence number and
 //! judged by the same rules ([`crate::engine::rules`]), so a waiter is shown waiting for exactly the
 //! node it watches. The recipe is told apart by node names, which zklock shares with Curator:
-//! `__READ__`/`__WRIT__` nodes make a read/write lock, `locks`/`leases` children a semaphore,
-//! anything else a mutex.
+//! `__READ__`/`__WRIT__` nodes make a read/write lock, `latch-` nodes a leader election group,
+//! `locks`/`leases` children a semaphore, anything else a mutex.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +18,8 @@ use zookeeper_client as zk;
 use crate::client::LockClient;
 use crate::connection::session::Session;
 use crate::engine::rules::{
-    queue_order, Contender, Decision, Leases, Readers, Rule, LEASES_DIR, LOCKS_DIR, MUTEX_NODE, READ_NODE, WRITE_NODE,
+    queue_order, Contender, Decision, Leases, Readers, Rule, LATCH_NODE, LEASES_DIR, LOCKS_DIR, MUTEX_NODE, READ_NODE,
+    WRITE_NODE,
 };
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
@@ -35,6 +36,8 @@ pub enum RecipeKind {
     ReadWrite,
     /// Leases (`InterProcessSemaphoreV2`): lease nodes hold, acquirers queue for a mutex.
     Semaphore,
+    /// A leader election group (`LeaderLatch`): the oldest member leads.
+    Election,
 }
 
 /// The role of one contender node.
@@ -52,6 +55,8 @@ pub enum Side {
     Lease,
     /// A semaphore acquirer, queued for the mutex over acquirers.
     Acquirer,
+    /// A member of a leader election group; the one that holds leads.
+    Member,
 }
 
 /// One contender node of a lock, as an operator sees it.
@@ -202,15 +207,17 @@ impl LockClient {
             (RecipeKind::Semaphore, nodes)
         } else {
             let read_write = children.iter().any(|c| c.contains(READ_NODE) || c.contains(WRITE_NODE));
-            let side = |name: &str| match (read_write, name.contains(WRITE_NODE)) {
-                (false, _) => Side::Exclusive,
-                (true, true) => Side::Write,
-                (true, false) => Side::Read,
+            let election = !read_write && children.iter().any(|c| c.contains(LATCH_NODE));
+            let side = |name: &str| match (read_write, election, name.contains(WRITE_NODE)) {
+                (false, false, _) => Side::Exclusive,
+                (false, true, _) => Side::Member,
+                (true, _, true) => Side::Write,
+                (true, _, false) => Side::Read,
             };
-            let recipe = if read_write {
-                RecipeKind::ReadWrite
-            } else {
-                RecipeKind::Mutex
+            let recipe = match (read_write, election) {
+                (true, _) => RecipeKind::ReadWrite,
+                (false, true) => RecipeKind::Election,
+                (false, false) => RecipeKind::Mutex,
             };
             (recipe, read_queue(&session, &path, children, side).await?)
         };
@@ -267,7 +274,7 @@ async fn read_queue(
                     node: WRITE_NODE,
                 }
                 .decide(&order, i),
-                Side::Exclusive | Side::Acquirer => Leases {
+                Side::Exclusive | Side::Acquirer | Side::Member => Leases {
                     leases: 1,
                     node: MUTEX_NODE,
                 }

@@ -26,7 +26,7 @@
 //! | `zklock_job_missed_total` | counter | ticks given up (catch-up policy, starting deadline) |
 //! | `zklock_job_run_seconds` | histogram | how long runs took |
 //!
-//! Labels: `kind` (`mutex`, `read`, `write`, `semaphore`) and `lock`, the lock's name
+//! Labels: `kind` (`mutex`, `read`, `write`, `semaphore`, `leader`) and `lock`, the lock's name
 //! *template* (`inventory:{sku}`: what the attribute was written with, or what
 //! [`Lock::with_template`](crate::Lock::with_template) gave), never the filled-in name, so
 //! per-key locks cannot blow up the number of series. Locks without a template are labelled
@@ -187,6 +187,7 @@ mod export {
             LockKind::Read => "read",
             LockKind::Write => "write",
             LockKind::Semaphore { .. } => "semaphore",
+            LockKind::Leader => "leader",
         }
     }
 
