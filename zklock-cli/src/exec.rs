@@ -1,10 +1,11 @@
-//! `zklock exec`: runs a command while holding a lock (or a lease of a semaphore), and stops
-//! the command when the lock is lost.
+//! `zklock exec`: runs a command while holding a lock (or a lease of a semaphore, or the
+//! leadership of an election group), and stops the command when that is lost.
 //!
 //! The command is a child of this process and stays in its process group, so an interactive
 //! command keeps its terminal; its standard streams are this process's. SIGINT, SIGTERM and
 //! SIGHUP sent to `zklock exec` are passed on to it, and `zklock exec` ends with its outcome.
-//! The lock is released once the command has exited, before `zklock exec` exits.
+//! The lock is released (the leadership relinquished) once the command has exited, before
+//! `zklock exec` exits.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -17,25 +18,38 @@ use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
-use zklock_runtime::{FencingToken, LockClient, LockError, LockGuard};
+use zklock_runtime::{FencingToken, Leadership, LockClient, LockError, LockGuard, MAX_IDENTITY_LEN};
 
 use crate::{Failure, EXIT_CANNOT_EXECUTE, EXIT_FAILED, EXIT_LOCK_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND};
 
-/// `zklock exec NAME [--wait D] [--semaphore N] [--grace D] -- CMD ARGS...`
+/// `zklock exec NAME [--wait D] [--semaphore N | --leader [--participant-id ID]] [--grace D]
+/// -- CMD ARGS...`
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
-    /// The lock name (as given to the library, e.g. `nightly-report`).
+    /// The lock name (as given to the library, e.g. `nightly-report`); with `--leader`, the
+    /// election group's.
     pub name: String,
-    /// How long to wait for the lock: `0` tries once; without it, waits as long as it takes.
-    /// Not acquired in time: exit code 124, and CMD does not run.
+    /// How long to wait for the lock (or leadership): `0` tries once; without it, waits as
+    /// long as it takes. Not acquired in time: exit code 124, and CMD does not run.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     wait: Option<Duration>,
     /// Take one lease of the semaphore NAME that lets N holders in at once (N >= 1), instead
     /// of the mutex NAME.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     semaphore: Option<u32>,
-    /// When the lock is lost while CMD runs, how long CMD has to exit after SIGTERM before it
-    /// gets SIGKILL.
+    /// Join the leader election group NAME (Curator's LeaderLatch layout) instead of taking
+    /// the mutex NAME, and run CMD once this member leads; CMD is stopped if leadership is
+    /// lost, and leadership is relinquished once CMD has exited.
+    #[arg(long, conflicts_with = "semaphore")]
+    leader: bool,
+    /// With `--leader`: the participant id to join the group as, what its node holds and what
+    /// the group's members list shows (default: `zklock-exec`).
+    // A required `--leader` that conflicts with a given `--semaphore` counts as satisfied to
+    // clap: the conflict is said here too.
+    #[arg(long, value_name = "ID", requires = "leader", conflicts_with = "semaphore")]
+    participant_id: Option<String>,
+    /// When the lock (or leadership) is lost while CMD runs, how long CMD has to exit after
+    /// SIGTERM before it gets SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     grace: Duration,
     /// The command to run under the lock, and its arguments (after `--`). It is run directly,
@@ -45,35 +59,66 @@ pub(crate) struct ExecArgs {
 }
 
 impl ExecArgs {
-    /// Refuses what needs no server to refuse: a lock name the library does not take.
+    /// Refuses what needs no server to refuse: a lock name the library does not take, a
+    /// participant id it does not take.
     pub(crate) fn check(&self) -> Result<(), Failure> {
         zklock_runtime::validate_name(&self.name)?;
+        if let Some(id) = &self.participant_id {
+            if id.is_empty() || id.len() > MAX_IDENTITY_LEN {
+                return Err(Failure {
+                    code: 2,
+                    message: format!("--participant-id takes 1 to {MAX_IDENTITY_LEN} bytes, got {}", id.len()),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// What CMD runs under, for messages: `lock "NAME"` or `leadership of group "NAME"`.
+    fn grant(&self) -> String {
+        if self.leader {
+            format!("leadership of group {:?}", self.name)
+        } else {
+            format!("lock {:?}", self.name)
+        }
     }
 }
 
 /// What CMD runs under: a grant with a fencing token and a node, that can be lost and is
-/// released once CMD has exited. A lock guard (a mutex, or a semaphore's lease) for now.
+/// given up once CMD has exited. A lock guard (a mutex, or a semaphore's lease), or the
+/// leadership of an election group.
 enum Held {
     Lock(LockGuard),
+    Leader(Leadership),
 }
 
 impl Held {
     fn fencing_token(&self) -> FencingToken {
         match self {
             Held::Lock(guard) => guard.fencing_token(),
+            Held::Leader(leadership) => leadership.fencing_token(),
         }
     }
 
     fn node_path(&self) -> &str {
         match self {
             Held::Lock(guard) => guard.node_path(),
+            Held::Leader(leadership) => leadership.node_path(),
+        }
+    }
+
+    /// The participant id a leader joined its group as; `None` for a lock.
+    fn participant_id(&self) -> Option<&str> {
+        match self {
+            Held::Lock(_) => None,
+            Held::Leader(leadership) => Some(leadership.participant_id()),
         }
     }
 
     fn is_lost(&self) -> bool {
         match self {
             Held::Lock(guard) => guard.is_lost(),
+            Held::Leader(leadership) => !leadership.is_leader(),
         }
     }
 
@@ -81,6 +126,7 @@ impl Held {
     async fn lost(&self) -> LockError {
         match self {
             Held::Lock(guard) => guard.lost().await,
+            Held::Leader(leadership) => leadership.lost().await,
         }
     }
 
@@ -88,68 +134,86 @@ impl Held {
     async fn release(self) -> Result<(), LockError> {
         match self {
             Held::Lock(guard) => guard.release().await,
+            Held::Leader(leadership) => leadership.relinquish().await,
         }
     }
 }
 
-/// Runs `zklock exec`: takes the lock, runs CMD under it, releases it. Returns the exit code:
-/// CMD's own, or what it died of; [`Failure`] for every way CMD did not run or was stopped.
-/// `patience` (the `--timeout`) bounds the wait for the release's answer.
+/// Runs `zklock exec`: takes the lock (or leadership), runs CMD under it, gives it up. Returns
+/// the exit code: CMD's own, or what it died of; [`Failure`] for every way CMD did not run or
+/// was stopped. `patience` (the `--timeout`) bounds the wait for the release's answer.
 pub(crate) async fn run(client: &LockClient, args: &ExecArgs, patience: Duration) -> Result<u8, Failure> {
-    let name = args.name.as_str();
+    let grant = args.grant();
     let mut signals = Signals::install()?;
     let held = tokio::select! {
         held = acquire(client, args) => held?,
         (signal, signal_name) = signals.next() => {
             return Err(Failure {
                 code: 128 + signal.as_raw() as u8,
-                message: format!("{signal_name} while waiting for lock {name:?}; the command did not run"),
+                message: format!("{signal_name} while waiting for {grant}; the command did not run"),
             });
         }
     };
     if held.is_lost() {
         let err = held.lost().await;
-        release(held, name, patience).await;
+        release(held, &grant, patience).await;
         return Err(Failure {
             code: EXIT_LOCK_LOST,
-            message: format!("lock {name:?} was lost before the command started ({err}); it did not run"),
+            message: format!("{grant} was lost before the command started ({err}); it did not run"),
         });
     }
     let mut child = match spawn(args, &held) {
         Ok(child) => child,
         Err(failure) => {
-            release(held, name, patience).await;
+            release(held, &grant, patience).await;
             return Err(failure);
         }
     };
     let outcome = supervise(&mut child, &held, &mut signals, args).await;
-    release(held, name, patience).await;
+    release(held, &grant, patience).await;
     outcome
 }
 
+/// Takes the lock, or leads the group, waiting as `--wait` says.
 async fn acquire(client: &LockClient, args: &ExecArgs) -> Result<Held, Failure> {
-    let lock = match args.semaphore {
-        Some(leases) => client.semaphore(&args.name, leases)?,
-        None => client.mutex(&args.name)?,
+    let acquired = if args.leader {
+        let mut election = client.election(&args.name)?;
+        if let Some(id) = &args.participant_id {
+            election = election.with_participant_id(id.as_str())?;
+        }
+        let leadership = match args.wait {
+            None => election.lead().await.map(Some),
+            Some(wait) if wait.is_zero() => election.try_lead().await,
+            Some(wait) => in_time(election.lead_timeout(wait).await),
+        };
+        leadership?.map(Held::Leader)
+    } else {
+        let lock = match args.semaphore {
+            Some(leases) => client.semaphore(&args.name, leases)?,
+            None => client.mutex(&args.name)?,
+        };
+        let guard = match args.wait {
+            None => lock.acquire().await.map(Some),
+            Some(wait) if wait.is_zero() => lock.try_acquire().await,
+            Some(wait) => in_time(lock.acquire_timeout(wait).await),
+        };
+        guard?.map(Held::Lock)
     };
-    let acquired = match args.wait {
-        None => lock.acquire().await.map(Some),
-        Some(wait) if wait.is_zero() => lock.try_acquire().await,
-        Some(wait) => match lock.acquire_timeout(wait).await {
-            Err(LockError::Timeout { .. }) => Ok(None),
-            other => other.map(Some),
-        },
-    };
-    match acquired? {
-        Some(guard) => Ok(Held::Lock(guard)),
-        None => Err(Failure {
-            code: EXIT_NOT_ACQUIRED,
-            message: format!(
-                "lock {:?} was not acquired within {}; the command did not run",
-                args.name,
-                humantime::format_duration(args.wait.unwrap_or_default())
-            ),
-        }),
+    acquired.ok_or_else(|| Failure {
+        code: EXIT_NOT_ACQUIRED,
+        message: format!(
+            "{} was not acquired within {}; the command did not run",
+            args.grant(),
+            humantime::format_duration(args.wait.unwrap_or_default())
+        ),
+    })
+}
+
+/// A bounded wait's outcome: `None` when the bound passed first.
+fn in_time<T>(outcome: Result<T, LockError>) -> Result<Option<T>, LockError> {
+    match outcome {
+        Err(LockError::Timeout { .. }) => Ok(None),
+        other => other.map(Some),
     }
 }
 
@@ -159,15 +223,20 @@ fn spawn(args: &ExecArgs, held: &Held) -> Result<Child, Failure> {
         code: 2,
         message: "no command given after --".into(),
     })?;
-    Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(rest)
         .env("ZKLOCK_LOCK_NAME", &args.name)
         .env("ZKLOCK_FENCING_TOKEN", held.fencing_token().to_string())
         .env("ZKLOCK_NODE", held.node_path())
         // Only if this process ends before the command (a panic): not left running unlocked.
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|err| not_started(program, err))
+        .kill_on_drop(true);
+    match held.participant_id() {
+        Some(id) => command.env("ZKLOCK_PARTICIPANT_ID", id),
+        // An outer `zklock exec --leader`'s would be taken for this grant's.
+        None => command.env_remove("ZKLOCK_PARTICIPANT_ID"),
+    };
+    command.spawn().map_err(|err| not_started(program, err))
 }
 
 /// The exit code and message for a command that could not be started.
@@ -185,11 +254,12 @@ fn not_started(program: &OsStr, err: io::Error) -> Failure {
     }
 }
 
-/// Waits for CMD to exit, passing signals on to it; stops it when the lock is lost.
+/// Waits for CMD to exit, passing signals on to it; stops it when the lock (or leadership) is
+/// lost.
 async fn supervise(child: &mut Child, held: &Held, signals: &mut Signals, args: &ExecArgs) -> Result<u8, Failure> {
     let lost = held.lost();
     tokio::pin!(lost);
-    // Loss first: a command that exits as the lock is lost counts as stopped, since it may
+    // Loss first: a command that exits as the grant is lost counts as stopped, since it may
     // have done its last work after the loss.
     let err = loop {
         tokio::select! {
@@ -227,7 +297,7 @@ async fn supervise(child: &mut Child, held: &Held, signals: &mut Signals, args: 
     };
     Err(Failure {
         code: EXIT_LOCK_LOST,
-        message: format!("the command was stopped because lock {:?} was lost; {how}", args.name),
+        message: format!("the command was stopped because {} was lost; {how}", args.grant()),
     })
 }
 
@@ -256,17 +326,17 @@ fn pass_on(child: &Child, signal: Signal) {
     }
 }
 
-/// Releases the grant, waiting at most `patience` for the server's answer; says on stderr when
-/// that went wrong. The exit code stays CMD's.
-async fn release(held: Held, name: &str, patience: Duration) {
+/// Releases the grant (`grant` names it), waiting at most `patience` for the server's answer;
+/// says on stderr when that went wrong. The exit code stays CMD's.
+async fn release(held: Held, grant: &str, patience: Duration) {
     let lost = held.is_lost();
     match tokio::time::timeout(patience, held.release()).await {
         Ok(Ok(())) => {}
         // Reported already.
         Ok(Err(LockError::Lost { .. })) if lost => {}
-        Ok(Err(err)) => eprintln!("zklock: releasing lock {name:?}: {err}"),
+        Ok(Err(err)) => eprintln!("zklock: releasing {grant}: {err}"),
         Err(_) => eprintln!(
-            "zklock: the release of lock {name:?} was not confirmed within {}; ZooKeeper deletes its node when \
+            "zklock: the release of {grant} was not confirmed within {}; ZooKeeper deletes its node when \
              the session ends",
             humantime::format_duration(patience)
         ),
@@ -351,6 +421,17 @@ mod tests {
         let args = parse(&["exec", "n", "--semaphore", "3", "--grace", "1m", "--", "sh"]).unwrap();
         assert_eq!((args.semaphore, args.grace), (Some(3), Duration::from_secs(60)));
         assert_eq!(args.wait, None);
+        assert!(!args.leader);
+        assert_eq!(args.grant(), r#"lock "n""#);
+
+        let args = parse(&["exec", "n", "--participant-id", "node-a", "--leader", "--", "sh"]).unwrap();
+        assert!(args.leader);
+        assert_eq!(args.participant_id.as_deref(), Some("node-a"));
+        assert_eq!(args.grant(), r#"leadership of group "n""#);
+        assert_eq!(
+            parse(&["exec", "n", "--leader", "--", "sh"]).unwrap().participant_id,
+            None
+        );
     }
 
     #[test]
@@ -363,9 +444,27 @@ mod tests {
             &["exec", "n", "--semaphore", "-1", "--", "ls"],
             &["exec", "n", "--wait", "soon", "--", "ls"],
             &["exec", "n", "--grace", "", "--", "ls"],
+            &["exec", "n", "--leader", "--semaphore", "2", "--", "ls"],
+            &["exec", "n", "--participant-id", "x", "--", "ls"],
+            &["exec", "n", "--semaphore", "2", "--participant-id", "x", "--", "ls"],
         ] {
             let err = parse(bad).map(|_| ()).expect_err(&format!("{bad:?} was taken"));
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
         }
+    }
+
+    /// A participant id the library would refuse is a usage error before any server is asked.
+    #[test]
+    fn a_participant_id_must_fit_a_node() {
+        let too_long = "p".repeat(zklock_runtime::MAX_IDENTITY_LEN + 1);
+        for bad in ["", too_long.as_str()] {
+            let args = parse(&["exec", "n", "--leader", "--participant-id", bad, "--", "ls"]).unwrap();
+            let failure = args.check().err().unwrap_or_else(|| panic!("{bad:?} was taken"));
+            assert_eq!(failure.code, 2, "{}", failure.message);
+            assert!(failure.message.contains("--participant-id"), "{}", failure.message);
+        }
+        let longest = "p".repeat(zklock_runtime::MAX_IDENTITY_LEN);
+        let args = parse(&["exec", "n", "--leader", "--participant-id", &longest, "--", "ls"]).unwrap();
+        assert!(args.check().is_ok());
     }
 }

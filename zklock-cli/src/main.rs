@@ -1,5 +1,5 @@
 //! `zklock`: who holds a lock, since when, and who waits for it; the singleton jobs' ticks; a
-//! command run under a lock.
+//! command run under a lock or while leading an election group.
 //!
 //! ```text
 //! zklock --zk zk1:2181 locks [--prefix inventory:]
@@ -10,6 +10,7 @@
 //! zklock --zk zk1:2181 jobs pause|resume|trigger nightly-report
 //! zklock --zk zk1:2181 jobs reset|remove nightly-report --yes
 //! zklock --zk zk1:2181 exec nightly-report [--wait 30s] [--semaphore 3] [--grace 10s] -- CMD ARGS...
+//! zklock --zk zk1:2181 exec compactor --leader [--participant-id node-a] [--wait 30s] -- CMD ARGS...
 //! ```
 //!
 //! Every command takes `--zk`, `--namespace`, `--digest user:password`, `--json`,
@@ -20,14 +21,16 @@
 //! `jobs remove`).
 //!
 //! `exec` runs CMD (directly, not through a shell) while holding the mutex NAME, or one lease
-//! of the semaphore NAME with `--semaphore N`, with `ZKLOCK_LOCK_NAME`, `ZKLOCK_FENCING_TOKEN`
-//! and `ZKLOCK_NODE` in its environment, and releases the lock once CMD has exited. SIGINT,
+//! of the semaphore NAME with `--semaphore N`, or, with `--leader`, while leading the election
+//! group NAME (as `--participant-id ID`, default `zklock-exec`), with `ZKLOCK_LOCK_NAME`,
+//! `ZKLOCK_FENCING_TOKEN` and `ZKLOCK_NODE` (and for a leader `ZKLOCK_PARTICIPANT_ID`) in its
+//! environment, and releases the lock (relinquishes leadership) once CMD has exited. SIGINT,
 //! SIGTERM and SIGHUP are passed on to CMD (received while waiting for the lock, they end the
-//! wait with 128 + N). When the lock is lost while CMD runs, CMD gets SIGTERM, then SIGKILL
-//! after `--grace`. It exits with CMD's exit code, or 128 + N when CMD died of signal N; 124
-//! when the lock was not acquired within `--wait`; 125 when the lock was lost while CMD ran and
-//! CMD was stopped; 126 when CMD could not be executed; 127 when CMD was not found; before CMD
-//! starts, with the codes above (1, 2, 3).
+//! wait with 128 + N). When the lock or leadership is lost while CMD runs, CMD gets SIGTERM,
+//! then SIGKILL after `--grace`. It exits with CMD's exit code, or 128 + N when CMD died of
+//! signal N; 124 when the lock or leadership was not acquired within `--wait`; 125 when it was
+//! lost while CMD ran and CMD was stopped; 126 when CMD could not be executed; 127 when CMD was
+//! not found; before CMD starts, with the codes above (1, 2, 3).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -60,7 +63,8 @@ const EXIT_NOT_FOUND: u8 = 127;
 #[command(
     name = "zklock",
     version,
-    about = "Who holds a ZooKeeper lock, who waits for it, the singleton jobs' ticks; run a command under a lock",
+    about = "Who holds a ZooKeeper lock, who waits for it, the singleton jobs' ticks; run a command under a lock \
+             or while leading",
     after_help = "Exit codes: 0 done, 1 ZooKeeper refused a request, 2 bad arguments, \
                   3 ZooKeeper cannot be reached, 4 no such lock or job; `exec` has its own \
                   (zklock exec --help)."
@@ -142,8 +146,9 @@ enum Command {
         #[command(subcommand)]
         action: Option<jobs::JobsAction>,
     },
-    /// Run a command while holding a lock: wait for the lock, run CMD with the fencing token
-    /// in its environment, release the lock when CMD exits, and stop CMD if the lock is lost.
+    /// Run a command while holding a lock (or, with --leader, while leading an election group):
+    /// wait for it, run CMD with the fencing token in its environment, give it up when CMD
+    /// exits, and stop CMD if it is lost.
     #[command(after_help = EXEC_HELP)]
     Exec(exec::ExecArgs),
 }
@@ -151,20 +156,21 @@ enum Command {
 /// What `zklock exec --help` says after the options.
 const EXEC_HELP: &str = "\
 CMD sees in its environment:
-  ZKLOCK_LOCK_NAME      the lock name
-  ZKLOCK_FENCING_TOKEN  the grant's fencing token (fixed-width hex, sorts like the token)
-  ZKLOCK_NODE           the path of the holder's node in ZooKeeper
+  ZKLOCK_LOCK_NAME       the lock name (with --leader, the group)
+  ZKLOCK_FENCING_TOKEN   the grant's fencing token (fixed-width hex, sorts like the token)
+  ZKLOCK_NODE            the path of the holder's (or leader's) node in ZooKeeper
+  ZKLOCK_PARTICIPANT_ID  with --leader: the participant id zklock leads as
 
 SIGINT, SIGTERM and SIGHUP sent to zklock are passed on to CMD; zklock then waits for CMD.
 Received while zklock still waits for the lock, they end the wait (exit code 128+N) and CMD
-does not run. When the lock is lost while CMD runs, CMD gets SIGTERM, then SIGKILL after
---grace.
+does not run. When the lock (or leadership) is lost while CMD runs, CMD gets SIGTERM, then
+SIGKILL after --grace.
 
 Exit codes:
   CMD's own   CMD exited
   128+N       CMD died of signal N
-  124         the lock was not acquired within --wait (CMD did not run)
-  125         the lock was lost while CMD ran, and CMD was stopped
+  124         the lock (or leadership) was not acquired within --wait (CMD did not run)
+  125         the lock (or leadership) was lost while CMD ran, and CMD was stopped
   126         CMD could not be executed
   127         CMD was not found
   1, 2, 3     before CMD started: ZooKeeper refused a request, bad arguments, ZooKeeper
