@@ -1,7 +1,8 @@
 //! `zklock exec` as a process against a real ZooKeeper: commands run under a mutex never
 //! overlap and see their grant in their environment, a semaphore lets N of them run at once,
 //! exit codes and standard streams are the command's, `--wait` bounds the wait, signals are
-//! passed on, and a lost lock stops the command.
+//! passed on, and a lost lock stops the command. With `--leader` the same holds for the
+//! leadership of an election group.
 //!
 //! The commands are `sh -c` scripts that leave marker files in a temporary directory; the tests
 //! wait for those files and for nodes in the lock directories, never for a while. A script that
@@ -246,9 +247,15 @@ async fn commands_under_one_mutex_never_overlap() {
     for run in runs {
         run.finish().await.assert_exit(0);
     }
-    let log = lines(&log);
-    assert_eq!(log.len(), 6, "{log:?}");
-    let mut last: Option<String> = None;
+    assert_one_at_a_time(&lines(&log), 3);
+    children(&raw, "/zklock/batch", 0).await;
+}
+
+/// Fails unless `log` holds `runs` pairs of `start TOKEN` and `end TOKEN` lines, each run's
+/// end right after its start, with strictly increasing fencing tokens.
+fn assert_one_at_a_time(log: &[String], runs: usize) {
+    assert_eq!(log.len(), 2 * runs, "{log:?}");
+    let mut last: Option<&str> = None;
     for pair in log.chunks(2) {
         let start = pair[0]
             .strip_prefix("start ")
@@ -259,12 +266,11 @@ async fn commands_under_one_mutex_never_overlap() {
         assert_eq!(start, end, "a run ended that did not start last: {log:?}");
         assert_eq!(start.len(), 25, "not a fencing token: {start}");
         // Fixed-width hex: the text sorts like the token.
-        if let Some(last) = &last {
-            assert!(start > last.as_str(), "tokens do not increase: {log:?}");
+        if let Some(last) = last {
+            assert!(start > last, "tokens do not increase: {log:?}");
         }
-        last = Some(start.to_owned());
+        last = Some(start);
     }
-    children(&raw, "/zklock/batch", 0).await;
 }
 
 /// `zklock exec` ends with the command's exit code, 128 + N when it died of signal N, 127 for a
@@ -599,6 +605,246 @@ async fn a_semaphore_lets_n_commands_run_at_once() {
     assert_eq!(most, 2, "{log:?}");
     assert!(running.is_empty(), "{log:?}");
     children(&raw, "/zklock/slots/leases", 0).await;
+}
+
+/// Two `zklock exec --leader` in one group, started together: while the first command runs
+/// the other member waits in the group and its command has not started; once the leader's
+/// command exits and leadership is relinquished, the other leads. The start and end lines
+/// alternate, with increasing fencing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaders_of_one_group_never_run_at_once() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let raw = raw(&zk).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        r#"echo "start $ZKLOCK_FENCING_TOKEN" >> "$DIR/log"; {WAIT_GO}; sleep 0.1; echo "end $ZKLOCK_FENCING_TOKEN" >> "$DIR/log""#
+    );
+    let runs: Vec<Running> = (0..2)
+        .map(|_| Running::start(&mut exec_sh(&zk, dir.path(), "elected", &["--leader"], &script)))
+        .collect();
+
+    let log = dir.path().join("log");
+    until("a leader's command started", || (!lines(&log).is_empty()).then_some(())).await;
+    let members = children(&raw, "/zklock/elected", 2).await;
+    assert!(members.iter().all(|m| m.contains("-latch-")), "{members:?}");
+    assert_eq!(lines(&log).len(), 1, "two leaders at once: {:?}", lines(&log));
+
+    go(dir.path());
+    for run in runs {
+        run.finish().await.assert_exit(0);
+    }
+    assert_one_at_a_time(&lines(&log), 2);
+    children(&raw, "/zklock/elected", 0).await;
+}
+
+/// A leader's command finds the group, its fencing token, its member node and its participant
+/// id in its environment. The node is a `-latch-` member of the group, exists while the command
+/// runs, and the library lists that participant as the leader, with that node and token; it is
+/// gone once `zklock exec` has exited. Without `--participant-id` the participant is
+/// `zklock-exec`; a command run under a lock sees no participant id, even one zklock inherited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_sees_its_participant_id_and_its_member_node() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let raw = raw(&zk).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        r#"printf '%s\n%s\n%s\n%s\n' "$ZKLOCK_LOCK_NAME" "$ZKLOCK_FENCING_TOKEN" "$ZKLOCK_NODE" "$ZKLOCK_PARTICIPANT_ID" > "$DIR/env.tmp"; mv "$DIR/env.tmp" "$DIR/env"; {WAIT_GO}"#
+    );
+    let run = Running::start(&mut exec_sh(
+        &zk,
+        dir.path(),
+        "compactor",
+        &["--leader", "--participant-id", "node-a"],
+        &script,
+    ));
+    let env = file(&dir.path().join("env")).await;
+    let env: Vec<&str> = env.lines().collect();
+    let [group, token, node, participant] = env[..] else {
+        panic!("four lines: {env:?}")
+    };
+    assert_eq!((group, participant), ("compactor", "node-a"));
+    let (dir_of_node, node_name) = node.rsplit_once('/').unwrap();
+    assert_eq!(dir_of_node, "/zklock/compactor");
+    assert!(node_name.contains("-latch-"), "not a member node: {node}");
+    let stat = raw
+        .check_stat(node)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{node} does not exist while the command runs"));
+    assert_ne!(stat.ephemeral_owner, 0, "not an ephemeral node");
+    assert_eq!(token, format!("{:016x}-00000000", stat.czxid));
+
+    let observer = LockClient::connect(&zk).await.unwrap();
+    let members = observer.election("compactor").unwrap().members().await.unwrap();
+    let [leader] = &members[..] else {
+        panic!("one member: {members:?}")
+    };
+    assert_eq!(
+        (leader.participant.as_str(), leader.is_leader, leader.node.as_str()),
+        ("node-a", true, node_name),
+        "{members:?}"
+    );
+    assert_eq!(leader.token.to_string(), token);
+
+    go(dir.path());
+    run.finish().await.assert_exit(0);
+    assert_eq!(raw.check_stat(node).await.unwrap(), None, "{node} outlived zklock exec");
+
+    let said = |options: &[&str], inherited: Option<&str>| {
+        let mut cmd = exec_sh(
+            &zk,
+            dir.path(),
+            "compactor",
+            options,
+            r#"printf '%s\n' "${ZKLOCK_PARTICIPANT_ID-unset}""#,
+        );
+        if let Some(inherited) = inherited {
+            cmd.env("ZKLOCK_PARTICIPANT_ID", inherited);
+        }
+        Running::start(&mut cmd).finish()
+    };
+    let default = said(&["--leader"], None).await;
+    default.assert_exit(0);
+    assert_eq!(default.stdout, "zklock-exec\n");
+    let locked = said(&[], Some("outer")).await;
+    locked.assert_exit(0);
+    assert_eq!(locked.stdout, "unset\n");
+    observer.close().await;
+}
+
+/// While a library client leads the group, `zklock exec --leader` with `--wait 1s` gives up
+/// after a second and with `--wait 0` at once, exit code 124: the command never runs and no
+/// member is left behind. Once the leader relinquishes, `--wait 0` leads and runs the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_bounds_the_wait_for_leadership() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let raw = raw(&zk).await;
+    let dir = tempfile::tempdir().unwrap();
+    let library = LockClient::connect(&zk).await.unwrap();
+    let leadership = library.election("contested").unwrap().lead().await.unwrap();
+    let leader_node = leadership.node_path().rsplit('/').next().unwrap().to_owned();
+    let script = r#"touch "$DIR/ran""#;
+
+    let waited = Running::start(&mut exec_sh(
+        &zk,
+        dir.path(),
+        "contested",
+        &["--wait", "1s", "--leader"],
+        script,
+    ))
+    .finish()
+    .await;
+    waited.assert_exit(124);
+    assert!(waited.took >= Duration::from_secs(1), "gave up after {:?}", waited.took);
+    assert!(
+        waited
+            .stderr
+            .contains(r#"leadership of group "contested" was not acquired within 1s"#),
+        "{}",
+        waited.stderr
+    );
+    assert!(!dir.path().join("ran").exists(), "the command ran without leading");
+    assert_eq!(children(&raw, "/zklock/contested", 1).await, [leader_node.as_str()]);
+
+    let tried = Running::start(&mut exec_sh(
+        &zk,
+        dir.path(),
+        "contested",
+        &["--wait", "0", "--leader"],
+        script,
+    ))
+    .finish()
+    .await;
+    tried.assert_exit(124);
+    assert!(!dir.path().join("ran").exists(), "the command ran without leading");
+    assert_eq!(children(&raw, "/zklock/contested", 1).await, [leader_node.as_str()]);
+
+    leadership.relinquish().await.unwrap();
+    Running::start(&mut exec_sh(
+        &zk,
+        dir.path(),
+        "contested",
+        &["--wait", "0", "--leader"],
+        script,
+    ))
+    .finish()
+    .await
+    .assert_exit(0);
+    assert!(dir.path().join("ran").exists());
+    library.close().await;
+}
+
+/// A leader's `zklock exec` reaches ZooKeeper through a proxy that then drops all traffic:
+/// once its leadership is reported lost, the command gets SIGTERM and `zklock exec` exits with
+/// 125, saying leadership was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_leadership_stops_the_command_with_sigterm() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        r#"trap 'echo term > "$DIR/term"; exit 0' TERM; echo "$$" > "$DIR/started"; {WAIT_GO}; touch "$DIR/finished""#
+    );
+    let run = Running::start(&mut exec_sh(
+        &proxy.connect_string(),
+        dir.path(),
+        "fragile-leader",
+        &["--leader", "--session-timeout", "2s", "--timeout", "3s"],
+        &script,
+    ));
+    file(&dir.path().join("started")).await;
+    proxy.blackhole();
+
+    let stopped = run.finish().await;
+    stopped.assert_exit(125);
+    assert_eq!(std::fs::read_to_string(dir.path().join("term")).unwrap(), "term\n");
+    assert!(!dir.path().join("finished").exists(), "the command ran to its end");
+    let said = |what: &str| stopped.stderr.contains(what);
+    assert!(
+        said("sending the command SIGTERM")
+            && said(
+                r#"the command was stopped because leadership of group "fragile-leader" was lost; it exited with code 0"#
+            ),
+        "{}",
+        stopped.stderr
+    );
+    go(dir.path());
+}
+
+/// `--leader` does not go with `--semaphore`, `--participant-id` needs `--leader`, and a
+/// participant id must not be empty: usage errors (exit code 2) found before ZooKeeper is
+/// asked (the server named here does not exist).
+#[tokio::test]
+async fn leader_options_that_make_no_sense_are_refused() {
+    let closed = zklock_testing::process::closed_address().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("touch {}", dir.path().join("ran").display());
+    let refused = |options: &[&str]| {
+        let mut args = vec!["exec", "n"];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["--", "sh", "-c", &marker]);
+        Running::start(&mut zklock(&closed, dir.path(), &args)).finish()
+    };
+
+    let both = refused(&["--leader", "--semaphore", "2"]).await;
+    both.assert_exit(2);
+    assert!(
+        both.stderr.contains("--semaphore") && both.stderr.contains("--leader"),
+        "{}",
+        both.stderr
+    );
+    let alone = refused(&["--participant-id", "x"]).await;
+    alone.assert_exit(2);
+    assert!(alone.stderr.contains("--leader"), "{}", alone.stderr);
+    let with_semaphore = refused(&["--semaphore", "2", "--participant-id", "x"]).await;
+    with_semaphore.assert_exit(2);
+    let empty = refused(&["--leader", "--participant-id", ""]).await;
+    empty.assert_exit(2);
+    assert!(empty.stderr.contains("--participant-id"), "{}", empty.stderr);
+    assert!(!dir.path().join("ran").exists(), "a command ran");
 }
 
 /// Bad arguments are usage errors (exit code 2) with a message, found before ZooKeeper is
