@@ -86,15 +86,34 @@ enum DirWatch {
 }
 
 impl DirWatch {
+    /// Sends the exists-watch request (`answer`'s first poll) and keeps what came of it. The
+    /// answer may already be there: on a loaded machine the round trip can finish before this
+    /// thread polls again.
+    fn send(mut answer: ExistsAnswer) -> DirWatch {
+        match answer.as_mut().poll(&mut Context::from_waker(noop_waker_ref())) {
+            Poll::Pending => DirWatch::Setting(answer),
+            Poll::Ready(answered) => DirWatch::answered(answered),
+        }
+    }
+
+    /// The watch as its answer leaves it: set on a directory that exists, else unproven.
+    fn answered(answer: Result<(Option<zk::Stat>, zk::OneshotWatcher), zk::Error>) -> DirWatch {
+        match answer {
+            Ok((Some(_), watcher)) => DirWatch::Set(Box::pin(watcher.changed())),
+            // The directory was gone, or the request failed.
+            _ => DirWatch::Broken,
+        }
+    }
+
     /// Whether the watch is set and has not fired, judged from what the client library has
     /// received so far (never waits).
     fn intact(&mut self) -> bool {
         let mut cx = Context::from_waker(noop_waker_ref());
         if let DirWatch::Setting(answer) = self {
             *self = match answer.as_mut().poll(&mut cx) {
-                Poll::Ready(Ok((Some(_), watcher))) => DirWatch::Set(Box::pin(watcher.changed())),
-                // The directory was gone, the request failed, or no answer yet: unproven.
-                Poll::Ready(_) | Poll::Pending => DirWatch::Broken,
+                Poll::Ready(answered) => DirWatch::answered(answered),
+                // No answer yet, although a later one of this session came: unproven.
+                Poll::Pending => DirWatch::Broken,
             };
         }
         match self {
@@ -135,12 +154,9 @@ impl Alone {
             return;
         }
         let (zk, path) = (zk.clone(), dir.to_owned());
-        let mut answer: ExistsAnswer = Box::pin(async move { zk.check_and_watch_stat(&path).await });
-        // The first poll sends the request: now, ahead of any later delete on this session.
-        let watch = match answer.as_mut().poll(&mut Context::from_waker(noop_waker_ref())) {
-            Poll::Pending => DirWatch::Setting(answer),
-            Poll::Ready(_) => DirWatch::Broken,
-        };
+        let answer: ExistsAnswer = Box::pin(async move { zk.check_and_watch_stat(&path).await });
+        // Sent now, ahead of any later delete on this session.
+        let watch = DirWatch::send(answer);
         self.insert(
             dir,
             Known {
