@@ -5,7 +5,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{client, server};
-use zklock_runtime::{LockClient, LockError};
+use zklock_runtime::{zk, LockClient, LockError};
 use zklock_testing::FaultProxy;
 
 fn closed_port() -> String {
@@ -302,4 +302,95 @@ async fn a_try_opens_a_session_when_there_is_none_or_it_expired() {
         .expect("a try after an expiry opens a new session");
     assert!(again.is_some());
     assert_ne!(lazy.session_id(), Some(first_session));
+}
+
+/// Permissions for anyone, for a node made by the test's admin session.
+fn anyone(perms: zk::Permission) -> Vec<zk::Acl> {
+    vec![zk::Acl::new(perms, zk::AuthId::anyone())]
+}
+
+/// A lock directory whose ACL lets this client create and delete contenders but not list them:
+/// the refused listing is reported at once as ZooKeeper's `NoAuth`, not retried until the
+/// caller's timeout, and the contender node already created is removed.
+#[tokio::test]
+async fn a_listing_the_acl_refuses_is_an_error_at_once_not_a_retry() {
+    let zk = server();
+    let admin = support::raw(&zk.connect_string()).await;
+    admin
+        .create(
+            "/zklock",
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let create_and_delete = anyone(zk::Permission::CREATE | zk::Permission::DELETE);
+    admin
+        .create(
+            "/zklock/unlisted",
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&create_and_delete)),
+        )
+        .await
+        .unwrap();
+    // Another contender first, so the new node's number (1) does not prove it first on its own
+    // and the grant needs the listing.
+    let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    admin
+        .create("/zklock/unlisted/_c_x-lock-", b"", &sequential)
+        .await
+        .unwrap();
+    let c = client(&zk.connect_string()).await;
+
+    let started = Instant::now();
+    let err = c
+        .mutex("unlisted")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(15))
+        .await
+        .unwrap_err();
+    assert_eq!(err.zookeeper_error(), Some(&zk::Error::NoAuth), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "retried for {:?}",
+        started.elapsed()
+    );
+    c.flush().await;
+    let (stat, _) = admin.check_and_watch_stat("/zklock/unlisted").await.unwrap();
+    assert_eq!(stat.unwrap().num_children, 1, "only the other contender is left");
+}
+
+/// A namespace this client may read but not write under: the refused create of the lock
+/// directory is the error reported, at once.
+#[tokio::test]
+async fn a_lock_directory_the_acl_refuses_to_create_is_that_error() {
+    let zk = server();
+    let admin = support::raw(&zk.connect_string()).await;
+    admin
+        .create(
+            "/read-only",
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&anyone(zk::Permission::READ))),
+        )
+        .await
+        .unwrap();
+    let c = LockClient::builder(zk.connect_string())
+        .namespace("/read-only")
+        .connect()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = c
+        .mutex("anything")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(15))
+        .await
+        .unwrap_err();
+    assert_eq!(err.zookeeper_error(), Some(&zk::Error::NoAuth), "{err:?}");
+    assert!(err.to_string().contains("lock dir"), "names the step: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "retried for {:?}",
+        started.elapsed()
+    );
 }

@@ -109,7 +109,9 @@ impl<'a> Contending<'a> {
             node: None,
             armed: true,
         };
-        let created = create_and_list(recipe, session, &protect).await?;
+        // The node is recorded in `contending` as soon as it exists, so a listing that fails
+        // after the create removes it by name (a refused listing could not find it by prefix).
+        let created = create_and_list(recipe, session, &protect, &mut contending.node).await?;
         session.saw_server_time(created.stat.ctime);
         let Created {
             ours,
@@ -122,7 +124,6 @@ impl<'a> Contending<'a> {
             czxid: stat.czxid,
             listed,
         };
-        contending.node = Some(ours);
         Ok((contending, granted, children))
     }
 
@@ -269,8 +270,14 @@ struct Created {
 /// protected prefix when the create's answer was lost. Leaves the listing out when the
 /// create's number will likely prove the node ahead of everyone (the session was alone in the
 /// directory, see [`crate::engine::alone`], or the directory is being made in the same round trip),
-/// and lists only if the number does not prove it.
-async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) -> Result<Created, Failed> {
+/// and lists only if the number does not prove it. Our node's name goes into `node_made` as soon as
+/// it exists, for the caller to remove it should the listing fail.
+async fn create_and_list(
+    recipe: &Recipe<'_>,
+    session: &Session,
+    protect: &str,
+    node_made: &mut Option<String>,
+) -> Result<Created, Failed> {
     let dir = recipe.dir;
     let prefix = format!("{dir}/{protect}{}", recipe.node_name);
     let options = zk::CreateMode::EphemeralSequential.with_acls(recipe.acls);
@@ -304,6 +311,7 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
         match created {
             Ok((stat, sequence)) => {
                 let ours = format!("{protect}{}{sequence}", recipe.node_name);
+                *node_made = Some(ours.clone());
                 let sequence = sequence.into_i64();
                 // Proven ahead of everyone without a listing: alone again by the count
                 // ([`crate::engine::alone`]), or number 0, the first create in this incarnation of the
@@ -344,6 +352,7 @@ async fn create_and_list(recipe: &Recipe<'_>, session: &Session, protect: &str) 
             Err(err) if is_transient(&err) => {
                 retry_after(session, "create", err).await?;
                 if let Some((ours, stat)) = find_protected(session, dir, protect).await? {
+                    *node_made = Some(ours.clone());
                     let children = list(session, dir).await?;
                     return Ok(Created {
                         ours,
