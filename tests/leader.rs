@@ -434,3 +434,33 @@ fn a_service_or_a_watch_without_a_runtime_is_an_error_not_a_panic() {
     let err = election.serve(|_| async {}).unwrap_err();
     assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
 }
+
+/// A body that panics ends its term, not the service: leadership is given up and the member
+/// joins again, running the body as the next term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_body_ends_its_term_and_the_service_goes_on() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let (terms_tx, mut terms) = mpsc::unbounded_channel();
+    let service = c
+        .election("panicky")
+        .unwrap()
+        .serve_with(
+            ServeOptions::default().backoff(Duration::from_millis(20), Duration::from_millis(100)),
+            move |leading| {
+                let terms_tx = terms_tx.clone();
+                async move {
+                    terms_tx.send(leading.term()).unwrap();
+                    if leading.term() == 1 {
+                        panic!("the first term's body fails");
+                    }
+                    std::future::pending::<()>().await
+                }
+            },
+        )
+        .unwrap();
+    assert_eq!(tokio::time::timeout(SOON, terms.recv()).await.unwrap(), Some(1));
+    assert_eq!(tokio::time::timeout(SOON, terms.recv()).await.unwrap(), Some(2));
+    assert!(service.is_leading());
+    service.shutdown(Duration::from_secs(1)).await;
+}

@@ -5,17 +5,21 @@
 //! One task per service: join the group ([`Election::lead`]), run the body as leader
 //! ([`Leadership::run`](crate::Leadership::run), so losing leadership stops it), leave, and
 //! join again. A body that returns gives leadership up and the member queues again behind the
-//! others; a lost term or a failed join is followed by a back-off that doubles up to a bound.
+//! others; a lost term, a body that panicked or a failed join is followed by a back-off that
+//! doubles up to a bound.
 //! [`LeaderService::shutdown`] hands over gracefully: the body is told
 //! ([`Leading::handing_over`]), given a grace period to finish, and leadership is given up
 //! before `shutdown` returns, so the next member takes over at once.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::engine::guard::LossSignal;
 use crate::engine::token::FencingToken;
@@ -245,6 +249,22 @@ async fn back_off(stop: &mut watch::Receiver<Option<Duration>>, pause: Duration)
     }
 }
 
+/// The service's "leading now" flag, false again however the loop ends (returned, aborted with
+/// the service, or unwound by a panic).
+struct LeadingFlag(watch::Sender<bool>);
+
+impl LeadingFlag {
+    fn set(&self, leading: bool) {
+        self.0.send_replace(leading);
+    }
+}
+
+impl Drop for LeadingFlag {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
+    }
+}
+
 async fn serve_loop<F, Fut>(
     election: Election,
     options: ServeOptions,
@@ -255,6 +275,7 @@ async fn serve_loop<F, Fut>(
     F: FnMut(Leading) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let leading = LeadingFlag(leading);
     let group = election.group().to_owned();
     let mut backoff = options.min_backoff;
     let mut term = 0;
@@ -278,7 +299,7 @@ async fn serve_loop<F, Fut>(
         term += 1;
         let token = leadership.fencing_token();
         info!(group = %group, term, %token, "leading: starting the leader body");
-        leading.send_replace(true);
+        leading.set(true);
         let this_term = Leading {
             token,
             node: leadership.node_path().to_owned(),
@@ -288,7 +309,8 @@ async fn serve_loop<F, Fut>(
         };
         // `None`: told to stop while leading, and the body had its grace period.
         let outcome = {
-            let run = leadership.run(body(this_term));
+            // A panicking body ends its term like a failure, not the service.
+            let run = leadership.run(AssertUnwindSafe(body(this_term)).catch_unwind());
             tokio::pin!(run);
             let finished = tokio::select! {
                 outcome = &mut run => Some(outcome),
@@ -300,7 +322,7 @@ async fn serve_loop<F, Fut>(
             }
             finished
         };
-        leading.send_replace(false);
+        leading.set(false);
         match outcome {
             None => {
                 if let Err(err) = leadership.relinquish().await {
@@ -309,7 +331,17 @@ async fn serve_loop<F, Fut>(
                 info!(group = %group, term, "handed over");
                 return;
             }
-            Some(Ok(())) => {
+            Some(Ok(Err(_panic))) => {
+                error!(group = %group, term, backoff_ms = backoff.as_millis() as u64, "the leader body panicked; giving leadership up and queueing again");
+                if let Err(err) = leadership.relinquish().await {
+                    warn!(group = %group, %err, "giving leadership up failed");
+                }
+                if !back_off(&mut stop, backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(options.max_backoff);
+            }
+            Some(Ok(Ok(()))) => {
                 info!(group = %group, term, "the leader body returned; giving leadership up and queueing again");
                 if let Err(err) = leadership.relinquish().await {
                     warn!(group = %group, %err, "giving leadership up failed");
