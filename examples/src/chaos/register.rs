@@ -8,6 +8,10 @@
 //! accepted only if both tokens pass (`… WHERE a_token <= ? AND b_token <= ?`). Every attempt
 //! is logged with its decision and the time it was decided, under the register's lock, so the
 //! log order is the real order.
+//!
+//! The kinds are the lock workload's `claim`, `write` and `done`, and the leader workload's
+//! `late` (a write made with a term's token after the term ended); the register treats them
+//! alike.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -141,7 +145,7 @@ fn parse(line: &str) -> Option<(&str, &str, Part, Option<Part>)> {
         })
     };
     let (kind, client) = (*words.first()?, *words.get(1)?);
-    if !matches!(kind, "claim" | "write" | "done") {
+    if !matches!(kind, "claim" | "write" | "done" | "late") {
         return None;
     }
     match words.len() {
