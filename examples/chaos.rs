@@ -14,6 +14,13 @@
 //! singleton job every second while the node running it is killed or partitioned past its
 //! session and the leader is killed; its last line is a JSON object with `runs`, `ticks`,
 //! `duplicates`, `gaps`, `missed_reported`, `lost_reported` and `history_disagreements`.
+//!
+//! `chaos leader --duration 10m` runs the leader-election workload: member processes serve one
+//! election and the leader writes to a fenced register with its term's token while the leader
+//! is killed, partitioned past its session, paused past it, or shut down gracefully, and the
+//! ensemble's own leader is killed; its last line is a JSON object with `terms`,
+//! `writes_accepted`, `stale_writes_accepted`, `overlaps_unexplained`, `liveness_violations`,
+//! `passed` and more. `chaos leader-check FILE` checks the history such a run stored.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +56,45 @@ enum Cmd {
     /// Internal: one scheduler node process, configured through the environment.
     #[command(hide = true)]
     JobNode,
+    /// The leader-election workload: members serve one election and the leader writes to a
+    /// fenced register while leaders are killed, partitioned, paused and shut down.
+    Leader(LeaderArgs),
+    /// Check a history file written by an earlier `leader` run, without running anything.
+    LeaderCheck {
+        /// The `--history` file of the run.
+        history: PathBuf,
+    },
+    /// Internal: one election member process, configured through the environment.
+    #[command(hide = true)]
+    LeaderMember,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct LeaderArgs {
+    /// How long to keep injecting faults (at least one round of every kind).
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Member processes.
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// Session timeout of the members (at most 20 ticks).
+    #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
+    session_timeout: Duration,
+    /// Server tickTime.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    tick: Duration,
+    /// Seed for the fault order of later rounds and the late writers (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Percentage of terms that leave a writer behind, writing with the old token for 2 s.
+    #[arg(long, default_value_t = 25)]
+    late_percent: u32,
+    /// Where to write the history (one JSON document).
+    #[arg(long, default_value = "target/chaos/leader-history.json")]
+    history: PathBuf,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -110,6 +156,9 @@ fn main() {
         Some(Cmd::JobNode) => std::process::exit(chaos::jobs::node_main_from_env()),
         Some(Cmd::Jobs(args)) => std::process::exit(run_jobs(&args)),
         Some(Cmd::Check { history }) => std::process::exit(recheck(&history)),
+        Some(Cmd::LeaderMember) => std::process::exit(chaos::leader::member_main_from_env()),
+        Some(Cmd::Leader(args)) => std::process::exit(run_leader(&args)),
+        Some(Cmd::LeaderCheck { history }) => std::process::exit(recheck_leader(&history)),
         Some(Cmd::Run(args)) => args,
         None => cli.run,
     };
@@ -203,6 +252,76 @@ fn run_jobs(args: &JobsArgs) -> i32 {
         }
         Err(e) => {
             eprintln!("chaos jobs: the run failed: {e}");
+            2
+        }
+    }
+}
+
+fn run_leader(args: &LeaderArgs) -> i32 {
+    if args.members < 2 || args.late_percent > 100 {
+        eprintln!("chaos leader: need --members >= 2 and --late-percent <= 100");
+        return 2;
+    }
+    let program = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("chaos leader: cannot find my own executable: {e}");
+            return 2;
+        }
+    };
+    let seed = args.seed.unwrap_or_else(chaos::clock::now_ns);
+    let config = chaos::leader::LeaderConfig {
+        duration: args.duration,
+        members: args.members,
+        session_timeout: args.session_timeout,
+        tick_time: args.tick,
+        seed,
+        late_percent: args.late_percent,
+        child: ChildCommand {
+            program,
+            args: vec!["leader-member".into()],
+        },
+        history_path: Some(args.history.clone()),
+        verbose: !args.quiet,
+    };
+    eprintln!(
+        "chaos leader: duration {:?}, {} members, session timeout {:?}, tick {:?}, late writers {}%, seed {seed}",
+        config.duration, config.members, config.session_timeout, config.tick_time, config.late_percent
+    );
+    let outcome = match chaos::leader::run_leader(&config) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("chaos leader: the run failed: {e}");
+            return 2;
+        }
+    };
+    print_leader_report(&outcome.report);
+    println!(
+        "  bound on a fault to another leader's accepted write: 2 x session timeout + 10 s = {} ms",
+        config.leader_bound().as_millis()
+    );
+    println!("{}", outcome.report.json_line());
+    i32::from(!outcome.report.passed())
+}
+
+fn print_leader_report(report: &chaos::leader::LeaderReport) {
+    print!("{}", report.summary());
+    println!("  faults in order:");
+    for note in &report.fault_notes {
+        println!("    {note}");
+    }
+}
+
+fn recheck_leader(path: &std::path::Path) -> i32 {
+    match chaos::leader::read_leader_history(path) {
+        Ok(history) => {
+            let report = chaos::leader::check_leader(&history);
+            print_leader_report(&report);
+            println!("{}", report.json_line());
+            i32::from(!report.passed())
+        }
+        Err(e) => {
+            eprintln!("chaos leader: cannot read {}: {e}", path.display());
             2
         }
     }

@@ -13,13 +13,26 @@
 //! The scheduler workload ([`jobs`]) runs a singleton job on node processes under kills,
 //! partitions and leader kills and checks that no tick ran twice and none went unaccounted.
 //!
-//! Used by the `chaos` example (`./scripts/chaos.sh --duration 10m`) and by
-//! `examples/tests/chaos.rs` (the CI-sized run).
+//! The leader-election workload ([`leader`]) runs `Election::serve` in member processes, each
+//! behind its own fault proxies; the leader writes to the fenced register with its term's
+//! token while it is killed, partitioned past its session, paused past it, or shut down
+//! gracefully, and while the ensemble's own leader is killed. Its checker
+//! ([`leader::check_leader`], pure, with its own unit tests) finds a violation when the register
+//! accepts a write with an older token than one it accepted, a member writes with a token that
+//! is none of its terms', a term's token is not larger than every earlier term's, or a member is
+//! told it leads before the previous leader's term ended (a leader paused past its session
+//! excepted); liveness (another leader writes within a bound after each fault) and progress
+//! (enough writes and terms, every fault with its effect) are reported apart.
+//!
+//! Used by the `chaos` example (`./scripts/chaos.sh --duration 10m`; `chaos jobs`, `chaos
+//! leader`) and by `examples/tests/chaos.rs`, `chaos_jobs.rs` and `chaos_leader.rs` (the
+//! CI-sized runs).
 
 pub mod checker;
 pub mod clock;
 pub mod contender;
 pub mod history;
 pub mod jobs;
+pub mod leader;
 pub mod register;
 pub mod runner;
