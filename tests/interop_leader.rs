@@ -10,8 +10,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{client, server, session_of, wait_watching};
-use zklock_runtime::{LockClient, LockError};
+use support::{client, cut_off_able, server, session_of, wait_watching};
+use zklock_runtime::LockError;
 use zklock_testing::curator::{CuratorPeer, LatchParticipant};
 use zklock_testing::FaultProxy;
 
@@ -133,12 +133,7 @@ async fn a_killed_curator_leader_hands_leadership_to_the_zklock_member_behind_it
 async fn a_zklock_leader_cut_off_past_its_session_is_told_before_curator_leads() {
     let zk = server();
     let proxy = FaultProxy::start(zk.addr()).unwrap();
-    let cut = LockClient::builder(proxy.connect_string())
-        .session_timeout(Duration::from_secs(4))
-        .loss_after(Duration::from_millis(500))
-        .connect()
-        .await
-        .unwrap();
+    let cut = cut_off_able(&proxy).await;
     let leadership = cut.election("mixed-d").unwrap().lead().await.unwrap();
     let peer = curator(&zk.connect_string()).await;
     peer.leader_latch("l", "/zklock/mixed-d", "curator-1").await.unwrap();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{client, contenders, eventually, raw, server, session_of, wait_watching};
+use support::{client, contenders, cut_off_able, eventually, raw, server, session_of, wait_watching};
 use tokio::sync::mpsc;
 use zklock_runtime::{LockClient, LockError, RecipeKind, ServeOptions, Side};
 use zklock_testing::FaultProxy;
@@ -142,12 +142,7 @@ async fn the_leader_watch_reports_every_change_of_leader() {
 async fn a_leader_cut_off_past_its_session_is_told_before_the_next_leads() {
     let zk = server();
     let proxy = FaultProxy::start(zk.addr()).unwrap();
-    let cut = LockClient::builder(proxy.connect_string())
-        .session_timeout(Duration::from_secs(4))
-        .loss_after(Duration::from_millis(500))
-        .connect()
-        .await
-        .unwrap();
+    let cut = cut_off_able(&proxy).await;
     let other = client(&zk.connect_string()).await;
     let leadership = cut.election("cut-off").unwrap().lead().await.unwrap();
     let next = other.election("cut-off").unwrap();
@@ -200,12 +195,7 @@ fn scopeguard(flag: Arc<AtomicBool>) -> impl Drop {
 async fn the_service_restarts_its_body_on_regaining_leadership() {
     let zk = server();
     let proxy = FaultProxy::start(zk.addr()).unwrap();
-    let served = LockClient::builder(proxy.connect_string())
-        .session_timeout(Duration::from_secs(4))
-        .loss_after(Duration::from_millis(500))
-        .connect()
-        .await
-        .unwrap();
+    let served = cut_off_able(&proxy).await;
     let other = client(&zk.connect_string()).await;
     let view = raw(&zk.connect_string()).await;
     let (terms_tx, mut terms) = mpsc::unbounded_channel();
@@ -312,16 +302,13 @@ async fn shutdown_lets_the_body_finish_and_hands_leadership_over() {
     next.relinquish().await.unwrap();
 }
 
-/// A body that ignores the hand-over is dropped after the grace period.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_drops_a_body_that_outlives_the_grace_period() {
-    let zk = server();
-    let a = client(&zk.connect_string()).await;
-    let view = raw(&zk.connect_string()).await;
+/// A service on `group` whose body leads until it is dropped, setting the returned flag then;
+/// returned once it leads.
+async fn leading_until_dropped(c: &LockClient, group: &str) -> (zklock_runtime::LeaderService, Arc<AtomicBool>) {
     let dropped = Arc::new(AtomicBool::new(false));
     let service = {
         let dropped = dropped.clone();
-        a.election("stubborn")
+        c.election(group)
             .unwrap()
             .serve(move |_leading| {
                 let dropped = dropped.clone();
@@ -335,8 +322,18 @@ async fn shutdown_drops_a_body_that_outlives_the_grace_period() {
     let mut leading = service.leading();
     tokio::time::timeout(SOON, leading.wait_for(|l| *l))
         .await
-        .unwrap()
+        .expect("the service leads")
         .unwrap();
+    (service, dropped)
+}
+
+/// A body that ignores the hand-over is dropped after the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drops_a_body_that_outlives_the_grace_period() {
+    let zk = server();
+    let a = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let (service, dropped) = leading_until_dropped(&a, "stubborn").await;
     assert!(!dropped.load(Ordering::SeqCst));
     tokio::time::timeout(SOON, service.shutdown(Duration::from_millis(100)))
         .await
@@ -351,25 +348,8 @@ async fn dropping_the_service_stops_the_body_and_leaves_the_group() {
     let zk = server();
     let a = client(&zk.connect_string()).await;
     let view = raw(&zk.connect_string()).await;
-    let dropped = Arc::new(AtomicBool::new(false));
-    let service = {
-        let dropped = dropped.clone();
-        a.election("dropped")
-            .unwrap()
-            .serve(move |_leading| {
-                let dropped = dropped.clone();
-                async move {
-                    let _mark = scopeguard(dropped);
-                    std::future::pending::<()>().await
-                }
-            })
-            .unwrap()
-    };
-    let mut leading = service.leading();
-    tokio::time::timeout(SOON, leading.wait_for(|l| *l))
-        .await
-        .unwrap()
-        .unwrap();
+    let (service, dropped) = leading_until_dropped(&a, "dropped").await;
+    assert!(!dropped.load(Ordering::SeqCst));
     drop(service);
     let left = eventually(SOON, || async { member_nodes(&view, "dropped").await.is_empty() }).await;
     assert!(left, "the member's node outlived the service");

@@ -36,6 +36,17 @@ pub async fn client(connect: &str) -> LockClient {
     client_with(connect, Duration::from_secs(4)).await
 }
 
+/// A client behind `proxy` that reports its holds lost 500 ms into a cut (4 s sessions), well
+/// before the server can expire its session.
+pub async fn cut_off_able(proxy: &zklock_testing::FaultProxy) -> LockClient {
+    LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .loss_after(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect lock client through the proxy")
+}
+
 pub async fn client_with(connect: &str, session_timeout: Duration) -> LockClient {
     LockClient::builder(connect)
         .session_timeout(session_timeout)
