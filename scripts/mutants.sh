@@ -6,6 +6,10 @@
 #   scripts/mutants.sh                 every group
 #   scripts/mutants.sh rules holds     only these groups (see GROUPS below)
 #
+# Two runs can go side by side (a 2-core machine gains from it: the tests mostly wait on
+# servers) with their own clone and target: ZKLOCK_MUTANTS_DIR=/tmp/m2
+# ZKLOCK_MUTANTS_TARGET=/tmp/m2-target scripts/mutants.sh multi
+#
 # The mutants are applied in a clone of HEAD (ZKLOCK_MUTANTS_DIR, default /tmp/zklock-mutants),
 # never in this checkout; the clone builds into this checkout's target directory (or
 # ZKLOCK_MUTANTS_TARGET, to keep building here meanwhile), so only the workspace's own crates
@@ -30,11 +34,13 @@ FILES[queue]="engine/queue.rs"
 TESTS[queue]="--lib --test lock_mutex --test lock_rw --test lock_alone --test lock_errors --test lock_cancel --test lock_faults --test lock_lifecycle"
 FILES[handoff]="engine/local_queue.rs"
 TESTS[handoff]="--lib --test lock_mutex --test lock_reentrancy --test lock_lifecycle --test lock_cancel"
-FILES[holds]="engine/reentrancy.rs engine/guard.rs recipes/multi.rs"
-TESTS[holds]="--lib --test lock_reentrancy --test multi_guard --test lock_multi --test lock_lifecycle --test macro_server --test never_falsely_held"
+FILES[holds]="engine/reentrancy.rs engine/guard.rs"
+TESTS[holds]="--lib --test lock_reentrancy --test multi_guard --test lock_lifecycle --test macro_server --test never_falsely_held"
+FILES[multi]="recipes/multi.rs"
+TESTS[multi]="--lib --test multi_guard --test lock_multi --test never_falsely_held --test macro_server"
 FILES[jobs]="scheduler/run.rs scheduler/record.rs"
 TESTS[jobs]="--lib --test scheduler"
-ORDER=(rules queue handoff holds jobs)
+ORDER=(rules queue handoff holds multi jobs)
 
 groups=("$@")
 [[ ${#groups[@]} -eq 0 ]] && groups=("${ORDER[@]}")
