@@ -303,9 +303,10 @@ async fn each_waiter_watches_only_its_predecessor() {
         .await
     );
     // Each waiter holds exactly one watch, on a distinct contender node: 20 watches on 20
-    // paths. The only other watch allowed is the holder's data watch on the directory itself
+    // paths. The only other watches allowed are the holder's data watch on the directory itself
     // (the listing-free fast path, see docs/safety.md), which children coming and going never
-    // trigger.
+    // trigger, and the holder's watch on its own node (deleted by someone else, revoked), which
+    // only that node's first waiter shares.
     let holder_session = format!("{:#x}", holder.session_id().unwrap());
     let watches = || {
         let wchp = zk.four_letter_word("wchp").unwrap();
@@ -333,7 +334,15 @@ async fn each_waiter_watches_only_its_predecessor() {
     let by_path = watches();
     assert!(settled, "wchp: {by_path:?}");
     for (path, sessions) in &by_path {
-        if path.starts_with("/zklock/herd/") {
+        if *path == guard.node_path() {
+            let mut sessions = sessions.clone();
+            sessions.retain(|s| *s != holder_session);
+            assert_eq!(
+                sessions.len(),
+                1,
+                "the held node is watched by {sessions:?} besides its holder"
+            );
+        } else if path.starts_with("/zklock/herd/") {
             assert_eq!(sessions.len(), 1, "{path} is watched by {sessions:?}");
         } else {
             assert_eq!(path, "/zklock/herd", "an unexpected watch: {by_path:?}");
@@ -453,9 +462,15 @@ async fn ensure_held_asks_the_server() {
     // An operator removes the node behind the holder's back.
     let raw = raw(&zk.connect_string()).await;
     raw.delete(guard.node_path(), None).await.unwrap();
+    // The server answers NotHeld; or the holder's watch on its node told of the deletion first,
+    // and the hold is reported lost already.
     match guard.ensure_held().await {
         Err(LockError::NotHeld { name }) => assert_eq!(name, "checked"),
-        other => panic!("expected NotHeld, got {other:?}"),
+        Err(LockError::Lost { name, reason }) => {
+            assert_eq!(name, "checked");
+            assert!(reason.contains("deleted by someone else"), "{reason}");
+        }
+        other => panic!("expected NotHeld or Lost, got {other:?}"),
     }
 }
 

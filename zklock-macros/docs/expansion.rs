@@ -15,6 +15,7 @@ impl Inventory {
                 kind: __zklock::LockKind::Mutex,
                 timeout: __zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
                 on_lost: __zklock::__private::OnLost::Abort,
+                on_revoke: __zklock::__private::OnRevoke::Continue,
                 max_hold: ::core::option::Option::None,
                 templates: &["inventory:{sku}"],
             },

@@ -1,6 +1,6 @@
 //! Parsing and checking the attribute's arguments:
 //! `("name", "other name", timeout = "10s", mode = "read", leases = 3, client = expr,
-//! on_lost = "continue", max_hold = "30s", token = ident, crate = path)`.
+//! on_lost = "continue", on_revoke = "abort", max_hold = "30s", token = ident, crate = path)`.
 //!
 //! The names come first, as string literals (one or more), then the options.
 
@@ -14,9 +14,19 @@ use crate::duration::parse_duration;
 use crate::template::Template;
 
 /// The option names, for "unknown option" errors.
-const OPTIONS: &str = "`timeout`, `mode`, `leases`, `client`, `on_lost`, `if_busy`, `max_hold`, `token`, `crate`";
+const OPTIONS: &str =
+    "`timeout`, `mode`, `leases`, `client`, `on_lost`, `on_revoke`, `if_busy`, `max_hold`, `token`, `crate`";
 const OPTION_NAMES: &[&str] = &[
-    "timeout", "mode", "leases", "client", "on_lost", "if_busy", "max_hold", "token", "crate",
+    "timeout",
+    "mode",
+    "leases",
+    "client",
+    "on_lost",
+    "on_revoke",
+    "if_busy",
+    "max_hold",
+    "token",
+    "crate",
 ];
 
 /// `timeout = …`.
@@ -45,6 +55,13 @@ pub enum OnLostArg {
     Continue,
 }
 
+/// `on_revoke = …`: what the body does when another process asks for the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnRevokeArg {
+    Continue,
+    Abort,
+}
+
 /// `if_busy = …`: what a call does when the lock stays held elsewhere past its timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IfBusyArg {
@@ -62,6 +79,7 @@ pub struct LockArgs {
     pub mode: ModeArg,
     pub client: Option<Expr>,
     pub on_lost: OnLostArg,
+    pub on_revoke: OnRevokeArg,
     pub if_busy: IfBusyArg,
     /// `max_hold = …`: stop the body once the lock has been held this long.
     pub max_hold: Option<Duration>,
@@ -86,6 +104,7 @@ impl Parse for LockArgs {
         let mut leases: Option<LitInt> = None;
         let mut client = None;
         let mut on_lost = OnLostArg::Abort;
+        let mut on_revoke = OnRevokeArg::Continue;
         let mut if_busy = IfBusyArg::Fail;
         let mut max_hold = None;
         let mut token = None;
@@ -162,6 +181,15 @@ impl Parse for LockArgs {
                         ("continue", OnLostArg::Continue),
                     )?;
                 }
+                "on_revoke" => {
+                    let lit = expect_str(input, &key_name, "\"abort\"")?;
+                    on_revoke = either(
+                        &lit,
+                        "on_revoke",
+                        ("continue", OnRevokeArg::Continue),
+                        ("abort", OnRevokeArg::Abort),
+                    )?;
+                }
                 "if_busy" => {
                     let lit = expect_str(input, &key_name, "\"skip\"")?;
                     if_busy = either(&lit, "if_busy", ("fail", IfBusyArg::Fail), ("skip", IfBusyArg::Skip))?;
@@ -218,6 +246,7 @@ impl Parse for LockArgs {
             mode,
             client,
             on_lost,
+            on_revoke,
             if_busy,
             max_hold,
             token,
@@ -351,6 +380,7 @@ mod tests {
         assert_eq!(args.timeout, TimeoutArg::Default);
         assert_eq!(args.mode, ModeArg::Mutex);
         assert_eq!(args.on_lost, OnLostArg::Abort);
+        assert_eq!(args.on_revoke, OnRevokeArg::Continue);
         assert!(args.client.is_none() && args.token.is_none() && args.krate.is_none());
         assert_eq!(args.max_hold, None);
         assert_eq!(args.names.len(), 1);
@@ -400,6 +430,8 @@ mod tests {
         assert!(err(quote::quote!("a", leases = 2)).contains("only to mode"));
         assert!(err(quote::quote!("a", mode = "semaphore", leases = 0)).contains("from 1"));
         assert!(err(quote::quote!("a", on_lost = "ignore")).contains("unknown on_lost"));
+        assert!(err(quote::quote!("a", on_revoke = "ignore")).contains("unknown on_revoke"));
+        assert!(err(quote::quote!("a", on_revoke = abort)).contains("takes a string literal"));
         assert!(err(quote::quote!("a", token = "t")).contains("name of a binding"));
         assert!(err(quote::quote!("")).contains("empty"));
         assert!(err(quote::quote!("a", timeout = "never")).contains("\"forever\""));

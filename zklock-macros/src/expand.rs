@@ -21,7 +21,7 @@ use syn::{
     Signature, Stmt, Type, TypeParamBound, Visibility,
 };
 
-use crate::args::{IfBusyArg, LockArgs, ModeArg, OnLostArg, TimeoutArg};
+use crate::args::{IfBusyArg, LockArgs, ModeArg, OnLostArg, OnRevokeArg, TimeoutArg};
 use crate::template::Scope;
 
 /// A function whose body is kept as raw tokens, so a syntax error inside the body is reported
@@ -265,6 +265,10 @@ fn lock_call(
         OnLostArg::Abort => quote!(#krate::__private::OnLost::Abort),
         OnLostArg::Continue => quote!(#krate::__private::OnLost::Continue),
     };
+    let on_revoke = match args.on_revoke {
+        OnRevokeArg::Continue => quote!(#krate::__private::OnRevoke::Continue),
+        OnRevokeArg::Abort => quote!(#krate::__private::OnRevoke::Abort),
+    };
     let max_hold = match args.max_hold {
         None => quote!(::core::option::Option::None),
         Some(d) => {
@@ -301,6 +305,7 @@ fn lock_call(
                 kind: #kind,
                 timeout: #timeout,
                 on_lost: #on_lost,
+                on_revoke: #on_revoke,
                 max_hold: #max_hold,
                 templates: &[#(#templates),*],
             },

@@ -83,6 +83,7 @@
 //! | `leases` | a positive integer, with `mode = "semaphore"` | — |
 //! | `client` | an expression yielding a `LockClient`, `&LockClient` or `Arc<LockClient>` | the process-wide default |
 //! | `on_lost` | `"abort"`, `"continue"` (`zklock::OnLost`) | `"abort"` |
+//! | `on_revoke` | `"continue"`, `"abort"` | `"continue"` |
 //! | `if_busy` | `"fail"`, `"skip"` | `"fail"` |
 //! | `max_hold` | a duration such as `"30s"` | no bound |
 //! | `token` | an identifier, bound to the hold's `FencingToken` in the body | — |
@@ -101,7 +102,13 @@
 //! * **`on_lost`**: with `"abort"`, if the lock is lost while the body runs (session expired,
 //!   or connection down past the client's `loss_after`), the body's future is dropped at its
 //!   next `.await` and the function returns `LockError::Lost`. With `"continue"` the body runs
-//!   to its end; it can check `zklock::current_loss_signal()`.
+//!   to its end; it can check `zklock::current_loss_signal()`. A lock whose node was deleted
+//!   by someone else (an operator clearing it) is lost too.
+//! * **`on_revoke`**: what the body does when another process asks for the lock (revocation:
+//!   `zklock revoke`, `LockClient::revoke`, Curator's `Revoker.attemptRevoke`). With
+//!   `"continue"` (the default, as Curator leaves the decision to the holder) the body runs on;
+//!   with `"abort"` its future is dropped at its next `.await`, the lock is released, and the
+//!   function returns `LockError::Revoked` (not `Lost`: the lock was held soundly until then).
 //! * **`if_busy`**: with `"skip"`, a call that finds the lock held elsewhere does not run the
 //!   body and returns `Ok(T::default())` (`Ok(())` for `Result<(), E>`): ShedLock's behaviour,
 //!   for work that only needs doing once somewhere (a cache refresh, a report). It tries once

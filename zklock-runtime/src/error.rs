@@ -47,6 +47,16 @@ pub enum LockError {
         /// The bound that was exceeded.
         max_hold: Duration,
     },
+    /// Another process asked this holder to release the lock (revocation: `__REVOKE__` written
+    /// into its node, see [`LockGuard::revoked`](crate::LockGuard::revoked)), and the work under
+    /// it was stopped as configured (the attribute's `on_revoke = "abort"`). Unlike
+    /// [`Lost`](Self::Lost), the lock was held soundly until the work stopped; it is released
+    /// as the guard goes.
+    #[error("lock `{name}` was revoked: another process asked for it, and the work under it was stopped")]
+    Revoked {
+        /// The lock name.
+        name: String,
+    },
     /// The ZooKeeper session ended while the operation was under way.
     #[error("the ZooKeeper session expired")]
     SessionExpired,
@@ -127,8 +137,9 @@ pub enum ErrorKind {
     /// way. ([`LockError::InvalidName`], [`LockError::InvalidConfig`],
     /// [`LockError::AuthFailed`], [`LockError::Tls`])
     InvalidInput,
-    /// Anything else: work stopped at its `max_hold` ([`LockError::MaxHoldExceeded`]), or a
-    /// ZooKeeper error this crate does not translate ([`LockError::ZooKeeper`]).
+    /// Anything else: work stopped at its `max_hold` ([`LockError::MaxHoldExceeded`]) or on a
+    /// revocation ([`LockError::Revoked`]), or a ZooKeeper error this crate does not translate
+    /// ([`LockError::ZooKeeper`]).
     Other,
 }
 
@@ -150,7 +161,9 @@ impl LockError {
             | LockError::InvalidConfig(_)
             | LockError::AuthFailed(_)
             | LockError::Tls(_) => ErrorKind::InvalidInput,
-            LockError::MaxHoldExceeded { .. } | LockError::ZooKeeper { .. } => ErrorKind::Other,
+            LockError::MaxHoldExceeded { .. } | LockError::Revoked { .. } | LockError::ZooKeeper { .. } => {
+                ErrorKind::Other
+            }
         }
     }
 

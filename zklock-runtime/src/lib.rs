@@ -23,7 +23,8 @@
 //! - `engine/`: the lock core. `queue.rs` (the ZooKeeper recipe every lock kind shares),
 //!   `rules.rs` (the lock kinds and the rule each judges the queue by), `local_queue.rs`
 //!   (in-process waiters and node handoff), `reentrancy.rs` (the call scope a hold re-enters
-//!   in), `guard.rs` (owned guards, the loss signal, `max_hold`), `token.rs` (fencing tokens),
+//!   in), `guard.rs` (owned guards, the loss signal, `max_hold`), `own_node.rs` (a hold's
+//!   watch on its node: deleted by someone else, revocation requested), `token.rs` (fencing tokens),
 //!   `alone.rs` (the uncontended fast path), `cleanup.rs` (the one delete path).
 //! - `recipes/`: built on the core, in Curator's layouts: `semaphore.rs` (leases),
 //!   `multi.rs` (several locks taken together in one order), `leader.rs` (leader election,
@@ -33,7 +34,7 @@
 //!   connection from an unreachable one), `driver.rs`, `session.rs` (one session and its
 //!   health); `client.rs` holds the configuration and the current session.
 //! - `ops/`: `holder.rs` (who a node belongs to), `inspect.rs` (a lock's queue for
-//!   operators), `metrics.rs`.
+//!   operators), `revoke.rs` (asking holders to release), `metrics.rs`.
 //! - `scheduler/` (feature `scheduler`): singleton cron jobs.
 //!
 //! Real servers for tests are in the `zklock-testing` crate.
@@ -70,6 +71,7 @@ pub use name::{validate_name, MAX_NAME_LEN};
 pub use ops::holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
 pub use ops::inspect::{LockView, QueueChanged, QueuedNode, RecipeKind, Side};
 pub use ops::metrics::MetricsSnapshot;
+pub use ops::revoke::RevokeOutcome;
 pub use recipes::leader::{Election, Leadership, Member};
 pub use recipes::leader_service::{LeaderService, Leading, ServeOptions};
 pub use recipes::multi::{MultiGuard, MultiLock};

@@ -22,6 +22,7 @@ use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::guard::ClientId;
 use crate::engine::guard::{Holding, LockGuard};
 use crate::engine::local_queue::Turn;
+use crate::engine::own_node::OwnNode;
 use crate::engine::queue::{self, Failed, Granted, Recipe};
 use crate::engine::reentrancy;
 use crate::engine::rules::{LockKind, Rule, LEASES_DIR, LEASE_NODE, LOCKS_DIR};
@@ -513,6 +514,8 @@ impl Lock {
     ) -> LockGuard {
         let inner = &self.client.inner;
         session.track(&node_path);
+        // Sent now, answered in the background: no round trip is added to the acquire.
+        let own_node = OwnNode::watch(&session, &node_path);
         LockGuard::new(Arc::new(Holding {
             client: inner.id,
             session,
@@ -528,6 +531,7 @@ impl Lock {
             cleanup: inner.cleanup.clone(),
             metrics: inner.metrics.clone(),
             template: self.template.clone(),
+            own_node,
         }))
     }
 }

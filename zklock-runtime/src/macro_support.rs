@@ -22,6 +22,7 @@
 //!             kind: zklock::LockKind::Mutex,
 //!             timeout: zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000)),
 //!             on_lost: zklock::__private::OnLost::Abort,
+//!             on_revoke: zklock::__private::OnRevoke::Continue,
 //!             max_hold: ::core::option::Option::None,
 //!             templates: &["inventory:{sku}"],
 //!         },
@@ -53,6 +54,17 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub use crate::engine::guard::OnLost;
 
+/// What a `#[distributed_lock]` body does when another process asks for the lock
+/// (`on_revoke = "continue" | "abort"`; see [`LockGuard::revoked`](crate::LockGuard::revoked)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnRevoke {
+    /// Run on; the body may look at the request itself.
+    #[default]
+    Continue,
+    /// Stop the body at its next `.await` and return [`LockError::Revoked`].
+    Abort,
+}
+
 /// How long to wait for the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timeout {
@@ -73,6 +85,8 @@ pub struct LockOptions {
     pub timeout: Timeout,
     /// `on_lost = …`.
     pub on_lost: OnLost,
+    /// `on_revoke = …`.
+    pub on_revoke: OnRevoke,
     /// `max_hold = …`: stop the body once the lock has been held this long.
     pub max_hold: Option<Duration>,
     /// The name templates as written in the attribute, one per name, recorded in contender
@@ -217,6 +231,8 @@ pub fn converter<R: LockedReturn>() -> fn(LockError) -> R {
 ///    ([`MultiGuard::scope`](crate::MultiGuard::scope)), which makes nested acquisitions
 ///    re-enter and [`current_fencing_token_for`](crate::current_fencing_token_for) answer. With [`OnLost::Abort`] the
 ///    body is dropped and the result is [`LockError::Lost`] if any lock is lost; with
+///    [`OnRevoke::Abort`] it is dropped and the result is [`LockError::Revoked`] once another
+///    process asks for any of the locks; with
 ///    `max_hold`, it is dropped and the result is [`LockError::MaxHoldExceeded`] once the locks
 ///    have been held that long.
 /// 4. The guard is dropped as the function returns; the nodes are deleted in the background
@@ -270,8 +286,9 @@ where
         .and_then(|name| guard.fencing_token(name))
         .unwrap_or_else(|| guard.guards()[0].fencing_token());
     let abort_on_loss = options.on_lost == OnLost::Abort;
+    let abort_on_revoke = options.on_revoke == OnRevoke::Abort;
     let out = guard
-        .supervised(body(token), abort_on_loss, options.max_hold)
+        .supervised(body(token), abort_on_loss, abort_on_revoke, options.max_hold)
         .await
         .unwrap_or_else(convert);
     drop(guard);

@@ -11,6 +11,7 @@ use tracing::{debug, warn};
 use crate::connection::session::{Health, Session};
 use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::local_queue::{Turn, Warm};
+use crate::engine::own_node::{NodeState, OwnNode};
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
@@ -56,11 +57,13 @@ pub(crate) struct Holding {
     pub metrics: Arc<Metrics>,
     /// The lock's name template, which its exported metrics are labelled with.
     pub template: Option<Arc<str>>,
+    /// The watch on `node_path`: deleted by someone else (a loss), revocation requested.
+    pub own_node: OwnNode,
 }
 
 impl Holding {
     fn is_lost(&self) -> bool {
-        self.session.health().invalidates(self.losses_at_grant)
+        self.session.health().invalidates(self.losses_at_grant) || self.own_node.state().deleted
     }
 
     pub(crate) fn labels(&self) -> Labels<'_> {
@@ -71,13 +74,15 @@ impl Holding {
     }
 
     /// Whether ending the hold should hand the node to the next task of this process: someone
-    /// is waiting, the node has not used up its handoffs, and the session is connected and was
-    /// never reported lost since the grant.
+    /// is waiting, the node has not used up its handoffs, the session is connected and was
+    /// never reported lost since the grant, and nobody asked for the lock (a revoked node goes
+    /// back to ZooKeeper's queue, where the revoker waits).
     fn can_hand_off(&self) -> bool {
         self.turn.as_ref().is_some_and(|t| t.has_waiters())
             && self.token.generation() < self.max_handoffs
             && self.session.health().status.is_connected()
             && !self.is_lost()
+            && !self.own_node.state().revoked
     }
 
     pub(crate) fn loss_signal(&self) -> LossSignal {
@@ -85,13 +90,44 @@ impl Holding {
             name: self.name.to_string(),
             rx: self.session.subscribe(),
             losses_at_grant: self.losses_at_grant,
+            node: Some(NodeSignal {
+                path: self.node_path.clone().into(),
+                rx: self.own_node.subscribe(),
+                open: true,
+            }),
         }
     }
 
     pub(crate) fn lost_error(&self) -> LockError {
+        let health = self.session.health();
+        let reason = if health.invalidates(self.losses_at_grant) {
+            loss_reason(&health).to_owned()
+        } else {
+            deleted_reason(&self.node_path)
+        };
         LockError::Lost {
             name: self.name.to_string(),
-            reason: loss_reason(&self.session.health()).into(),
+            reason,
+        }
+    }
+
+    /// Whether someone asked for this hold to be released ([`LockGuard::revoked`]).
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.own_node.state().revoked
+    }
+
+    /// Resolves once someone asks for this hold to be released.
+    pub(crate) async fn revoked(&self) {
+        let mut rx = self.own_node.subscribe();
+        if rx.wait_for(|s| s.revoked).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// The error of work stopped because a revocation was requested.
+    pub(crate) fn revoked_error(&self) -> LockError {
+        LockError::Revoked {
+            name: self.name.to_string(),
         }
     }
 
@@ -111,8 +147,11 @@ impl Holding {
         self.metrics
             .time(Timing::Hold, self.labels(), self.granted_at.elapsed());
         debug!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
+        // Before the delete is sent: the deletion it causes is ours, not a loss.
+        let hand_off = self.can_hand_off();
+        self.own_node.release();
         let node_path = std::mem::take(&mut self.node_path);
-        if self.can_hand_off() {
+        if hand_off {
             if let Some(turn) = self.turn.as_mut() {
                 let (taken, outcome) = if confirm {
                     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -167,21 +206,29 @@ pub(crate) struct MaxHold<'a> {
     pub bound: Duration,
 }
 
-/// Runs `body` until it finishes, `lost` (if watched) resolves, or `max_hold` runs out: the
-/// one place where work under a hold is stopped early ([`LockGuard::run`],
-/// [`LockGuard::run_for`], their multi-lock twins and `#[distributed_lock]` bodies).
+/// Runs `body` until it finishes, `lost` (if watched) resolves, `revoked` (if watched)
+/// resolves, or `max_hold` runs out: the one place where work under a hold is stopped early
+/// ([`LockGuard::run`], [`LockGuard::run_for`], their multi-lock twins and
+/// `#[distributed_lock]` bodies).
 ///
 /// Loss is checked first, so a body that finishes in the same poll as a loss counts as lost; a
-/// body that finishes in the same poll as its bound runs out counts as finished (the bound is
-/// about hung work, not about safety).
+/// revocation next (the body is stopped as asked); a body that finishes in the same poll as its
+/// bound runs out counts as finished (the bound is about hung work, not about safety).
 pub(crate) async fn supervise<T>(
     body: impl Future<Output = T>,
     lost: Option<impl Future<Output = LockError>>,
+    revoked: Option<impl Future<Output = LockError>>,
     max_hold: Option<MaxHold<'_>>,
 ) -> Result<T, LockError> {
     let lost = async {
         match lost {
             Some(lost) => lost.await,
+            None => std::future::pending().await,
+        }
+    };
+    let revoked = async {
+        match revoked {
+            Some(revoked) => revoked.await,
             None => std::future::pending().await,
         }
     };
@@ -195,6 +242,10 @@ pub(crate) async fn supervise<T>(
     tokio::select! {
         biased;
         err = lost => Err(err),
+        err = revoked => {
+            warn!(%err, "revocation requested; stopped the work under the lock");
+            Err(err)
+        }
         out = body => Ok(out),
         () = over => {
             let bound = max_hold.expect("the bound ran out, so there is one");
@@ -219,6 +270,14 @@ impl Drop for Holding {
             });
         }
     }
+}
+
+/// Why a hold whose node was deleted by someone else is lost.
+fn deleted_reason(node_path: &str) -> String {
+    format!(
+        "its node {node_path} was deleted by someone else while it was held (an operator or a tool, not this holder); \
+         the next contender may already hold the lock"
+    )
 }
 
 fn loss_reason(health: &Health) -> &'static str {
@@ -326,7 +385,9 @@ impl LockGuard {
 
     /// Resolves with [`LockError::Lost`] once the lock can no longer be trusted: the session
     /// expired, or the connection has been down for the client's `loss_after`, well before
-    /// the server could expire the session and grant the lock elsewhere. Pending otherwise.
+    /// the server could expire the session and grant the lock elsewhere; or the hold's node was
+    /// deleted by someone else (an operator clearing the lock), which the hold learns from a
+    /// watch on its node as long as its session stays connected. Pending otherwise.
     ///
     /// # Cancel safety
     ///
@@ -413,15 +474,59 @@ impl LockGuard {
             since: self.acquired_at,
             bound,
         });
-        supervise(self.scope(fut), Some(self.lost()), bound).await
+        supervise(
+            self.scope(fut),
+            Some(self.lost()),
+            None::<std::future::Pending<LockError>>,
+            bound,
+        )
+        .await
+    }
+
+    /// Whether another process asked this holder to release the lock (see
+    /// [`revoked`](Self::revoked)).
+    pub fn is_revoked(&self) -> bool {
+        self.hold.is_revoked()
+    }
+
+    /// Resolves once another process asks this holder to release the lock: it wrote
+    /// `__REVOKE__` into the hold's node, as [`LockClient::revoke`](crate::LockClient::revoke),
+    /// `zklock revoke` and Curator's `Revoker.attemptRevoke` do. Pending otherwise, and for
+    /// good once the hold has ended.
+    ///
+    /// Revocation is a request, not enforcement: the lock stays held until this holder
+    /// releases it; what to do (finish quickly, stop, ignore it) is the holder's choice, as
+    /// with Curator's `RevocationListener`. [`run`](Self::run) does not stop on it; the
+    /// attribute does with `on_revoke = "abort"`. A revoked hold is not handed to another task
+    /// of this process on release: its node is deleted, so the revoker's turn comes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches, and a revocation is sticky, so a later call still sees one
+    /// that happened meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.mutex("ledger")?.acquire().await?;
+    /// tokio::select! {
+    ///     () = guard.revoked() => println!("asked to let go; releasing early"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn revoked(&self) {
+        self.hold.revoked().await
     }
 
     /// Asks the server whether the hold is still in place: the contender node exists and
     /// belongs to the live session. One round trip; useful right before an important write.
     ///
-    /// Errors: [`LockError::Lost`] when the hold was already reported lost,
-    /// [`LockError::NotHeld`] when the node is gone or owned by another session (an operator
-    /// deleted it, or the session ended), a connection error when the server cannot be asked.
+    /// Errors: [`LockError::Lost`] when the hold was already reported lost (also when the
+    /// hold's watch on its node has told of its deletion), [`LockError::NotHeld`] when the node
+    /// is gone or owned by another session (an operator deleted it, or the session ended), a connection error when the server cannot be asked.
     ///
     /// # Cancel safety
     ///
@@ -535,6 +640,23 @@ pub struct LossSignal {
     name: String,
     rx: watch::Receiver<Health>,
     losses_at_grant: u64,
+    /// The watch on the hold's node, if the signal belongs to a hold.
+    node: Option<NodeSignal>,
+}
+
+/// What a [`LossSignal`] follows of a hold's node.
+#[derive(Debug, Clone)]
+struct NodeSignal {
+    path: Arc<str>,
+    rx: watch::Receiver<NodeState>,
+    /// False once the watch is gone (the hold ended): its last state stays.
+    open: bool,
+}
+
+impl NodeSignal {
+    fn deleted(&self) -> bool {
+        self.rx.borrow().deleted
+    }
 }
 
 impl LossSignal {
@@ -550,12 +672,13 @@ impl LossSignal {
             name: name.to_owned(),
             rx,
             losses_at_grant: 0,
+            node: None,
         }
     }
 
     /// Whether the hold has been lost.
     pub fn is_lost(&self) -> bool {
-        self.rx.borrow().invalidates(self.losses_at_grant)
+        self.rx.borrow().invalidates(self.losses_at_grant) || self.node.as_ref().is_some_and(NodeSignal::deleted)
     }
 
     /// Resolves with [`LockError::Lost`] once the hold is lost; pending otherwise.
@@ -583,9 +706,32 @@ impl LossSignal {
                     reason: loss_reason(&health).into(),
                 };
             }
-            if self.rx.changed().await.is_err() {
-                // The session is gone together with every guard of it; nothing is held.
-                std::future::pending::<()>().await;
+            if let Some(node) = self.node.as_mut() {
+                if node.rx.borrow_and_update().deleted {
+                    return LockError::Lost {
+                        name: self.name.clone(),
+                        reason: deleted_reason(&node.path),
+                    };
+                }
+            }
+            let node = self.node.as_mut();
+            let node_changed = async move {
+                match node {
+                    Some(node) if node.open => {
+                        if node.rx.changed().await.is_err() {
+                            node.open = false;
+                        }
+                    }
+                    _ => std::future::pending().await,
+                }
+            };
+            let health = &mut self.rx;
+            tokio::select! {
+                changed = health.changed() => if changed.is_err() {
+                    // The session is gone together with every guard of it; nothing is held.
+                    std::future::pending::<()>().await;
+                },
+                () = node_changed => {}
             }
         }
     }

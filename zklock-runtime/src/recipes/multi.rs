@@ -392,7 +392,7 @@ impl MultiGuard {
     /// # Ok(()) }
     /// ```
     pub async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
-        self.supervised(fut, true, None).await
+        self.supervised(fut, true, false, None).await
     }
 
     /// Like [`run`](Self::run), and also stops `fut` once the locks have been held together for
@@ -413,15 +413,17 @@ impl MultiGuard {
     /// # Ok(()) }
     /// ```
     pub async fn run_for<F: Future>(&self, max_hold: Duration, fut: F) -> Result<F::Output, LockError> {
-        self.supervised(fut, true, Some(max_hold)).await
+        self.supervised(fut, true, false, Some(max_hold)).await
     }
 
     /// [`run`](Self::run) and [`run_for`](Self::run_for), and the attribute's variants of them:
-    /// stop on loss only if `abort_on_loss`.
+    /// stop on loss only if `abort_on_loss`, and on a revocation of any of the locks if
+    /// `abort_on_revoke` (with [`LockError::Revoked`]).
     pub(crate) async fn supervised<F: Future>(
         &self,
         fut: F,
         abort_on_loss: bool,
+        abort_on_revoke: bool,
         max_hold: Option<Duration>,
     ) -> Result<F::Output, LockError> {
         let first = &self.guards[0];
@@ -430,7 +432,45 @@ impl MultiGuard {
             since: self.acquired_at,
             bound,
         });
-        supervise(self.scope(fut), abort_on_loss.then(|| self.lost()), bound).await
+        let revoked = abort_on_revoke.then_some(async {
+            let waits = self.guards.iter().map(|g| {
+                Box::pin(async move {
+                    g.revoked().await;
+                    g.hold.revoked_error()
+                })
+            });
+            future::select_all(waits).await.0
+        });
+        supervise(self.scope(fut), abort_on_loss.then(|| self.lost()), revoked, bound).await
+    }
+
+    /// Whether another process asked for any of the locks (see [`LockGuard::revoked`]).
+    pub fn is_revoked(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_revoked)
+    }
+
+    /// Resolves once another process asks for any of the locks ([`LockGuard::revoked`]);
+    /// pending otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches, and a revocation is sticky.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let guard = client.multi_lock(["a", "b"])?.acquire().await?;
+    /// tokio::select! {
+    ///     () = guard.revoked() => println!("asked to let go"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn revoked(&self) {
+        let waits = self.guards.iter().map(|g| Box::pin(g.revoked()));
+        future::select_all(waits).await;
     }
 
     /// Asks the server whether every hold is still in place (see [`LockGuard::ensure_held`]);

@@ -1,0 +1,336 @@
+//! What a holder is told about its own node, against a real server: a revocation requested by
+//! another client (`LockClient::revoke`) and what a locked body does about it (`on_revoke`);
+//! the node deleted by someone else, which is a loss; and that watching the node adds no
+//! awaited round trip to an uncontended acquire and release.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{client, contenders, eventually, raw, server, session_of, watches_of, AppError};
+use zklock::{distributed_lock, zk, LockClient, LockError, RevokeOutcome};
+use zklock_testing::{FaultProxy, ZkServer};
+
+/// Generous bound for anything that should happen promptly on a loaded machine.
+const SOON: Duration = Duration::from_secs(20);
+
+/// A revocation by another client reaches the holder: `revoked()` resolves, the hold is still
+/// sound (a request, not a loss), and releasing it afterwards works and frees the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_reaches_the_holder_and_release_still_works() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let revoker = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let guard = holder.mutex("rv-basic").unwrap().acquire().await.unwrap();
+    assert!(!guard.is_revoked());
+
+    let outcome = revoker.revoke("rv-basic").await.unwrap();
+    assert_eq!(
+        outcome,
+        RevokeOutcome::Requested {
+            nodes: vec![guard.node_path().to_owned()]
+        }
+    );
+    tokio::time::timeout(SOON, guard.revoked())
+        .await
+        .expect("the holder never saw the revocation");
+    assert!(guard.is_revoked());
+    assert!(!guard.is_lost(), "a revocation is not a loss");
+    guard.ensure_held().await.expect("still held after the request");
+
+    guard.release().await.expect("release after a revocation");
+    assert!(contenders(&view, "/zklock/rv-basic").await.is_empty());
+    assert_eq!(holder.metrics().lost, 0);
+    // The lock is free again for anyone.
+    let next = revoker.mutex("rv-basic").unwrap().try_acquire().await.unwrap();
+    assert!(next.is_some(), "the lock stayed taken after its release");
+}
+
+/// Revoking a lock nobody holds says so: no directory at all, or a directory with no holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_lock_nobody_holds_says_so() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    assert_eq!(c.revoke("rv-never-used").await.unwrap(), RevokeOutcome::NoSuchLock);
+    // A directory that stays (persistent, so the server does not reap it) with nobody in it.
+    view.mkdir(
+        "/zklock/rv-empty",
+        &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.revoke("rv-empty").await.unwrap(), RevokeOutcome::NoHolder);
+}
+
+/// Only the holder is asked: a waiter's node is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_holders_are_asked() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let waiter = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let guard = holder.mutex("rv-waiter").unwrap().acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let lock = waiter.mutex("rv-waiter").unwrap();
+        async move { lock.acquire_timeout(SOON).await }
+    });
+    let queued = eventually(SOON, || async {
+        contenders(&view, "/zklock/rv-waiter").await.len() == 2
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+
+    let outcome = holder.revoke("rv-waiter").await.unwrap();
+    assert_eq!(
+        outcome,
+        RevokeOutcome::Requested {
+            nodes: vec![guard.node_path().to_owned()]
+        }
+    );
+    tokio::time::timeout(SOON, guard.revoked()).await.expect("holder asked");
+    drop(guard);
+    let next = waiting.await.unwrap().expect("the waiter is granted after the release");
+    assert!(!next.is_revoked(), "the waiter's own node was never asked");
+    next.release().await.unwrap();
+}
+
+async fn wait_forever() -> Result<(), AppError> {
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+#[distributed_lock("rv-abort", on_revoke = "abort", timeout = "10s", client = locks)]
+async fn stops_when_revoked(locks: &LockClient) -> Result<(), AppError> {
+    wait_forever().await
+}
+
+#[distributed_lock("rv-continue", timeout = "10s", client = locks)]
+async fn runs_on_when_revoked(
+    locks: &LockClient,
+    saw: tokio::sync::oneshot::Sender<()>,
+    proceed: tokio::sync::oneshot::Receiver<()>,
+) -> Result<u32, AppError> {
+    // Re-entered: the same hold as the body's, so its revocation is the body's.
+    let hold = locks.mutex("rv-continue")?.acquire().await?;
+    hold.revoked().await;
+    let _ = saw.send(());
+    let _ = proceed.await;
+    Ok(7)
+}
+
+/// `on_revoke = "abort"` stops the body at the request and returns `LockError::Revoked`, and
+/// the lock is released; the default (`"continue"`) lets the body run to its end after it saw
+/// the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_revoke_abort_stops_the_body_and_continue_runs_on() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let revoker = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+
+    let running = tokio::spawn({
+        let holder = holder.clone();
+        async move { stops_when_revoked(&holder).await }
+    });
+    let held = eventually(SOON, || async {
+        contenders(&view, "/zklock/rv-abort").await.len() == 1
+    })
+    .await;
+    assert!(held, "the body never took the lock");
+    assert!(matches!(
+        revoker.revoke("rv-abort").await.unwrap(),
+        RevokeOutcome::Requested { .. }
+    ));
+    let stopped = tokio::time::timeout(SOON, running)
+        .await
+        .expect("the body was not stopped")
+        .unwrap();
+    match stopped {
+        Err(AppError::Lock(LockError::Revoked { name })) => assert_eq!(name, "rv-abort"),
+        other => panic!("expected Revoked, got {other:?}"),
+    }
+    holder.flush().await;
+    assert!(
+        contenders(&view, "/zklock/rv-abort").await.is_empty(),
+        "the lock was not released"
+    );
+
+    let (saw_tx, saw_rx) = tokio::sync::oneshot::channel();
+    let (proceed_tx, proceed_rx) = tokio::sync::oneshot::channel();
+    let running = tokio::spawn({
+        let holder = holder.clone();
+        async move { runs_on_when_revoked(&holder, saw_tx, proceed_rx).await }
+    });
+    let held = eventually(SOON, || async {
+        contenders(&view, "/zklock/rv-continue").await.len() == 1
+    })
+    .await;
+    assert!(held, "the body never took the lock");
+    assert!(matches!(
+        revoker.revoke("rv-continue").await.unwrap(),
+        RevokeOutcome::Requested { .. }
+    ));
+    tokio::time::timeout(SOON, saw_rx)
+        .await
+        .expect("the body never saw the request")
+        .expect("the body was stopped before it could say it saw the request");
+    proceed_tx.send(()).unwrap();
+    let finished = tokio::time::timeout(SOON, running).await.unwrap().unwrap();
+    assert_eq!(finished.unwrap(), 7, "the body ran to its end");
+}
+
+/// An operator deletes the holder's node: the holder is told it lost the lock (with a message
+/// that says so), work under `run` is stopped, the next contender is granted, the release
+/// reports the loss, and the metrics count it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_deleted_by_someone_else_is_a_loss() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let waiter = client(&zk.connect_string()).await;
+    let operator = raw(&zk.connect_string()).await;
+    let guard = holder.mutex("rv-deleted").unwrap().acquire().await.unwrap();
+    let mut signal = guard.loss_signal();
+    let waiting = tokio::spawn({
+        let lock = waiter.mutex("rv-deleted").unwrap();
+        async move { lock.acquire_timeout(SOON).await }
+    });
+    let queued = eventually(SOON, || async {
+        contenders(&operator, "/zklock/rv-deleted").await.len() == 2
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+
+    let node = guard.node_path().to_owned();
+    let (ran, deleted) = tokio::join!(
+        tokio::time::timeout(SOON, guard.run(std::future::pending::<()>())),
+        operator.delete(&node, None)
+    );
+    deleted.expect("the operator's delete");
+    let err = ran
+        .expect("run() was not stopped")
+        .expect_err("run() must report the loss");
+    match &err {
+        LockError::Lost { name, reason } => {
+            assert_eq!(name, "rv-deleted");
+            assert!(reason.contains("deleted by someone else"), "{reason}");
+            assert!(reason.contains(&node), "{reason}");
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(guard.is_lost());
+    assert!(signal.is_lost());
+    let from_signal = tokio::time::timeout(SOON, signal.lost()).await.unwrap();
+    assert_eq!(from_signal, err);
+    let from_guard = tokio::time::timeout(SOON, guard.lost()).await.unwrap();
+    assert_eq!(from_guard, err);
+
+    let next = waiting.await.unwrap().expect("the next contender is granted");
+    assert!(!next.is_lost());
+    match guard.release().await {
+        Err(LockError::Lost { reason, .. }) => assert!(reason.contains("deleted by someone else")),
+        other => panic!("the release must report the loss, got {other:?}"),
+    }
+    assert_eq!(holder.metrics().lost, 1);
+    // The next holder's node is untouched by the old holder's release.
+    next.ensure_held().await.expect("the next holder still holds");
+    next.release().await.unwrap();
+}
+
+/// Our own release deletes the node too: that is never taken for a loss, for a guard released
+/// or dropped, and the node watch is gone with the hold (the server holds no watch on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_own_release_is_not_a_loss() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    for round in 0..20 {
+        let guard = c.mutex("rv-own").unwrap().acquire().await.unwrap();
+        let mut signal = guard.loss_signal();
+        if round % 2 == 0 {
+            guard.release().await.unwrap();
+        } else {
+            drop(guard);
+            c.flush().await;
+        }
+        assert!(!signal.is_lost(), "round {round}: our own release counted as a loss");
+        let late = tokio::time::timeout(Duration::from_millis(50), signal.lost()).await;
+        assert!(late.is_err(), "round {round}: {late:?}");
+    }
+    assert_eq!(c.metrics().lost, 0);
+    let session = session_of(&c);
+    let gone = eventually(SOON, || async {
+        !watches_of(&zk, &session)
+            .iter()
+            .any(|w| w.starts_with("/zklock/rv-own/"))
+    })
+    .await;
+    assert!(
+        gone,
+        "watches on released nodes remain: {:?}",
+        watches_of(&zk, &session)
+    );
+}
+
+/// The holder watches its node while it holds (the server lists the watch), and yet an
+/// uncontended acquire costs one round trip (the create) and acquire plus release about two
+/// (create, delete), not three: the watch request is pipelined, never awaited. Measured through
+/// a proxy that holds every chunk `LATENCY` each way, so a round trip is about `2 × LATENCY`.
+/// The proxy forwards a connection's chunks one after another, so the watch request, sent
+/// between the create's answer and the release's delete, delays the delete by one `LATENCY`
+/// (half a round trip) on its way; a network delays both at once. An awaited watch would cost
+/// a whole round trip in the acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watching_the_node_adds_no_round_trip() {
+    const LATENCY: Duration = Duration::from_millis(100);
+    // Containers reaped at the default pace: the directory stays between the acquisitions.
+    let zk = ZkServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let c = client(&proxy.connect_string()).await;
+    let lock = c.mutex("rv-cost").unwrap();
+    // Two lone grants make the directory known alone: from then on the grant needs no listing.
+    for _ in 0..3 {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let listed_before = c.metrics().granted_without_listing;
+    let session = session_of(&c);
+    let guard = lock.acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    let watched = eventually(SOON, || async { watches_of(&zk, &session).contains(&node) }).await;
+    assert!(
+        watched,
+        "the holder does not watch its node: {:?}",
+        watches_of(&zk, &session)
+    );
+    guard.release().await.unwrap();
+
+    proxy.set_latency(LATENCY);
+    let round_trip = 2 * LATENCY;
+    let (mut acquire, mut both) = (Duration::MAX, Duration::MAX);
+    for _ in 0..5 {
+        let started = Instant::now();
+        let guard = lock.acquire().await.unwrap();
+        acquire = acquire.min(started.elapsed());
+        guard.release().await.unwrap();
+        both = both.min(started.elapsed());
+    }
+    proxy.set_latency(Duration::ZERO);
+    assert!(
+        c.metrics().granted_without_listing >= listed_before + 5,
+        "the measured grants did not take the listing-free path"
+    );
+    println!("round trip {round_trip:?}: acquire {acquire:?}, acquire + release {both:?} (best of 5)");
+    assert!(
+        acquire >= round_trip - LATENCY / 2,
+        "faster than a round trip ({acquire:?}): the latency was not applied"
+    );
+    assert!(
+        acquire < round_trip + round_trip / 2,
+        "the acquire took {acquire:?}, more than one round trip of {round_trip:?}"
+    );
+    assert!(
+        both < 2 * round_trip + 3 * round_trip / 4,
+        "acquire + release took {both:?}, three round trips of {round_trip:?} or more"
+    );
+    assert_eq!(c.metrics().lost, 0);
+}
