@@ -4,7 +4,7 @@
 // the same ZooKeeper server, so that a real InterProcessMutex / InterProcessReadWriteLock /
 // InterProcessSemaphoreV2 takes part in the same queue, and a real LeaderLatch in the same
 // election. Every command is answered with exactly one line; lock events (ACQUIRED, TIMEOUT,
-// RELEASED, ERROR) and latch events (IS_LEADER, NOT_LEADER) are printed when they happen, so
+// RELEASED, REVOKED, ERROR) and latch events (IS_LEADER, NOT_LEADER) are printed when they happen, so
 // acquires and elections never block the command loop.
 //
 // Protocol (one command per line, words separated by spaces):
@@ -19,6 +19,14 @@
 //                                                     <path>/leases/...)
 //   release <id>                                   -> (later) RELEASED <id> (a semaphore returns
 //                                                     its lease)
+//   revocable <id>                                 -> OK <id>; mutex <id> is made revocable
+//                                                     (makeRevocable, before acquiring): when a
+//                                                     revocation of its hold is requested, it
+//                                                     prints (later) REVOKED <id>, and keeps the
+//                                                     lock until released
+//   revoke <nodePath>                              -> REVOKE_SENT <nodePath>: Revoker.attemptRevoke
+//                                                     (writes __REVOKE__ into the node; a node
+//                                                     that is gone is not an error)
 //   latch <id> <path> [<participantId>]            -> (later) OK <id> <nodePath>, once the latch has
 //                                                     created its node (or ERROR <id> after 30 s)
 //                                                     A LeaderLatch(client, path, participantId,
@@ -71,6 +79,8 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.locks.RevocationListener;
+import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.curator.utils.ZKPaths;
 
@@ -122,7 +132,7 @@ public final class CuratorPeer {
     private static final long LATCH_NODE_WAIT_MS = 30_000;
     /** Commands whose second word is the id of a lock or latch, which their errors carry. */
     private static final List<String> ID_COMMANDS = Arrays.asList("mutex", "rwlock", "semaphore", "acquire",
-            "release", "latch", "latch-close", "latch-has", "latch-leader", "latch-participants");
+            "release", "revocable", "latch", "latch-close", "latch-has", "latch-leader", "latch-participants");
     private static Method lockPathMethod;
 
     static synchronized void say(String line) {
@@ -235,6 +245,25 @@ public final class CuratorPeer {
                         : new Contender(w[1], null, new InterProcessReadWriteLock(client(), w[2]));
                 CONTENDERS.put(w[1], c);
                 say("OK " + w[1]);
+                return true;
+            }
+            case "revocable": {
+                need(w, 2, "revocable <id>");
+                Contender c = CONTENDERS.get(w[1]);
+                if (c == null || c.mutex == null) {
+                    say("ERROR " + w[1] + " no mutex with that id");
+                    return true;
+                }
+                final String id = c.id;
+                RevocationListener<InterProcessMutex> listener = lock -> say("REVOKED " + id);
+                c.mutex.makeRevocable(listener);
+                say("OK " + w[1]);
+                return true;
+            }
+            case "revoke": {
+                need(w, 2, "revoke <nodePath>");
+                Revoker.attemptRevoke(client(), w[1]);
+                say("REVOKE_SENT " + w[1]);
                 return true;
             }
             case "semaphore": {

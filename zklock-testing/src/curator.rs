@@ -120,6 +120,12 @@ pub enum PeerEvent {
         /// The lock id.
         id: String,
     },
+    /// `REVOKED <id>`: the revocation listener of mutex `id` (made revocable with
+    /// [`CuratorPeer::make_revocable`]) was called: someone asked for its hold. It still holds.
+    Revoked {
+        /// The lock id.
+        id: String,
+    },
     /// `IS_LEADER <id>`: Curator called `isLeader()` on latch `id`'s listener; it leads now.
     IsLeader {
         /// The latch id.
@@ -154,6 +160,7 @@ impl PeerEvent {
             },
             (Some("TIMEOUT"), Some(id)) => PeerEvent::Timeout { id: id.to_owned() },
             (Some("RELEASED"), Some(id)) => PeerEvent::Released { id: id.to_owned() },
+            (Some("REVOKED"), Some(id)) => PeerEvent::Revoked { id: id.to_owned() },
             (Some("IS_LEADER"), Some(id)) => PeerEvent::IsLeader { id: id.to_owned() },
             (Some("NOT_LEADER"), Some(id)) => PeerEvent::NotLeader { id: id.to_owned() },
             (Some("ERROR"), Some(id)) => PeerEvent::Error {
@@ -170,6 +177,7 @@ impl PeerEvent {
             PeerEvent::Acquired { id, .. }
             | PeerEvent::Timeout { id }
             | PeerEvent::Released { id }
+            | PeerEvent::Revoked { id }
             | PeerEvent::IsLeader { id }
             | PeerEvent::NotLeader { id }
             | PeerEvent::Error { id, .. } => Some(id),
@@ -425,7 +433,7 @@ impl CuratorPeer {
     pub async fn wait_acquired(&self, id: &str, within: Duration) -> Result<String, PeerError> {
         let event = self
             .wait_event(&format!("acquire outcome for {id}"), within, |e| {
-                e.id() == Some(id) && !matches!(e, PeerEvent::Released { .. })
+                e.id() == Some(id) && !matches!(e, PeerEvent::Released { .. } | PeerEvent::Revoked { .. })
             })
             .await
             .and_then(fail_on_error)?;
@@ -457,6 +465,46 @@ impl CuratorPeer {
         self.wait_event(&format!("release of {id}"), Duration::from_secs(30), |e| {
             matches!(e, PeerEvent::Released { id: i } if i == id)
                 || matches!(e, PeerEvent::Error { id: i, .. } if i == id)
+        })
+        .await
+        .and_then(fail_on_error)
+        .map(drop)
+    }
+
+    /// Makes mutex `id` revocable (Curator's `makeRevocable`; call it before acquiring): a
+    /// revocation of its hold then shows as [`PeerEvent::Revoked`], see
+    /// [`wait_revoked`](Self::wait_revoked).
+    pub async fn make_revocable(&self, id: &str) -> Result<(), PeerError> {
+        check_word(id)?;
+        self.send(&format!("revocable {id}"))?;
+        let ok = format!("OK {id}");
+        self.wait_event(&format!("OK for revocable {id}"), Duration::from_secs(30), |e| {
+            matches!(e, PeerEvent::Line(l) if *l == ok) || matches!(e, PeerEvent::Error { id: i, .. } if i == id)
+        })
+        .await
+        .and_then(fail_on_error)
+        .map(drop)
+    }
+
+    /// Waits up to `within` for mutex `id`'s revocation listener to be called.
+    pub async fn wait_revoked(&self, id: &str, within: Duration) -> Result<(), PeerError> {
+        self.wait_event(
+            &format!("revocation of {id}"),
+            within,
+            |e| matches!(e, PeerEvent::Revoked { id: i } if i == id),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Asks the holder of `node_path` to release it, as Curator does it
+    /// (`Revoker.attemptRevoke`: `__REVOKE__` written into the node).
+    pub async fn revoke(&self, node_path: &str) -> Result<(), PeerError> {
+        check_word(node_path)?;
+        self.send(&format!("revoke {node_path}"))?;
+        let sent = format!("REVOKE_SENT {node_path}");
+        self.wait_event(&format!("revoke of {node_path}"), Duration::from_secs(30), |e| {
+            matches!(e, PeerEvent::Line(l) if *l == sent) || matches!(e, PeerEvent::Error { id, .. } if id == "-")
         })
         .await
         .and_then(fail_on_error)
