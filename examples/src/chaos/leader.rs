@@ -344,9 +344,9 @@ impl Observed {
         }
     }
 
-    /// Whether a member other than `target` was told it leads at or after `from`.
-    fn other_gained_since(&self, from: u64, target: usize) -> bool {
-        self.terms.iter().any(|t| t.member != target && t.gained_ns >= from)
+    /// Whether some member was told it leads at or after `from`.
+    fn gained_since(&self, from: u64) -> bool {
+        self.terms.iter().any(|t| t.gained_ns >= from)
     }
 
     fn term_ended(&self, token: Token) -> bool {
@@ -508,8 +508,8 @@ impl Run<'_> {
 
     /// The leader: the open term with the highest token among the members' current lives,
     /// confirmed by the group's leader node in ZooKeeper. `None` if none is found, other than
-    /// `not`, within `within`.
-    fn find_leader(&self, not: Option<usize>, within: Duration) -> Option<(usize, Token)> {
+    /// the term `not`, within `within`.
+    fn find_leader(&self, not: Option<Token>, within: Duration) -> Option<(usize, Token)> {
         let deadline = Instant::now() + within;
         loop {
             let reported = {
@@ -520,7 +520,7 @@ impl Run<'_> {
                     .max_by_key(|t| t.token)
                     .map(|t| (t.member, t.token))
             };
-            if let Some((member, token)) = reported.filter(|(m, _)| Some(*m) != not) {
+            if let Some((member, token)) = reported.filter(|(_, t)| Some(*t) != not) {
                 let node = self
                     .rt
                     .block_on(async { tokio::time::timeout(Duration::from_secs(2), self.election.leader()).await });
@@ -577,7 +577,7 @@ impl Run<'_> {
                 self.members[m].send("shutdown");
                 let from = record.injected_ns;
                 let done = self.wait_until(bound, |o| {
-                    o.handovers.iter().any(|&(who, at)| who == m && at >= from) && o.other_gained_since(from, m)
+                    o.handovers.iter().any(|&(who, at)| who == m && at >= from) && o.gained_since(from)
                 });
                 record.healed_ns = self
                     .shared
@@ -614,7 +614,7 @@ impl Run<'_> {
                 }
                 let from = record.injected_ns;
                 // Healed once another member leads (its session expired) and it saw its loss.
-                let expired = self.wait_until(expiry, |o| o.other_gained_since(from, m) && o.term_ended(token));
+                let expired = self.wait_until(expiry, |o| o.gained_since(from) && o.term_ended(token));
                 for proxy in &self.members[m].proxies {
                     proxy.pass();
                 }
@@ -635,7 +635,7 @@ impl Run<'_> {
                 record.injected_ns = now_ns();
                 self.members[m].signal(libc::SIGSTOP);
                 let from = record.injected_ns;
-                let expired = self.wait_until(expiry, |o| o.other_gained_since(from, m));
+                let expired = self.wait_until(expiry, |o| o.gained_since(from));
                 // Past the session timeout in any case.
                 let past = Duration::from_millis(ms_between(from, now_ns()));
                 if past < st {
@@ -760,9 +760,9 @@ pub fn run_leader(config: &LeaderConfig) -> Result<LeaderOutcome, BoxError> {
         for kind in kinds {
             let record = run.inject(kind)?;
             run.say(format!("{}: {}", kind.name(), record.note));
-            let target = record.target;
+            let hit = record.leader_token.filter(|_| kind.targets_leader());
             faults.push(record);
-            match run.find_leader(target, config.leader_bound()) {
+            match run.find_leader(hit, config.leader_bound()) {
                 Some((m, token)) => run.say(format!("m{m} leads with token {token}")),
                 None => run.say("NO leader within the bound"),
             }
