@@ -1,5 +1,6 @@
 //! `zklock exec`: runs a command while holding a lock (or a lease of a semaphore, or the
-//! leadership of an election group), and stops the command when that is lost.
+//! leadership of an election group), and stops the command when that is lost or revoked
+//! (another process asked for it: exit code 123, next to 125 for a loss).
 //!
 //! The command is a child of this process and stays in its process group, so an interactive
 //! command keeps its terminal; its standard streams are this process's. SIGINT, SIGTERM and
@@ -20,7 +21,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 use zklock_runtime::{FencingToken, Leadership, LockClient, LockError, LockGuard, MAX_IDENTITY_LEN};
 
-use crate::{Failure, EXIT_CANNOT_EXECUTE, EXIT_FAILED, EXIT_LOCK_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND};
+use crate::{
+    Failure, EXIT_CANNOT_EXECUTE, EXIT_FAILED, EXIT_LOCK_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND, EXIT_REVOKED,
+};
 
 /// `zklock exec NAME [--wait D] [--semaphore N | --leader [--participant-id ID]] [--grace D]
 /// -- CMD ARGS...`
@@ -127,6 +130,15 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.lost().await,
             Held::Leader(leadership) => leadership.lost().await,
+        }
+    }
+
+    /// Resolves once another process asks for the lock (revocation); pending otherwise, and
+    /// always for a leader (an election group cannot be revoked).
+    async fn revoked(&self) {
+        match self {
+            Held::Lock(guard) => guard.revoked().await,
+            Held::Leader(_) => std::future::pending().await,
         }
     }
 
@@ -254,24 +266,40 @@ fn not_started(program: &OsStr, err: io::Error) -> Failure {
     }
 }
 
+/// Why CMD is being stopped.
+enum Stop {
+    Lost(LockError),
+    Revoked,
+}
+
 /// Waits for CMD to exit, passing signals on to it; stops it when the lock (or leadership) is
-/// lost.
+/// lost, or when another process asks for it (revocation).
 async fn supervise(child: &mut Child, held: &Held, signals: &mut Signals, args: &ExecArgs) -> Result<u8, Failure> {
     let lost = held.lost();
     tokio::pin!(lost);
+    let revoked = held.revoked();
+    tokio::pin!(revoked);
     // Loss first: a command that exits as the grant is lost counts as stopped, since it may
     // have done its last work after the loss.
-    let err = loop {
+    let stop = loop {
         tokio::select! {
             biased;
-            err = &mut lost => break err,
+            err = &mut lost => break Stop::Lost(err),
+            () = &mut revoked => break Stop::Revoked,
             status = child.wait() => return exit_code(status),
             (signal, _) = signals.next() => pass_on(child, signal),
         }
     };
+    let (code, why) = match stop {
+        Stop::Lost(err) => (EXIT_LOCK_LOST, err.to_string()),
+        Stop::Revoked => (
+            EXIT_REVOKED,
+            format!("{} was revoked: another process asked for it", args.grant()),
+        ),
+    };
 
     let grace = humantime::format_duration(args.grace);
-    eprintln!("zklock: {err}; sending the command SIGTERM, and SIGKILL in {grace} if it has not exited");
+    eprintln!("zklock: {why}; sending the command SIGTERM, and SIGKILL in {grace} if it has not exited");
     pass_on(child, Signal::TERM);
     let deadline = Instant::now() + args.grace;
     let mut killed = false;
@@ -295,9 +323,13 @@ async fn supervise(child: &mut Child, held: &Held, signals: &mut Signals, args: 
         },
         Err(err) => format!("waiting for it failed: {err}"),
     };
+    let because = match code {
+        EXIT_REVOKED => "revoked",
+        _ => "lost",
+    };
     Err(Failure {
-        code: EXIT_LOCK_LOST,
-        message: format!("the command was stopped because {} was lost; {how}", args.grant()),
+        code,
+        message: format!("the command was stopped because {} was {because}; {how}", args.grant()),
     })
 }
 

@@ -5,6 +5,7 @@
 //! zklock --zk zk1:2181 locks [--prefix inventory:]
 //! zklock --zk zk1:2181 show inventory:42
 //! zklock --zk zk1:2181 watch inventory:42
+//! zklock --zk zk1:2181 revoke inventory:42
 //! zklock --zk zk1:2181 jobs [list]
 //! zklock --zk zk1:2181 jobs history nightly-report
 //! zklock --zk zk1:2181 jobs pause|resume|trigger nightly-report
@@ -17,8 +18,11 @@
 //! `--timeout` (how long to wait for ZooKeeper), `--session-timeout`, and for secured ensembles
 //! `--tls-ca FILE` (with `--tls-cert FILE --tls-key FILE` for a client certificate) and `--sasl
 //! user:password` (DIGEST-MD5). Exit codes: 0 done; 1 ZooKeeper refused a request; 2 bad
-//! arguments; 3 ZooKeeper cannot be reached; 4 no such lock (`show`) or job (`jobs reset`,
-//! `jobs remove`).
+//! arguments; 3 ZooKeeper cannot be reached; 4 no such lock (`show`, `revoke`), nobody holds it
+//! (`revoke`), or no such job (`jobs reset`, `jobs remove`).
+//!
+//! `revoke` asks the holders of a lock to release it (Curator's revocation: `__REVOKE__` is
+//! written into each holder node); holders that listen are told, nothing is enforced.
 //!
 //! `exec` runs CMD (directly, not through a shell) while holding the mutex NAME, or one lease
 //! of the semaphore NAME with `--semaphore N`, or, with `--leader`, while leading the election
@@ -29,8 +33,9 @@
 //! wait with 128 + N). When the lock or leadership is lost while CMD runs, CMD gets SIGTERM,
 //! then SIGKILL after `--grace`. It exits with CMD's exit code, or 128 + N when CMD died of
 //! signal N; 124 when the lock or leadership was not acquired within `--wait`; 125 when it was
-//! lost while CMD ran and CMD was stopped; 126 when CMD could not be executed; 127 when CMD was
-//! not found; before CMD starts, with the codes above (1, 2, 3).
+//! lost while CMD ran and CMD was stopped; 123 when a revocation was requested while CMD ran
+//! and CMD was stopped the same way (the lock was sound until then); 126 when CMD could not be
+//! executed; 127 when CMD was not found; before CMD starts, with the codes above (1, 2, 3).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -38,7 +43,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use zklock_runtime::{LockClient, LockError, LockView, QueuedNode, TlsConfig};
+use zklock_runtime::{LockClient, LockError, LockView, QueuedNode, RevokeOutcome, TlsConfig};
 
 mod exec;
 mod jobs;
@@ -50,6 +55,9 @@ const EXIT_UNREACHABLE: u8 = 3;
 /// Exit code: `show` named a lock that has no directory, or `jobs reset|remove` a job that does
 /// not exist.
 const EXIT_NO_SUCH_LOCK: u8 = 4;
+/// Exit code of `exec`: a revocation of the lock was requested while the command ran, and the
+/// command was stopped (as on a loss, but the lock was sound until then).
+const EXIT_REVOKED: u8 = 123;
 /// Exit code of `exec`: the lock was not acquired within `--wait`; the command did not run.
 const EXIT_NOT_ACQUIRED: u8 = 124;
 /// Exit code of `exec`: the lock was lost while the command ran, and the command was stopped.
@@ -140,6 +148,12 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
     },
+    /// Ask the holders of a lock to release it: write `__REVOKE__` into each holder node
+    /// (Curator's revocation). Holders that listen are told; nothing is enforced.
+    Revoke {
+        /// The lock name.
+        name: String,
+    },
     /// The singleton jobs: list them (the default), read a job's history, pause, resume or
     /// trigger it on every node, reset or remove it.
     Jobs {
@@ -163,12 +177,13 @@ CMD sees in its environment:
 
 SIGINT, SIGTERM and SIGHUP sent to zklock are passed on to CMD; zklock then waits for CMD.
 Received while zklock still waits for the lock, they end the wait (exit code 128+N) and CMD
-does not run. When the lock (or leadership) is lost while CMD runs, CMD gets SIGTERM, then
-SIGKILL after --grace.
+does not run. When the lock (or leadership) is lost while CMD runs, or a revocation of the lock is
+requested (zklock revoke, Curator's Revoker), CMD gets SIGTERM, then SIGKILL after --grace.
 
 Exit codes:
   CMD's own   CMD exited
   128+N       CMD died of signal N
+  123         a revocation of the lock was requested while CMD ran, and CMD was stopped
   124         the lock (or leadership) was not acquired within --wait (CMD did not run)
   125         the lock (or leadership) was lost while CMD ran, and CMD was stopped
   126         CMD could not be executed
@@ -224,6 +239,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     let outcome = match &cli.command {
         Command::Locks { prefix } => locks(&client, prefix, cli.json).await.map(|()| 0),
         Command::Show { name } => show(&client, name, cli.json).await.map(|()| 0),
+        Command::Revoke { name } => revoke(&client, name, cli.json).await.map(|()| 0),
         Command::Watch { name, count } => watch(&client, name, *count, cli.json).await.map(|()| 0),
         Command::Jobs { action } => jobs::run(&client, action.as_ref().unwrap_or(&jobs::JobsAction::List), cli.json)
             .await
@@ -348,6 +364,37 @@ async fn show(client: &LockClient, name: &str, as_json: bool) -> Result<(), Fail
             ),
         }),
     }
+}
+
+/// `revoke NAME`: asks the holders to release; exit 4 when there is no lock or no holder.
+async fn revoke(client: &LockClient, name: &str, as_json: bool) -> Result<(), Failure> {
+    let no_such_lock = || Failure {
+        code: EXIT_NO_SUCH_LOCK,
+        message: format!(
+            "no lock {name:?} under {} (no one holds or waits for it)",
+            client.namespace()
+        ),
+    };
+    let (outcome, nodes, refusal) = match client.revoke(name).await? {
+        RevokeOutcome::Requested { nodes } => ("requested", nodes, None),
+        RevokeOutcome::NoHolder => (
+            "no_holder",
+            Vec::new(),
+            Some(Failure {
+                code: EXIT_NO_SUCH_LOCK,
+                message: format!("nobody holds {name:?}: there is no holder to ask"),
+            }),
+        ),
+        _ => ("no_such_lock", Vec::new(), Some(no_such_lock())),
+    };
+    if as_json {
+        println!("{}", json!({ "name": name, "outcome": outcome, "nodes": nodes }));
+    } else {
+        for node in &nodes {
+            println!("asked the holder of {node} to release {name}");
+        }
+    }
+    refusal.map_or(Ok(()), Err)
 }
 
 async fn watch(client: &LockClient, name: &str, count: Option<u64>, as_json: bool) -> Result<(), Failure> {

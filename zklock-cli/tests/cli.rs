@@ -467,3 +467,51 @@ async fn jobs_lists_records_it_cannot_read_or_date() {
         "{text}"
     );
 }
+
+/// `zklock revoke NAME` writes the request into the holder's node (the holder sees it), in
+/// text and JSON; a lock nobody holds, or that does not exist, exits 4 and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_asks_the_holder_and_says_when_nobody_holds() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let raw = raw(&zk).await;
+    let holder = LockClient::connect(&zk).await.unwrap();
+    let guard = holder.mutex("exports").unwrap().acquire().await.unwrap();
+
+    let out = zklock(&zk, &["revoke", "exports"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("asked the holder of {} to release exports", guard.node_path())),
+        "{text}"
+    );
+    tokio::time::timeout(SOON, guard.revoked())
+        .await
+        .expect("the holder was asked");
+    let (data, _) = raw.get_data(guard.node_path()).await.unwrap();
+    assert_eq!(data, b"__REVOKE__");
+
+    let answer = json_of(&zklock(&zk, &["revoke", "exports", "--json"]));
+    assert_eq!(answer["outcome"], "requested");
+    assert_eq!(answer["nodes"][0], guard.node_path());
+    guard.release().await.unwrap();
+
+    // A directory that stays (persistent, never reaped) with nobody in it.
+    raw.mkdir(
+        "/zklock/idle",
+        &zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    let out = zklock(&zk, &["revoke", "idle"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nobody holds \"idle\""));
+    let out = zklock(&zk, &["revoke", "idle", "--json"]);
+    assert_eq!(out.status.code(), Some(4));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["outcome"], "no_holder");
+
+    let out = zklock(&zk, &["revoke", "never-used"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no lock \"never-used\""));
+}

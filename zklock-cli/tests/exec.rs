@@ -478,6 +478,43 @@ async fn a_lost_lock_stops_the_command_with_sigterm() {
     go(dir.path());
 }
 
+/// Another process asks for the lock (`zklock revoke`) while the command runs: the command
+/// gets SIGTERM as on a loss, and `zklock exec` exits with 123, saying the lock was revoked;
+/// the lock is released, and `revoke` then finds nobody to ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_stops_the_command_with_sigterm() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let raw = raw(&zk).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        r#"trap 'echo term > "$DIR/term"; exit 0' TERM; echo "$$" > "$DIR/started"; {WAIT_GO}; touch "$DIR/finished""#
+    );
+    let run = Running::start(&mut exec_sh(&zk, dir.path(), "revocable", &[], &script));
+    file(&dir.path().join("started")).await;
+
+    let revoked = zklock(&zk, dir.path(), &["revoke", "revocable"]).output().unwrap();
+    assert_eq!(
+        revoked.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&revoked.stderr)
+    );
+    let stopped = run.finish().await;
+    stopped.assert_exit(123);
+    assert_eq!(std::fs::read_to_string(dir.path().join("term")).unwrap(), "term\n");
+    assert!(!dir.path().join("finished").exists(), "the command ran to its end");
+    assert!(
+        stopped
+            .stderr
+            .contains("the command was stopped because lock \"revocable\" was revoked; it exited with code 0"),
+        "{}",
+        stopped.stderr
+    );
+    assert!(children(&raw, "/zklock/revocable", 0).await.is_empty());
+    go(dir.path());
+}
+
 /// A command that ignores SIGTERM is killed once `--grace` has passed after the loss; `zklock
 /// exec` still exits with 125.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
