@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{cancellation_storm, client, eventually, raw, Rng};
+use support::{cancellation_storm, client, eventually, raw, requests_received, Rng};
 use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
 use zklock_testing::FaultProxy;
 
@@ -497,4 +497,77 @@ async fn the_fast_path_remembers_as_many_directories_as_configured() {
         );
         c.close().await;
     }
+}
+
+/// A lone holder's grant and release cost the server two requests (the create and the delete)
+/// and nothing more: no listing is sent, not even one pipelined behind the create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_grant_and_release_send_two_requests() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let lock = c.mutex("two-requests").unwrap();
+    let base = warm_up(&lock, &c).await;
+    let session = c.session_id().unwrap();
+    let rounds = 50u64;
+    let before = requests_received(&zk, session);
+    for _ in 0..rounds {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let sent = requests_received(&zk, session) - before;
+    assert_eq!(fast(&c) - base, rounds, "every grant took the fast path");
+    // A ping or two may come in between (one every third of the 4 s session).
+    assert!(
+        (2 * rounds..2 * rounds + 5).contains(&sent),
+        "{sent} requests for {rounds} lone grants and releases"
+    );
+}
+
+/// Where ZooKeeper 3.8 keeps a child name in a directory of few children: a Java `HashSet`
+/// of 8 buckets, listed bucket by bucket. A name in the last bucket is listed after almost
+/// any other.
+fn java_bucket(name: &str) -> u32 {
+    let h = name
+        .encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32)) as u32;
+    (h ^ (h >> 16)) & 7
+}
+
+/// Tries that list the directory with an older holder's node in it, give up and delete their
+/// own node never leave the directory looking alone: the server lists children in no
+/// particular order, so ours often comes first, and that must not count as alone while
+/// another node is there. Every try after them still lists and still finds the holder. (The
+/// holder's node is chosen to be listed last, so that ours is listed first in most tries.)
+#[tokio::test]
+async fn giving_up_behind_an_older_holder_never_proves_the_directory_alone() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let admin = raw(&zk.connect_string()).await;
+    let lock = c.mutex("older").unwrap();
+    let base = warm_up(&lock, &c).await;
+    let mut holder = None;
+    for candidate in 0..64 {
+        let prefix = format!("/zklock/older/_c_{candidate:08x}-lock-");
+        let (_, seq) = admin.create(&prefix, b"", &sequential()).await.unwrap();
+        let node = format!("{prefix}{seq}");
+        if java_bucket(node.rsplit('/').next().unwrap()) == 7 {
+            holder = Some(node);
+            break;
+        }
+        admin.delete(&node, None).await.unwrap();
+    }
+    let holder = holder.expect("one of 64 names falls in the last bucket");
+    for attempt in 0..16 {
+        let granted = lock.try_acquire().await.unwrap();
+        assert!(granted.is_none(), "try {attempt} was granted past an older holder");
+        c.flush().await;
+    }
+    assert_eq!(fast(&c), base, "no try may skip the listing");
+    admin.delete(&holder, None).await.unwrap();
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .expect("free again")
+        .release()
+        .await
+        .unwrap();
 }

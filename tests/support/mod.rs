@@ -79,6 +79,20 @@ pub async fn session_is_open(server: &ZkServer, session: i64) -> bool {
     dump.contains(&format!("sid=0x{session:x}"))
 }
 
+/// How many requests the server has received on `session`'s connection, from its `cons`
+/// report (`recved=`; pings count too).
+pub fn requests_received(server: &ZkServer, session: i64) -> u64 {
+    let dump = tokio::task::block_in_place(|| server.four_letter_word("cons")).expect("cons answers");
+    let line = dump
+        .lines()
+        .find(|l| l.contains(&format!("sid=0x{session:x}")))
+        .unwrap_or_else(|| panic!("session {session:#x} has no connection: {dump}"));
+    let count = line.split("recved=").nth(1).and_then(|rest| rest.split(',').next());
+    count
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no request count in {line}"))
+}
+
 /// Polls `cond` every 20 ms until it holds or `within` passes; returns whether it held.
 pub async fn eventually<F, Fut>(within: Duration, mut cond: F) -> bool
 where

@@ -8,11 +8,13 @@
 //! - The node's data set to [`REVOKE_MESSAGE`]: another process asks the holder to release
 //!   (Curator's revocation, `Revoker.attemptRevoke`). A request, never enforced.
 //!
-//! The watch costs no round trip on the acquire path: its request (`getData` with a watch) is
-//! sent right after the grant and its answer is awaited by a task of the session's runtime, not
-//! by the acquirer. ZooKeeper answers a session's requests in order, so a release's delete,
-//! sent later, is answered after it and waits for nothing more. The hold is marked released
-//! before that delete is sent, so the deletion it causes is never taken for someone else's.
+//! The watch costs a short hold nothing: its request (`getData` with a watch) is sent only once
+//! the hold has lasted [`ARM_AFTER`], by a task of the session's runtime, never by the acquirer.
+//! An uncontended acquire and release stay at two requests, the create and the delete; a hold
+//! that lasts is told of a deletion or a revocation within `ARM_AFTER` and a round trip (the
+//! first read of the node tells what happened before it). The hold is marked released before
+//! its release's delete is sent, so the deletion it causes is never taken for someone else's,
+//! whichever of the two reaches the server first.
 //!
 //! The watch is set again after every event while the hold lasts, and followed to its event
 //! once the hold ends (the release's delete fires it). After a connection loss it
@@ -23,6 +25,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::task::noop_waker_ref;
 use tokio::sync::watch;
@@ -31,6 +34,10 @@ use zookeeper_client as zk;
 
 use crate::connection::session::Session;
 use crate::error::{is_session_over, is_transient};
+
+/// How long a hold lasts before its node is watched. Most critical sections are shorter and
+/// never pay the request; a deletion or revocation before it is seen by the first read.
+pub(crate) const ARM_AFTER: Duration = Duration::from_millis(100);
 
 /// What a revoker writes into a holder's node: Curator's `LockInternals.REVOKE_MESSAGE`.
 pub(crate) const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
@@ -54,8 +61,8 @@ pub(crate) struct OwnNode {
 }
 
 impl OwnNode {
-    /// Starts watching `node_path`, granted in `session`: the request goes out now and is
-    /// answered in the background.
+    /// Starts watching `node_path`, granted in `session`, once the hold has lasted
+    /// [`ARM_AFTER`]; a hold that ends before sends nothing.
     pub fn watch(session: &Arc<Session>, node_path: &str) -> OwnNode {
         let (state, _) = watch::channel(NodeState::default());
         let state = Arc::new(state);
@@ -63,14 +70,18 @@ impl OwnNode {
         if session.runtime_gone() {
             return own; // nothing will answer; the hold is reported lost by its session
         }
-        let Some(answer) = arm(session, node_path) else {
-            return own;
-        };
         let (session, path) = (session.clone(), node_path.to_owned());
-        session
-            .runtime
-            .clone()
-            .spawn(async move { follow(&session, &path, &state, answer).await });
+        session.runtime.clone().spawn(async move {
+            let mut ended = state.subscribe();
+            tokio::select! {
+                _ = tokio::time::sleep(ARM_AFTER) => {}
+                // Released (or the watch dropped) first: nothing to watch.
+                _ = ended.wait_for(|s| s.released) => return,
+            }
+            if let Some(answer) = arm(&session, &path) {
+                follow(&session, &path, &state, answer).await;
+            }
+        });
         own
     }
 
