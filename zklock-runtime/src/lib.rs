@@ -23,8 +23,10 @@
 //! - `engine/`: the lock core. `queue.rs` (the ZooKeeper recipe every lock kind shares),
 //!   `rules.rs` (the lock kinds and the rule each judges the queue by), `local_queue.rs`
 //!   (in-process waiters and node handoff), `reentrancy.rs` (the call scope a hold re-enters
-//!   in), `guard.rs` (owned guards, the loss signal, `max_hold`), `own_node.rs` (a hold's
-//!   watch on its node: deleted by someone else, revocation requested), `token.rs` (fencing tokens),
+//!   in), `guard.rs` (the hold and its owned guard), `loss.rs` (the loss signal and the
+//!   supervision of work under a hold: loss, revocation, `max_hold`), `own_node.rs` (a lasting
+//!   hold's watch on its node: deleted by someone else, revocation requested), `token.rs`
+//!   (fencing tokens),
 //!   `alone.rs` (the uncontended fast path), `cleanup.rs` (the one delete path).
 //! - `recipes/`: built on the core, in Curator's layouts: `semaphore.rs` (leases),
 //!   `multi.rs` (several locks taken together in one order), `leader.rs` (leader election,
@@ -59,7 +61,8 @@ pub use client::{LockClient, LockClientBuilder};
 pub use connection::secure::TlsConfig;
 pub use connection::session::SessionStatus;
 pub use engine::alone::DEFAULT_FAST_PATH_DIRS;
-pub use engine::guard::{LockGuard, LossSignal, OnLost};
+pub use engine::guard::LockGuard;
+pub use engine::loss::{LossSignal, OnLost};
 #[allow(deprecated)]
 pub use engine::reentrancy::fencing_token;
 pub use engine::reentrancy::{current_fencing_token, current_fencing_token_for, current_loss_signal};

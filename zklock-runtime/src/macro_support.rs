@@ -52,7 +52,7 @@ use crate::recipes::multi::MultiLock;
 /// How long `#[distributed_lock]` waits for the lock when the attribute gives no `timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub use crate::engine::guard::OnLost;
+pub use crate::engine::loss::OnLost;
 
 /// What a `#[distributed_lock]` body does when another process asks for the lock
 /// (`on_revoke = "continue" | "abort"`; see [`LockGuard::revoked`](crate::LockGuard::revoked)).

@@ -4,7 +4,8 @@
 //! contenders append ephemeral sequential nodes to the lock directory, and each waits only for
 //! the node its rule names. In front of it, [`local_queue`] lines up the tasks of this process
 //! (exclusive kinds) and hands a node from one local holder to the next; [`reentrancy`] lets a
-//! body re-enter a hold it runs under; [`guard`] is the hold itself, with its loss signal;
+//! body re-enter a hold it runs under; [`guard`] is the hold itself and its guard, [`loss`]
+//! what tells work under it that it was lost and stops that work;
 //! [`own_node`] the hold's watch on its node (deleted by someone else, revocation asked); and
 //! [`token`] the fencing token a grant carries. [`alone`] is the uncontended fast path and
 //! [`cleanup`] the one path by which contender nodes are deleted.
@@ -18,6 +19,7 @@ pub(crate) mod guard;
 #[cfg(test)]
 mod interleavings;
 pub(crate) mod local_queue;
+pub(crate) mod loss;
 pub(crate) mod model_lock;
 pub(crate) mod own_node;
 pub(crate) mod queue;

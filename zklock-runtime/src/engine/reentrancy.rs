@@ -18,7 +18,8 @@
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
-use crate::engine::guard::{ClientId, Holding, LockGuard, LossSignal};
+use crate::engine::guard::{ClientId, Holding, LockGuard};
+use crate::engine::loss::LossSignal;
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 

@@ -20,7 +20,8 @@ use tokio::sync::watch;
 use tracing::debug;
 
 use crate::client::LockClient;
-use crate::engine::guard::{LockGuard, LossSignal};
+use crate::engine::guard::LockGuard;
+use crate::engine::loss::LossSignal;
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use crate::engine::guard::LossSignal;
+use crate::engine::loss::LossSignal;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::recipes::leader::Election;

@@ -22,7 +22,8 @@ use futures_util::future;
 use tracing::debug;
 
 use crate::client::LockClient;
-use crate::engine::guard::{supervise, LockGuard, MaxHold};
+use crate::engine::guard::LockGuard;
+use crate::engine::loss::supervise;
 use crate::engine::reentrancy;
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
@@ -427,11 +428,7 @@ impl MultiGuard {
         max_hold: Option<Duration>,
     ) -> Result<F::Output, LockError> {
         let first = &self.guards[0];
-        let bound = max_hold.map(|bound| MaxHold {
-            holding: &first.hold,
-            since: self.acquired_at,
-            bound,
-        });
+        let bound = max_hold.map(|bound| first.hold.max_hold(self.acquired_at, bound));
         let revoked = abort_on_revoke.then_some(async {
             let waits = self.guards.iter().map(|g| {
                 Box::pin(async move {

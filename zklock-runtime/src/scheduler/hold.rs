@@ -358,7 +358,7 @@ fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
         let _in_flight = in_flight;
         let tick = claim.tick;
         let run = JobRun {
-            loss: crate::engine::guard::LossSignal::never(&shared.name),
+            loss: crate::engine::loss::LossSignal::never(&shared.name),
             ..run
         };
         let ended = execute(

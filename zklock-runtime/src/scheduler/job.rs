@@ -97,7 +97,7 @@ pub struct SingletonJob {
     policy: Policy,
     catch_up: CatchUp,
     starting_deadline: Option<Duration>,
-    on_lost: crate::engine::guard::OnLost,
+    on_lost: crate::engine::loss::OnLost,
     max_run: Option<Duration>,
     clock: Arc<dyn Clock>,
     lock_wait: Option<Duration>,
@@ -170,7 +170,7 @@ impl SingletonJob {
             policy: Policy::default(),
             catch_up: CatchUp::default(),
             starting_deadline: None,
-            on_lost: crate::engine::guard::OnLost::default(),
+            on_lost: crate::engine::loss::OnLost::default(),
             max_run: None,
             clock: Arc::new(SystemClock),
             lock_wait: None,
@@ -188,7 +188,7 @@ impl SingletonJob {
     /// Chooses what happens to a run whose lock is lost (default
     /// [`OnLost::Abort`](crate::OnLost::Abort): the run's task is aborted). Either way the run
     /// is counted in [`JobStats::lost`] and reported at `warn` level.
-    pub fn on_lost(mut self, on_lost: crate::engine::guard::OnLost) -> Self {
+    pub fn on_lost(mut self, on_lost: crate::engine::loss::OnLost) -> Self {
         self.on_lost = on_lost;
         self
     }

@@ -128,11 +128,11 @@ impl Default for OnLoss {
 }
 
 #[allow(deprecated)]
-impl From<OnLoss> for crate::engine::guard::OnLost {
+impl From<OnLoss> for crate::engine::loss::OnLost {
     fn from(old: OnLoss) -> Self {
         match old {
-            OnLoss::Cancel => crate::engine::guard::OnLost::Abort,
-            OnLoss::Flag => crate::engine::guard::OnLost::Continue,
+            OnLoss::Cancel => crate::engine::loss::OnLost::Abort,
+            OnLoss::Flag => crate::engine::loss::OnLost::Continue,
         }
     }
 }

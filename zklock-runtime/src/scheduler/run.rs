@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::{debug, warn};
 
 use super::history::Outcome;
-use crate::engine::guard::LossSignal;
-use crate::engine::guard::OnLost;
+use crate::engine::loss::LossSignal;
+use crate::engine::loss::OnLost;
 use crate::engine::token::FencingToken;
 
 /// The boxed user closure: builds the run's future for one tick.
