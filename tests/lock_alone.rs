@@ -571,3 +571,39 @@ async fn giving_up_behind_an_older_holder_never_proves_the_directory_alone() {
         .await
         .unwrap();
 }
+
+/// The first grant in a directory this session knows nothing of costs three requests: the
+/// create, the listing sent with it (one round trip for both), and the release's delete. The
+/// listing is used as it comes, never sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_grant_and_release_send_three_requests() {
+    let zk = server();
+    let admin = raw(&zk.connect_string()).await;
+    let rounds = 30u64;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.create("/zklock", b"", &persistent).await.unwrap();
+    for n in 0..rounds {
+        // A contender came and went: the next node is number 1, which proves nothing alone.
+        let dir = format!("/zklock/listed-{n}");
+        admin.create(&dir, b"", &persistent).await.unwrap();
+        let (_, seq) = admin
+            .create(&format!("{dir}/_c_x-lock-"), b"", &sequential())
+            .await
+            .unwrap();
+        admin.delete(&format!("{dir}/_c_x-lock-{seq}"), None).await.unwrap();
+    }
+    let c = client(&zk.connect_string()).await;
+    let session = c.session_id().unwrap();
+    let before = requests_received(&zk, session);
+    for n in 0..rounds {
+        let lock = c.mutex(&format!("listed-{n}")).unwrap();
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let sent = requests_received(&zk, session) - before;
+    assert_eq!(fast(&c), 0, "every grant listed: each directory was new to the session");
+    // A ping or two may come in between (one every third of the 4 s session).
+    assert!(
+        (3 * rounds..3 * rounds + 5).contains(&sent),
+        "{sent} requests for {rounds} listed grants and releases"
+    );
+}
