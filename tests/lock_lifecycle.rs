@@ -91,10 +91,10 @@ async fn close_releases_every_lock_at_once_and_later_calls_say_closed() {
     );
     assert!(contenders(&view, "/zklock/close-dropped").await.is_empty());
     assert!(kept.is_lost(), "a guard of a closed client still looks held");
-    assert!(matches!(
-        tokio::time::timeout(SOON, loss.lost()).await,
-        Ok(LockError::Lost { .. })
-    ));
+    match tokio::time::timeout(SOON, loss.lost()).await {
+        Ok(LockError::Lost { reason, .. }) => assert!(reason.contains("session ended"), "{reason}"),
+        other => panic!("expected the loss of a closed session, got {other:?}"),
+    }
     assert_eq!(holder.status(), SessionStatus::Closed);
     match holder.mutex("close-kept").unwrap().acquire_timeout(SOON).await {
         Err(LockError::Closed(why)) => assert!(why.contains("close()"), "{why}"),
@@ -180,8 +180,17 @@ async fn release_of_a_lost_hold_says_lost() {
     let proxy = FaultProxy::start(zk.addr()).unwrap();
     let holder = support::client_with(&proxy.connect_string(), Duration::from_secs(4)).await;
     let guard = holder.mutex("release-lost").unwrap().acquire().await.unwrap();
+    let shown = format!("{guard:?}");
+    assert!(
+        shown.contains("release-lost") && shown.contains(guard.node_path()),
+        "a guard's debug output names its lock and node: {shown}"
+    );
     proxy.blackhole();
-    tokio::time::timeout(SOON, guard.lost()).await.expect("loss reported");
+    let err = tokio::time::timeout(SOON, guard.lost()).await.expect("loss reported");
+    assert!(
+        err.to_string().contains("connection to ZooKeeper was down"),
+        "the loss says why: {err}"
+    );
     proxy.pass();
     match guard.release().await {
         Err(LockError::Lost { name, .. }) => assert_eq!(name, "release-lost"),
