@@ -82,6 +82,7 @@ async fn close_releases_every_lock_at_once_and_later_calls_say_closed() {
     let dropped = holder.mutex("close-dropped").unwrap().acquire().await.unwrap();
     drop(dropped); // its delete is in the background: close() waits for it
     let mut loss = kept.loss_signal();
+    assert!(!loss.is_lost(), "a sound hold's signal says lost");
 
     holder.close().await;
 

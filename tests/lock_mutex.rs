@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::{client, contenders, eventually, queue_in_process, raw, server};
-use zklock_runtime::LockError;
+use zklock_runtime::{zk, LockError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_clients_and_tasks() {
@@ -471,6 +471,26 @@ async fn ensure_held_asks_the_server() {
             assert!(reason.contains("deleted by someone else"), "{reason}");
         }
         other => panic!("expected NotHeld or Lost, got {other:?}"),
+    }
+}
+
+/// A node of the same name put back by another session is not this holder's: `ensure_held`
+/// tells by the node's owner, not by its path. (Checked at once after the grant, before the
+/// holder's own watch on its node is set; were that watch quicker, it would report the
+/// deletion, which is as good an answer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_put_back_by_another_session_is_not_held() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let raw = raw(&zk.connect_string()).await;
+    let guard = c.mutex("replaced").unwrap().acquire().await.unwrap();
+    raw.delete(guard.node_path(), None).await.unwrap();
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    raw.create(guard.node_path(), b"", &ephemeral).await.unwrap();
+    match guard.ensure_held().await {
+        Err(LockError::NotHeld { name }) => assert_eq!(name, "replaced"),
+        Err(LockError::Lost { reason, .. }) => assert!(reason.contains("deleted by someone else"), "{reason}"),
+        other => panic!("a node of another session was taken for ours: {other:?}"),
     }
 }
 
