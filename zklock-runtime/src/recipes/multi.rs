@@ -34,6 +34,19 @@ use crate::lock::Lock;
 /// before it gives up with the loss.
 const MAX_LOST_ROUNDS: u32 = 5;
 
+/// When an acquisition that keeps finding a part lost gives up: after the first lost round
+/// once its time is up, and otherwise after `MAX_LOST_ROUNDS` fresh rounds have been lost too.
+#[derive(Debug, Default)]
+struct LostRounds(u32);
+
+impl LostRounds {
+    /// One more round found a part lost; true when the acquisition should give up with it.
+    fn give_up(&mut self, out_of_time: bool) -> bool {
+        self.0 += 1;
+        out_of_time || self.0 > MAX_LOST_ROUNDS
+    }
+}
+
 /// Several locks of one kind, taken together in one canonical order (sorted by lock path)
 /// whatever order they were named in, all or nothing. Duplicate names collapse into one.
 /// Cheap to clone; creating it costs nothing on the server.
@@ -234,7 +247,7 @@ impl MultiLock {
 
     async fn acquire_within(&self, timeout: Option<Duration>) -> Result<MultiGuard, LockError> {
         let started = Instant::now();
-        let mut rounds = 0;
+        let mut lost_rounds = LostRounds::default();
         loop {
             let guards = self.take_each(started, timeout).await?;
             // Each part's own loss signal, against the session that holds it: a part granted
@@ -246,12 +259,11 @@ impl MultiLock {
                 });
             };
             let err = lost.hold.lost_error();
-            rounds += 1;
             let out_of_time = timeout.is_some_and(|t| started.elapsed() >= t);
             debug!(lock = %lost.name(), "a part of a multi-lock was lost while the others were taken; starting over");
             // Dropping the guards releases every part before the next round queues again.
             drop(guards);
-            if out_of_time || rounds > MAX_LOST_ROUNDS {
+            if lost_rounds.give_up(out_of_time) {
                 return Err(err);
             }
         }
@@ -515,5 +527,27 @@ impl MultiGuard {
         let mut errors: Vec<LockError> = outcomes.into_iter().filter_map(Result::err).collect();
         errors.sort_by_key(|err| !matches!(err, LockError::Lost { .. }));
         errors.into_iter().next().map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LostRounds, MAX_LOST_ROUNDS};
+
+    #[test]
+    fn an_acquisition_gives_up_after_the_last_allowed_lost_round() {
+        let mut rounds = LostRounds::default();
+        for round in 1..=MAX_LOST_ROUNDS {
+            assert!(!rounds.give_up(false), "gave up after {round} lost rounds");
+        }
+        assert!(
+            rounds.give_up(false),
+            "went on past {MAX_LOST_ROUNDS} fresh lost rounds"
+        );
+    }
+
+    #[test]
+    fn an_acquisition_out_of_time_gives_up_at_its_first_lost_round() {
+        assert!(LostRounds::default().give_up(true));
     }
 }
