@@ -145,6 +145,7 @@ async fn losing_the_session_is_seen_by_is_lost_lost_and_run() {
         .await
         .unwrap();
     assert!(!guard.is_lost());
+    assert!(!guard.is_revoked(), "nobody asked for the parts");
     // While sound, run() runs the work to its end and hands back its output.
     assert_eq!(guard.run(async { 41 + 1 }).await.unwrap(), 42);
     assert!(
