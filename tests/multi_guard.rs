@@ -1,13 +1,14 @@
 //! What a multi-lock hands back, against a real ZooKeeper: `multi_lock_of` for read, write and
 //! semaphore kinds, a `MultiGuard` split into its guards, its loss signals (`is_lost`, `lost`)
-//! and `run`, which stops the work when a part is lost.
+//! and `run`, which stops the work when a part is lost; `ensure_held` and `revoked` over every
+//! part, and a release that reports a lost part before other failures.
 
 mod support;
 
 use std::time::Duration;
 
 use support::{client, client_with, contenders, raw, server};
-use zklock_runtime::{LockError, LockKind};
+use zklock_runtime::{zk, LockError, LockKind};
 use zklock_testing::FaultProxy;
 
 /// Generous bound for anything that should happen promptly on a loaded machine.
@@ -169,4 +170,77 @@ async fn losing_the_session_is_seen_by_is_lost_lost_and_run() {
     }
     proxy.pass();
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}
+
+/// `revoked()` waits while nobody asks, and `ensure_held` asks the server about every part: a
+/// part whose node someone else deleted makes it fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ensure_held_checks_every_part_and_revoked_waits_until_asked() {
+    use futures::FutureExt;
+
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let admin = raw(&zk.connect_string()).await;
+    let guard = c
+        .multi_lock(["checked-a", "checked-b"])
+        .unwrap()
+        .acquire_timeout(SOON)
+        .await
+        .unwrap();
+    assert!(guard.revoked().now_or_never().is_none(), "revoked() resolved unasked");
+    guard.ensure_held().await.expect("both parts held");
+    admin.delete(guard.guards()[1].node_path(), None).await.unwrap();
+    let err = guard.ensure_held().await.unwrap_err();
+    assert!(
+        matches!(err, LockError::NotHeld { .. } | LockError::Lost { .. }),
+        "{err:?}"
+    );
+}
+
+/// A release that meets a lost part and another failure reports the loss first: a loss tells
+/// the caller that its work may have overlapped another holder's, a failed delete does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_reports_a_lost_part_before_other_failures() {
+    let zk = server();
+    let admin = raw(&zk.connect_string()).await;
+    let anyone_all = zk::Acls::anyone_all();
+    admin
+        .create("/zklock", b"", &zk::CreateMode::Persistent.with_acls(anyone_all))
+        .await
+        .unwrap();
+    // Contenders may be made in `undeletable`, not deleted: that part's release fails.
+    let create_only = [zk::Acl::new(
+        zk::Permission::CREATE | zk::Permission::READ,
+        zk::AuthId::anyone(),
+    )];
+    admin
+        .create(
+            "/zklock/undeletable",
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&create_only)),
+        )
+        .await
+        .unwrap();
+    let c = client(&zk.connect_string()).await;
+    let guard = c
+        .multi_lock(["undeletable", "vanishing"])
+        .unwrap()
+        .acquire_timeout(SOON)
+        .await
+        .unwrap();
+    let vanishing = guard
+        .guards()
+        .iter()
+        .find(|g| g.name() == "vanishing")
+        .unwrap()
+        .node_path()
+        .to_owned();
+    admin.delete(&vanishing, None).await.unwrap();
+    tokio::time::timeout(SOON, guard.lost())
+        .await
+        .expect("the deleted part is reported lost");
+    match guard.release().await {
+        Err(LockError::Lost { name, .. }) => assert_eq!(name, "vanishing"),
+        other => panic!("expected the lost part first, got {other:?}"),
+    }
 }
