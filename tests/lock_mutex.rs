@@ -483,6 +483,11 @@ async fn a_node_put_back_by_another_session_is_not_held() {
     let zk = server();
     let c = client(&zk.connect_string()).await;
     let raw = raw(&zk.connect_string()).await;
+    // A persistent lock directory: this server reaps empty containers within 100 ms, which
+    // would take the directory away between the delete and the create below.
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    raw.create("/zklock", b"", &persistent).await.unwrap();
+    raw.create("/zklock/replaced", b"", &persistent).await.unwrap();
     let guard = c.mutex("replaced").unwrap().acquire().await.unwrap();
     raw.delete(guard.node_path(), None).await.unwrap();
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
