@@ -31,7 +31,7 @@ declare -A FILES TESTS
 FILES[rules]="engine/rules.rs engine/alone.rs"
 TESTS[rules]="--lib --test lock_mutex --test lock_rw --test lock_alone --test interop_curator"
 FILES[queue]="engine/queue.rs"
-TESTS[queue]="--lib --test lock_mutex --test lock_rw --test lock_alone --test lock_errors --test lock_cancel --test lock_faults --test lock_lifecycle"
+TESTS[queue]="--lib --test lock_mutex --test lock_rw --test lock_alone --test lock_errors --test lock_client --test lock_cancel --test lock_faults --test lock_lifecycle"
 FILES[handoff]="engine/local_queue.rs"
 TESTS[handoff]="--lib --test lock_mutex --test lock_reentrancy --test lock_lifecycle --test lock_cancel"
 FILES[holds]="engine/reentrancy.rs engine/guard.rs"

@@ -115,6 +115,7 @@ async fn a_namespace_without_create_permission_is_reported() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("create lock dir"), "{err}");
+    assert_eq!(err.zookeeper_error(), Some(&zk::Error::NoAuth), "{err:?}");
     assert!(!matches!(err, LockError::Timeout { .. }), "{err:?}");
 }
 

@@ -359,38 +359,3 @@ async fn a_listing_the_acl_refuses_is_an_error_at_once_not_a_retry() {
     let (stat, _) = admin.check_and_watch_stat("/zklock/unlisted").await.unwrap();
     assert_eq!(stat.unwrap().num_children, 1, "only the other contender is left");
 }
-
-/// A namespace this client may read but not write under: the refused create of the lock
-/// directory is the error reported, at once.
-#[tokio::test]
-async fn a_lock_directory_the_acl_refuses_to_create_is_that_error() {
-    let zk = server();
-    let admin = support::raw(&zk.connect_string()).await;
-    admin
-        .create(
-            "/read-only",
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&anyone(zk::Permission::READ))),
-        )
-        .await
-        .unwrap();
-    let c = LockClient::builder(zk.connect_string())
-        .namespace("/read-only")
-        .connect()
-        .await
-        .unwrap();
-    let started = Instant::now();
-    let err = c
-        .mutex("anything")
-        .unwrap()
-        .acquire_timeout(Duration::from_secs(15))
-        .await
-        .unwrap_err();
-    assert_eq!(err.zookeeper_error(), Some(&zk::Error::NoAuth), "{err:?}");
-    assert!(err.to_string().contains("lock dir"), "names the step: {err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "retried for {:?}",
-        started.elapsed()
-    );
-}
