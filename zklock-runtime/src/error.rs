@@ -95,6 +95,20 @@ pub enum LockError {
         /// The lock name.
         name: String,
     },
+    /// A batch of fenced writes ([`LockGuard::fenced_write`](crate::LockGuard::fenced_write))
+    /// was refused for one of its own operations (a node that exists, a bad version, an invalid
+    /// path); nothing in the batch was applied, and the lock is still held.
+    #[error("fenced write under lock `{name}` was not applied: operation {} failed: {source}", index.map_or("?".to_owned(), |i| i.to_string()))]
+    WriteRejected {
+        /// The lock name.
+        name: String,
+        /// Which of the caller's operations failed (from 0); `None` when it failed while the
+        /// batch was being built.
+        index: Option<usize>,
+        /// The server's (or client library's) error for that operation.
+        #[source]
+        source: zookeeper_client::Error,
+    },
     /// ZooKeeper answered with an error this crate does not translate.
     #[error("ZooKeeper error on {op}: {source}")]
     ZooKeeper {
@@ -138,7 +152,8 @@ pub enum ErrorKind {
     /// [`LockError::AuthFailed`], [`LockError::Tls`])
     InvalidInput,
     /// Anything else: work stopped at its `max_hold` ([`LockError::MaxHoldExceeded`]) or on a
-    /// revocation ([`LockError::Revoked`]), or a ZooKeeper error this crate does not translate
+    /// revocation ([`LockError::Revoked`]), a fenced write refused for one of its operations
+    /// ([`LockError::WriteRejected`]), or a ZooKeeper error this crate does not translate
     /// ([`LockError::ZooKeeper`]).
     Other,
 }
@@ -161,9 +176,10 @@ impl LockError {
             | LockError::InvalidConfig(_)
             | LockError::AuthFailed(_)
             | LockError::Tls(_) => ErrorKind::InvalidInput,
-            LockError::MaxHoldExceeded { .. } | LockError::Revoked { .. } | LockError::ZooKeeper { .. } => {
-                ErrorKind::Other
-            }
+            LockError::MaxHoldExceeded { .. }
+            | LockError::Revoked { .. }
+            | LockError::WriteRejected { .. }
+            | LockError::ZooKeeper { .. } => ErrorKind::Other,
         }
     }
 
@@ -189,7 +205,7 @@ impl LockError {
     /// ```
     pub fn zookeeper_error(&self) -> Option<&zookeeper_client::Error> {
         match self {
-            LockError::ZooKeeper { source, .. } => Some(source),
+            LockError::ZooKeeper { source, .. } | LockError::WriteRejected { source, .. } => Some(source),
             _ => None,
         }
     }

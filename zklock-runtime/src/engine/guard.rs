@@ -269,8 +269,6 @@ impl LockGuard {
     }
 
     /// The handle of the session this lock is held in, for writes fenced by its node.
-    // Only singleton jobs ask (feature `scheduler`).
-    #[cfg_attr(not(feature = "scheduler"), allow(dead_code))]
     pub(crate) fn zk(&self) -> Result<Arc<zookeeper_client::Client>, zookeeper_client::Error> {
         self.hold.session.zk()
     }

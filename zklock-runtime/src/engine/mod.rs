@@ -15,6 +15,7 @@
 
 pub(crate) mod alone;
 pub(crate) mod cleanup;
+mod fenced;
 pub(crate) mod guard;
 #[cfg(test)]
 mod interleavings;

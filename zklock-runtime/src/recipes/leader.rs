@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::watch;
 use tracing::debug;
+use zookeeper_client as zk;
 
 use crate::client::LockClient;
 use crate::engine::guard::LockGuard;
@@ -407,6 +408,31 @@ impl Leadership {
     /// ```
     pub async fn run<F: std::future::Future>(&self, fut: F) -> Result<F::Output, LockError> {
         self.guard.run(fut).await
+    }
+
+    /// Applies a batch of ZooKeeper writes only while this member's node exists, as one
+    /// transaction, exactly as [`LockGuard::fenced_write`] does for a lock: a deposed leader's
+    /// batch is refused by the server and changes nothing.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::fenced_write`]: dropped before its answer, the outcome is unknown.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let leadership = client.election("compactor")?.lead().await?;
+    /// leadership
+    ///     .fenced_write(|batch| batch.add_set_data("/compactor/epoch", b"7", None))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn fenced_write<F>(&self, build: F) -> Result<Vec<zk::MultiWriteResult>, LockError>
+    where
+        F: FnOnce(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error>,
+    {
+        self.guard.fenced_write(build).await
     }
 
     /// Confirms with the server that this member still leads (one round trip), as

@@ -1,0 +1,178 @@
+//! Fenced ZooKeeper writes (`LockGuard::fenced_write`, `Leadership::fenced_write`) against a
+//! real server: a batch applies whole while the hold's node exists, a refused operation applies
+//! nothing, and a stale holder — its node deleted, or its session expired mid-hold — changes
+//! nothing.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{client, cut_off_able, eventually, raw, server};
+use zklock::{zk, LockError};
+use zklock_testing::FaultProxy;
+
+/// Generous bound for anything that should happen promptly on a loaded machine.
+const SOON: Duration = Duration::from_secs(20);
+
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+async fn data_of(view: &zk::Client, path: &str) -> Option<Vec<u8>> {
+    match view.get_data(path).await {
+        Ok((data, _)) => Some(data),
+        Err(zk::Error::NoNode) => None,
+        Err(err) => panic!("read {path}: {err}"),
+    }
+}
+
+/// Every operation of a batch is applied while the lock is held, and the results come back in
+/// the caller's order, without the fence's own check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_applies_whole_while_the_lock_is_held() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    view.create("/cfg", b"", &persistent()).await.unwrap();
+    view.create("/cfg/old", b"", &persistent()).await.unwrap();
+    let guard = holder.mutex("fw-apply").unwrap().acquire().await.unwrap();
+
+    let results = guard
+        .fenced_write(|batch| {
+            batch.add_create("/cfg/new", b"v1", &persistent())?;
+            batch.add_set_data("/cfg", b"epoch-2", Some(0))?;
+            batch.add_check_version("/cfg/new", 0)?;
+            batch.add_delete("/cfg/old", None)
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert!(matches!(&results[0], zk::MultiWriteResult::Create { path, .. } if path == "/cfg/new"));
+    assert!(matches!(&results[1], zk::MultiWriteResult::SetData { stat } if stat.version == 1));
+    assert!(matches!(results[2], zk::MultiWriteResult::Check));
+    assert!(matches!(results[3], zk::MultiWriteResult::Delete));
+    assert_eq!(data_of(&view, "/cfg/new").await.as_deref(), Some(&b"v1"[..]));
+    assert_eq!(data_of(&view, "/cfg").await.as_deref(), Some(&b"epoch-2"[..]));
+    assert_eq!(data_of(&view, "/cfg/old").await, None);
+    guard.release().await.unwrap();
+}
+
+/// An operation the server refuses fails the whole batch: the error names the caller's
+/// operation by index, nothing before it was applied, and the lock is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_operation_applies_nothing_and_is_named_by_index() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    view.create("/taken", b"", &persistent()).await.unwrap();
+    let guard = holder.mutex("fw-refused").unwrap().acquire().await.unwrap();
+
+    let err = guard
+        .fenced_write(|batch| {
+            batch.add_create("/fresh", b"", &persistent())?;
+            batch.add_set_data("/taken", b"x", Some(7))?; // wrong version
+            batch.add_create("/also-fresh", b"", &persistent())
+        })
+        .await
+        .unwrap_err();
+    match &err {
+        LockError::WriteRejected { name, index, source } => {
+            assert_eq!(name, "fw-refused");
+            assert_eq!(*index, Some(1));
+            assert_eq!(*source, zk::Error::BadVersion);
+        }
+        other => panic!("expected WriteRejected, got {other:?}"),
+    }
+    assert_eq!(err.zookeeper_error(), Some(&zk::Error::BadVersion));
+    assert_eq!(data_of(&view, "/fresh").await, None, "an earlier operation was applied");
+    assert_eq!(data_of(&view, "/taken").await.as_deref(), Some(&b""[..]));
+    guard
+        .ensure_held()
+        .await
+        .expect("a refused batch leaves the hold alone");
+
+    // A path the client library refuses while the batch is built: no index, nothing sent.
+    let err = guard
+        .fenced_write(|batch| batch.add_create("no-leading-slash", b"", &persistent()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::WriteRejected { index: None, .. }), "{err:?}");
+}
+
+/// A holder whose node an operator deleted is stale: its batch is refused (by the server's
+/// check when the holder has not heard of the deletion yet, by its own state once it has) and
+/// changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_node_was_deleted_changes_nothing() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let guard = holder.mutex("fw-deleted").unwrap().acquire().await.unwrap();
+    view.delete(guard.node_path(), None).await.unwrap();
+
+    let err = guard
+        .fenced_write(|batch| batch.add_create("/written-by-stale", b"", &persistent()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::NotHeld { .. } | LockError::Lost { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.kind(), zklock::ErrorKind::Lost);
+    assert_eq!(data_of(&view, "/written-by-stale").await, None);
+}
+
+/// A holder cut off until the server expired its session: once it can talk again, its batch
+/// fails as not held and changes nothing, while the next holder's batch applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_session_expired_mid_hold_changes_nothing() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let stale = cut_off_able(&proxy).await;
+    let next = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    view.create("/owner", b"none", &persistent()).await.unwrap();
+    let guard = stale.mutex("fw-expired").unwrap().acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+
+    proxy.blackhole();
+    // The server expired the session: its node is gone, and another client holds the lock.
+    let gone = eventually(SOON, || async { view.check_stat(&node).await.unwrap().is_none() }).await;
+    assert!(gone, "the stale holder's session never expired");
+    let fresh = next.mutex("fw-expired").unwrap().acquire_timeout(SOON).await.unwrap();
+    proxy.pass();
+
+    let err = guard
+        .fenced_write(|batch| batch.add_set_data("/owner", b"stale", None))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), zklock::ErrorKind::Lost, "{err:?}");
+    fresh
+        .fenced_write(|batch| batch.add_set_data("/owner", b"fresh", None))
+        .await
+        .unwrap();
+    assert_eq!(data_of(&view, "/owner").await.as_deref(), Some(&b"fresh"[..]));
+    drop(guard);
+    fresh.release().await.unwrap();
+}
+
+/// A leader's fenced write applies while it leads; a deposed leader's does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_cannot_write() {
+    let zk = server();
+    let member = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let leadership = member.election("fw-group").unwrap().lead().await.unwrap();
+    leadership
+        .fenced_write(|batch| batch.add_create("/epoch", b"1", &persistent()))
+        .await
+        .unwrap();
+    view.delete(leadership.node_path(), None).await.unwrap();
+    let err = leadership
+        .fenced_write(|batch| batch.add_set_data("/epoch", b"2", None))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), zklock::ErrorKind::Lost, "{err:?}");
+    assert_eq!(data_of(&view, "/epoch").await.as_deref(), Some(&b"1"[..]));
+}
