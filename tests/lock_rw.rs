@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::{client, contenders, eventually, raw, server};
+use zklock::{zk, LockError};
 
 #[tokio::test]
 async fn readers_share_writers_exclude() {
@@ -202,4 +203,71 @@ async fn semaphore_with_zero_leases_is_rejected() {
         c.semaphore("none", 0),
         Err(zklock_runtime::LockError::InvalidConfig(_))
     ));
+}
+
+/// The lease count is recorded with the semaphore: while leases are held, a client asking for
+/// another count is refused with a clear error, takes nothing and leaves no lease node; once
+/// every holder has released, the next acquirer's count becomes the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_disagree_on_the_lease_count_are_told() {
+    let zk = server();
+    let two = client(&zk.connect_string()).await;
+    let three = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let held = two.semaphore("agree", 2).unwrap().acquire().await.unwrap();
+    let (record, _) = view.get_data("/zklock/agree").await.unwrap();
+    assert_eq!(record, b"leases=2");
+
+    let err = three
+        .semaphore("agree", 3)
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        LockError::LeaseCountMismatch {
+            name: "agree".into(),
+            asked: 3,
+            recorded: 2
+        }
+    );
+    assert_eq!(err.kind(), zklock::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("held with 2 leases"), "{err}");
+    three.flush().await;
+    assert_eq!(
+        contenders(&view, "/zklock/agree/leases").await,
+        [held.node_path().rsplit('/').next().unwrap()],
+        "the refused acquirer left a lease node"
+    );
+    // The same count is welcome beside the holder.
+    let second = two.semaphore("agree", 2).unwrap().acquire().await.unwrap();
+    drop(second);
+
+    held.release().await.unwrap();
+    two.flush().await;
+    let now_three = three.semaphore("agree", 3).unwrap().acquire().await.unwrap();
+    let (record, _) = view.get_data("/zklock/agree").await.unwrap();
+    assert_eq!(
+        record, b"leases=3",
+        "the first acquirer after the holders left records its count"
+    );
+    drop(now_three);
+}
+
+/// Data someone else keeps at the semaphore's path is neither overwritten nor read as a count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_at_the_semaphore_path_is_left_alone() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    view.mkdir("/zklock", &persistent).await.unwrap();
+    view.create("/zklock/foreign", b"owned by the app", &persistent)
+        .await
+        .unwrap();
+    let guard = c.semaphore("foreign", 2).unwrap().acquire().await.unwrap();
+    let (data, _) = view.get_data("/zklock/foreign").await.unwrap();
+    assert_eq!(data, b"owned by the app");
+    drop(guard);
 }

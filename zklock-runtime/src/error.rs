@@ -88,6 +88,19 @@ pub enum LockError {
     /// A configuration value (session timeout, namespace, duration, ACL…) is unusable.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// Clients disagree on a semaphore's lease count: leases are held under the count recorded
+    /// with the semaphore, and this acquirer asked for another. Nothing was taken. Use the
+    /// same count everywhere; to change it, let every holder release first (the first acquirer
+    /// after that records its own count).
+    #[error("semaphore `{name}` is held with {recorded} leases; this client asked for {asked}")]
+    LeaseCountMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The lease count this client asked for.
+        asked: u32,
+        /// The lease count the semaphore's current holders use.
+        recorded: u32,
+    },
     /// The server no longer has this holder's node: see
     /// [`LockGuard::ensure_held`](crate::LockGuard::ensure_held).
     #[error("lock `{name}` is not held by this holder")]
@@ -149,6 +162,7 @@ pub enum ErrorKind {
     Closed,
     /// The request or the configuration is wrong; retrying the same thing will fail the same
     /// way. ([`LockError::InvalidName`], [`LockError::InvalidConfig`],
+    /// [`LockError::LeaseCountMismatch`],
     /// [`LockError::AuthFailed`], [`LockError::Tls`])
     InvalidInput,
     /// Anything else: work stopped at its `max_hold` ([`LockError::MaxHoldExceeded`]) or on a
@@ -174,6 +188,7 @@ impl LockError {
             LockError::Closed(_) => ErrorKind::Closed,
             LockError::InvalidName { .. }
             | LockError::InvalidConfig(_)
+            | LockError::LeaseCountMismatch { .. }
             | LockError::AuthFailed(_)
             | LockError::Tls(_) => ErrorKind::InvalidInput,
             LockError::MaxHoldExceeded { .. }

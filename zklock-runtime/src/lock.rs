@@ -29,7 +29,7 @@ use crate::engine::rules::{LockKind, Rule, LEASES_DIR, LEASE_NODE, LOCKS_DIR};
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::ops::metrics::{Event, Labels, Timing};
-use crate::recipes::semaphore;
+use crate::recipes::semaphore::{self, Semaphore};
 
 /// The least time one acquisition gets for its round trips (and for opening a session, when
 /// the client has none or its last one expired), however short the caller's timeout: a try
@@ -488,7 +488,12 @@ impl Lock {
             let session = acquirers.hold.session.clone();
             // The acquirers' mutex was sound at its grant; a loss from then on voids the lease.
             let losses = acquirers.hold.losses_at_grant;
-            let outcome = semaphore::take_lease(&recipe, leases, &session, deadline).await;
+            let semaphore = Semaphore {
+                name: &self.name,
+                dir: &self.dir,
+                leases,
+            };
+            let outcome = semaphore::take_lease(&recipe, &semaphore, &session, deadline).await;
             match outcome.and_then(|granted| sound_grant(&inner.cleanup, &session, losses, granted)) {
                 Ok(granted) => {
                     drop(acquirers);
