@@ -45,6 +45,7 @@
 
 mod client;
 mod connection;
+mod downgrade;
 mod engine;
 mod error;
 mod lock;

@@ -414,10 +414,10 @@ impl Lock {
         self.contend(deadline, Some(turn)).await
     }
 
-    /// Attempts the recipe on successive sessions until one grants the lock or fails for good.
-    async fn contend(&self, deadline: Option<Instant>, turn: Option<Turn>) -> Result<LockGuard, Failed> {
+    /// What the queue recipe needs to know about this lock.
+    pub(crate) fn recipe(&self) -> Recipe<'_> {
         let inner = &self.client.inner;
-        let recipe = Recipe {
+        Recipe {
             dir: &self.dir,
             node_name: self.rule.node_name(),
             acls: inner.config.acls(),
@@ -428,7 +428,20 @@ impl Lock {
             template: self.template.as_deref(),
             participant: (self.kind == LockKind::Leader)
                 .then(|| self.participant.as_deref().unwrap_or(inner.config.holder.identity())),
-        };
+        }
+    }
+
+    /// The other side of this read/write lock: same name, directory and template.
+    pub(crate) fn side(&self, kind: LockKind) -> Lock {
+        let mut side = Lock::at(self.client.clone(), self.name.clone(), self.dir.to_string(), kind);
+        side.template = self.template.clone();
+        side
+    }
+
+    /// Attempts the recipe on successive sessions until one grants the lock or fails for good.
+    async fn contend(&self, deadline: Option<Instant>, turn: Option<Turn>) -> Result<LockGuard, Failed> {
+        let inner = &self.client.inner;
+        let recipe = self.recipe();
         let mut restarts = 0;
         loop {
             let session = self.client.session(None).await.map_err(Failed::Error)?;
@@ -509,7 +522,7 @@ impl Lock {
         }
     }
 
-    fn hold(
+    pub(crate) fn hold(
         &self,
         session: Arc<Session>,
         node_path: String,

@@ -141,6 +141,20 @@ impl Holding {
         }
     }
 
+    /// Leaves this process's queue for the lock: ending the hold then deletes the node instead
+    /// of handing it to the next local task, which contends in ZooKeeper meanwhile.
+    pub(crate) fn leave_local_queue(&mut self) {
+        self.turn = None;
+    }
+
+    /// Holds the write node from now on as the read side of its read/write lock (a downgrade
+    /// that must keep its write node): reentrancy and metrics see a read hold, and this
+    /// process's writers queue in ZooKeeper behind the node.
+    pub(crate) fn become_read(&mut self) {
+        self.leave_local_queue();
+        self.kind = LockKind::Read;
+    }
+
     /// Ends the hold, once: hands the node to the next local waiter, or sends its delete. Every
     /// release (drop, [`LockGuard::release`]) goes through here. Returns what is left to wait
     /// for: the rest of the deletion, or, when `confirm` is set, the handed-over node being
@@ -266,6 +280,11 @@ impl LockGuard {
     /// How many guards share this hold (reentrant depth).
     pub fn hold_count(&self) -> usize {
         Arc::strong_count(&self.hold)
+    }
+
+    /// This guard's hold, when no other guard shares it.
+    pub(crate) fn sole_hold(&mut self) -> Option<&mut Holding> {
+        Arc::get_mut(&mut self.hold)
     }
 
     /// The handle of the session this lock is held in, for writes fenced by its node.
