@@ -22,6 +22,7 @@ use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::guard::ClientId;
 use crate::engine::guard::{Holding, LockGuard};
 use crate::engine::local_queue::Turn;
+use crate::engine::lock_delay::MAX_LOCK_DELAY;
 use crate::engine::own_node::OwnNode;
 use crate::engine::queue::{self, Failed, Granted, Recipe};
 use crate::engine::reentrancy;
@@ -75,6 +76,8 @@ pub struct Lock {
     /// For [`LockKind::Leader`]: the participant id its nodes hold (default: the client's
     /// identity).
     participant: Option<Arc<str>>,
+    /// See [`Lock::with_lock_delay`].
+    lock_delay: Option<Duration>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -84,6 +87,7 @@ impl std::fmt::Debug for Lock {
             .field("dir", &self.dir)
             .field("kind", &self.kind)
             .field("template", &self.template)
+            .field("lock_delay", &self.lock_delay)
             .finish()
     }
 }
@@ -144,6 +148,7 @@ impl Lock {
             rule: kind.rule(),
             template: None,
             participant: None,
+            lock_delay: None,
         }
     }
 
@@ -151,6 +156,49 @@ impl Lock {
     pub(crate) fn with_participant(mut self, participant: Arc<str>) -> Lock {
         self.participant = Some(participant);
         self
+    }
+
+    /// The same lock with a lock-delay: after a holder vanishes without releasing (its
+    /// session died, or an operator deleted its node), a waiter that saw it go waits `delay`
+    /// before taking the lock, so that the old holder's writes still in flight can drain (as
+    /// Chubby's and Consul's lock-delay). Clean releases are marked, so they cost no delay.
+    /// `Duration::ZERO` turns it off.
+    ///
+    /// Every contender of the lock should use the same setting: a contender without it does
+    /// not mark its releases, so waiters with a delay wait after each of them; Curator's
+    /// contenders never wait. A contender arriving after the vanished holder's node was
+    /// already gone does not wait either. See docs/safety.md, "Lock-delay".
+    ///
+    /// Errors: [`LockError::InvalidConfig`] for a semaphore (its acquirers do not queue behind
+    /// a holder) and for a delay over an hour.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let ledger = client.mutex("ledger")?.with_lock_delay(Duration::from_secs(5))?;
+    /// let guard = ledger.acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn with_lock_delay(mut self, delay: Duration) -> Result<Lock, LockError> {
+        if matches!(self.kind, LockKind::Semaphore { .. }) && !delay.is_zero() {
+            return Err(LockError::InvalidConfig(format!(
+                "lock `{}`: a semaphore takes no lock-delay (its acquirers do not queue behind a holder)",
+                self.name
+            )));
+        }
+        if delay > MAX_LOCK_DELAY {
+            return Err(LockError::InvalidConfig(format!(
+                "lock `{}`: a lock-delay of {delay:?} is over the limit of {MAX_LOCK_DELAY:?}",
+                self.name
+            )));
+        }
+        self.lock_delay = (!delay.is_zero()).then_some(delay);
+        Ok(self)
+    }
+
+    /// The lock-delay set with [`with_lock_delay`](Self::with_lock_delay), if any.
+    pub fn lock_delay(&self) -> Option<Duration> {
+        self.lock_delay
     }
 
     /// The same lock, labelled with the name template it was made from
@@ -428,6 +476,7 @@ impl Lock {
             template: self.template.as_deref(),
             participant: (self.kind == LockKind::Leader)
                 .then(|| self.participant.as_deref().unwrap_or(inner.config.holder.identity())),
+            lock_delay: self.lock_delay,
         }
     }
 
@@ -435,6 +484,7 @@ impl Lock {
     pub(crate) fn side(&self, kind: LockKind) -> Lock {
         let mut side = Lock::at(self.client.clone(), self.name.clone(), self.dir.to_string(), kind);
         side.template = self.template.clone();
+        side.lock_delay = self.lock_delay;
         side
     }
 
@@ -494,6 +544,7 @@ impl Lock {
             holder: &inner.config.holder,
             template: self.template.as_deref(),
             participant: None,
+            lock_delay: None,
         };
         let mut restarts = 0;
         loop {

@@ -98,6 +98,9 @@ pub(crate) struct Session {
     /// Contender nodes granted in this session and not yet deleted (held or handed over), so
     /// that closing the client can release them all.
     held: Mutex<HashSet<String>>,
+    /// Contender nodes of locks with a lock-delay: their deletion is marked as clean
+    /// ([`crate::engine::lock_delay`]).
+    marked: Mutex<HashSet<String>>,
     /// Lock directories this session was last alone in (the listing-free fast path); cleared
     /// by the monitor when the connection drops.
     alone: Arc<Mutex<Alone>>,
@@ -151,6 +154,7 @@ impl Session {
             health,
             runtime_gone: runtime_gone.clone(),
             held: Mutex::default(),
+            marked: Mutex::default(),
             server_time: Mutex::default(),
             alone: Arc::new(Mutex::new(Alone::new(fast_path_dirs))),
             _stop: stop,
@@ -231,9 +235,20 @@ impl Session {
             .insert(node_path.to_owned());
     }
 
-    /// Forgets a node that is being deleted.
-    pub fn untrack(&self, node_path: &str) {
+    /// Forgets a node that is being deleted. Returns whether its deletion is to be marked as
+    /// clean (it belongs to a lock with a lock-delay, see [`mark_deletion`](Self::mark_deletion)).
+    pub fn untrack(&self, node_path: &str) -> bool {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(node_path);
+        self.marked.lock().unwrap_or_else(|e| e.into_inner()).remove(node_path)
+    }
+
+    /// Marks the deletion of `node_path`, whenever it comes, as clean
+    /// ([`crate::engine::lock_delay`]).
+    pub fn mark_deletion(&self, node_path: &str) {
+        self.marked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node_path.to_owned());
     }
 
     /// Ends the session for its holders as the client closes: every hold of it is reported

@@ -15,11 +15,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures_util::task::noop_waker_ref;
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
 use crate::connection::session::Session;
+use crate::engine::lock_delay::RELEASE_MARK;
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
 
@@ -158,8 +160,8 @@ pub(crate) fn delete_node(
     session: &Arc<Session>,
     path: String,
 ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-    let first = session.zk().map(|zk| zk.delete(&path, None));
-    session.untrack(&path);
+    let marked = session.untrack(&path);
+    let first = session.zk().map(|zk| send_delete(zk, &path, marked));
     let session = session.clone();
     async move {
         let mut outcome = match first {
@@ -191,10 +193,33 @@ pub(crate) fn delete_node(
                 }
             }
             outcome = match session.zk() {
-                Ok(zk) => zk.delete(&path, None).await,
+                Ok(zk) => send_delete(zk, &path, marked).await,
                 Err(closed) => Err(closed),
             };
         }
+    }
+}
+
+type Deletion = Pin<Box<dyn Future<Output = Result<(), zk::Error>> + Send>>;
+
+/// Sends the delete of `path` now (before returning) and returns its answer to await. A
+/// `marked` deletion sets the node's data to the clean-release mark first, in the same
+/// transaction ([`crate::engine::lock_delay`]); it costs no extra round trip.
+fn send_delete(zk: Arc<zk::Client>, path: &str, marked: bool) -> Deletion {
+    if !marked {
+        return Box::pin(zk.delete(path, None));
+    }
+    let path = path.to_owned();
+    let mut deletion: Deletion = Box::pin(async move {
+        let mut batch = zk.new_multi_writer();
+        batch.add_set_data(&path, RELEASE_MARK, None)?;
+        batch.add_delete(&path, None)?;
+        batch.commit().await.map(drop).map_err(zk::Error::from)
+    });
+    // The first poll builds and sends the transaction; only its answer is left to wait for.
+    match deletion.as_mut().poll(&mut Context::from_waker(noop_waker_ref())) {
+        Poll::Ready(answered) => Box::pin(std::future::ready(answered)),
+        Poll::Pending => deletion,
     }
 }
 

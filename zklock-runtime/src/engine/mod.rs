@@ -20,6 +20,7 @@ pub(crate) mod guard;
 #[cfg(test)]
 mod interleavings;
 pub(crate) mod local_queue;
+pub(crate) mod lock_delay;
 pub(crate) mod loss;
 pub(crate) mod model_lock;
 pub(crate) mod own_node;

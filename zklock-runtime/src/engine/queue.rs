@@ -16,13 +16,14 @@
 //! [`Recipe`] with what the recipe needs.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::debug;
 use zookeeper_client as zk;
 
 use crate::connection::session::Session;
 use crate::engine::cleanup::Cleanup;
+use crate::engine::lock_delay::Vanished;
 use crate::engine::rules::{queue_order, Decision, Rule};
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
@@ -50,6 +51,10 @@ pub(crate) struct Recipe<'a> {
     /// Leader election: contender nodes hold this participant id alone, as Curator's
     /// `LeaderLatch` writes it, instead of the holder record.
     pub participant: Option<&'a str>,
+    /// The lock's lock-delay ([`crate::engine::lock_delay`]): contender nodes' deletions are
+    /// marked, and a waiter whose predecessor vanished unmarked waits this long once its turn
+    /// comes.
+    pub lock_delay: Option<Duration>,
 }
 
 /// A contender node the rule let go.
@@ -162,6 +167,7 @@ pub(crate) async fn attempt(
 ) -> Result<Granted, Failed> {
     let dir = recipe.dir;
     let (contending, granted, mut children) = Contending::create(recipe, session).await?;
+    let mut vanished = Vanished::default();
     loop {
         let queue = queue_order(children);
         let Some(index) = queue.iter().position(|c| c.name == contending.name()) else {
@@ -171,6 +177,7 @@ pub(crate) async fn attempt(
         };
         let (on, last_blocker) = match rule.decide(&queue, index) {
             Decision::Go => {
+                vanished.wait_out(recipe.lock_delay, session, deadline).await?;
                 contending.disarm();
                 return Ok(granted);
             }
@@ -183,13 +190,19 @@ pub(crate) async fn attempt(
         debug!(node = %granted.node_path, waits_for = %blocker, "waiting");
         let watched = handle(session)?.check_and_watch_stat(&blocker).await;
         let gone = match watched {
+            // Gone before it could be watched: like a contender that arrives after a holder
+            // vanished, this one saw nothing and has no lock-delay to wait out.
             Ok((None, _)) => true,
             Ok((Some(_), watcher)) => {
                 // The event first: a deletion that arrived by the deadline still counts.
                 tokio::select! {
                     biased;
                     event = watcher.changed() => match event.event_type {
-                        zk::EventType::NodeDeleted => true,
+                        zk::EventType::NodeDeleted => {
+                            vanished.unmarked();
+                            true
+                        }
+                        // A clean release's mark (or a revocation): the listing tells which.
                         zk::EventType::Session => {
                             if event.session_state.is_terminated() {
                                 return Err(Failed::SessionEnded);
@@ -209,6 +222,7 @@ pub(crate) async fn attempt(
             }
         };
         if gone && last_blocker {
+            vanished.wait_out(recipe.lock_delay, session, deadline).await?;
             contending.disarm();
             return Ok(granted);
         }
@@ -311,7 +325,7 @@ async fn create_and_list(
         match created {
             Ok((stat, sequence)) => {
                 let ours = format!("{protect}{}{sequence}", recipe.node_name);
-                *node_made = Some(ours.clone());
+                record_made(recipe, session, node_made, &ours);
                 let sequence = sequence.into_i64();
                 // Proven ahead of everyone without a listing: alone again by the count
                 // ([`crate::engine::alone`]), or number 0, the first create in this incarnation of the
@@ -352,7 +366,7 @@ async fn create_and_list(
             Err(err) if is_transient(&err) => {
                 retry_after(session, "create", err).await?;
                 if let Some((ours, stat)) = find_protected(session, dir, protect).await? {
-                    *node_made = Some(ours.clone());
+                    record_made(recipe, session, node_made, &ours);
                     let children = list(session, dir).await?;
                     return Ok(Created {
                         ours,
@@ -368,6 +382,15 @@ async fn create_and_list(
     Err(Failed::Error(LockError::Connection(format!(
         "could not create a contender node in {dir}"
     ))))
+}
+
+/// Our node `ours` exists: recorded in `node_made` for its removal should what follows fail,
+/// and, for a lock with a lock-delay, its deletion marked as clean whenever it comes.
+fn record_made(recipe: &Recipe<'_>, session: &Session, node_made: &mut Option<String>, ours: &str) {
+    *node_made = Some(ours.to_owned());
+    if recipe.lock_delay.is_some() {
+        session.mark_deletion(&format!("{}/{ours}", recipe.dir));
+    }
 }
 
 /// Awaits `request` if there is one.

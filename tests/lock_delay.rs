@@ -1,0 +1,198 @@
+//! Lock-delay (`Lock::with_lock_delay`) against a real server: a holder that vanishes without
+//! releasing — its session expired, or its node deleted by an operator — keeps the lock
+//! unavailable for the delay; clean releases and waiters that give up are marked and cost
+//! nothing; a waiter's deadline still holds during the delay.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{client, contenders, cut_off_able, raw, server, session_of, wait_watching};
+use zklock::{LockError, LockGuard};
+use zklock_testing::FaultProxy;
+
+/// Generous bound for anything that should happen promptly on a loaded machine.
+const SOON: Duration = Duration::from_secs(20);
+/// A delay no test waits for: a waiter that would wait it out times out first.
+const LONG: Duration = Duration::from_secs(600);
+
+async fn waiter(lock: zklock::Lock, timeout: Duration) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
+    tokio::spawn(async move { lock.acquire_timeout(timeout).await })
+}
+
+/// A clean release is marked: the waiter behind it goes at once, not after the delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_release_costs_no_delay() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let other = client(&zk.connect_string()).await;
+    let lock = |c: &zklock::LockClient| c.mutex("ld-clean").unwrap().with_lock_delay(LONG).unwrap();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let next = waiter(lock(&other), SOON).await;
+    wait_watching(&zk, &session_of(&other), guard.node_path(), "the waiter").await;
+    guard.release().await.unwrap();
+    let next = next.await.unwrap().expect("granted without waiting out the delay");
+    next.release().await.unwrap();
+    // Again through the drop path and with a read/write lock.
+    let write = |c: &zklock::LockClient| c.write_lock("ld-clean-rw").unwrap().with_lock_delay(LONG).unwrap();
+    let guard = write(&holder).acquire().await.unwrap();
+    let reader = {
+        let lock = other.read_lock("ld-clean-rw").unwrap().with_lock_delay(LONG).unwrap();
+        tokio::spawn(async move { lock.acquire_timeout(SOON).await })
+    };
+    wait_watching(&zk, &session_of(&other), guard.node_path(), "the reader").await;
+    drop(guard);
+    reader
+        .await
+        .unwrap()
+        .expect("granted without waiting out the delay")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// An operator deletes the holder's node: the waiter that watched it go waits the delay
+/// before it takes the lock (it cannot within less), then gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_node_deleted_by_an_operator_keeps_the_lock_for_the_delay() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let other = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let delay = Duration::from_secs(3);
+    let lock = |c: &zklock::LockClient| c.mutex("ld-deleted").unwrap().with_lock_delay(delay).unwrap();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let next = waiter(lock(&other), SOON + delay).await;
+    wait_watching(&zk, &session_of(&other), guard.node_path(), "the waiter").await;
+
+    view.delete(guard.node_path(), None).await.unwrap();
+    let deleted_at = tokio::time::Instant::now();
+    let next = next.await.unwrap().expect("granted after the delay");
+    let waited = deleted_at.elapsed();
+    assert!(
+        waited >= delay,
+        "granted {waited:?} after the unmarked deletion, within the {delay:?} delay"
+    );
+    drop((guard, next));
+}
+
+/// A holder cut off until the server expired its session vanishes unmarked: the waiter that
+/// watched it waits the delay after the node went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_session_expired_keeps_the_lock_for_the_delay() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let holder = cut_off_able(&proxy).await;
+    let other = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let delay = Duration::from_secs(2);
+    let lock = |c: &zklock::LockClient| c.mutex("ld-expired").unwrap().with_lock_delay(delay).unwrap();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    let next = waiter(lock(&other), SOON + delay).await;
+    wait_watching(&zk, &session_of(&other), &node, "the waiter").await;
+
+    proxy.blackhole();
+    // Polled no more often than every 20 ms: the node went at most that long before this.
+    let gone = support::eventually(SOON, || async { view.check_stat(&node).await.unwrap().is_none() }).await;
+    assert!(gone, "the holder's session never expired");
+    let seen_gone_at = tokio::time::Instant::now();
+    let next = next.await.unwrap().expect("granted after the delay");
+    let waited = seen_gone_at.elapsed() + Duration::from_millis(100);
+    assert!(
+        waited >= delay,
+        "granted {waited:?} after the holder's session ended, within the {delay:?} delay"
+    );
+    assert!(guard.is_lost());
+    drop((guard, next));
+}
+
+/// A waiter that gives up ahead of another marks its node's removal: the one behind it goes as
+/// soon as the holder releases cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_is_marked_too() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let quitter = client(&zk.connect_string()).await;
+    let patient = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = |c: &zklock::LockClient| c.mutex("ld-give-up").unwrap().with_lock_delay(LONG).unwrap();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let (give_up, gave_up) = tokio::sync::oneshot::channel::<()>();
+    let quitting = {
+        let lock = lock(&quitter);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = lock.acquire() => panic!("granted while held"),
+                _ = gave_up => {}
+            }
+        })
+    };
+    wait_watching(&zk, &session_of(&quitter), guard.node_path(), "the quitter").await;
+    let dir = lock(&holder).path().to_owned();
+    let held = guard.node_path().rsplit('/').next().unwrap().to_owned();
+    let queue = contenders(&view, &dir).await;
+    assert_eq!(queue.len(), 2, "{queue:?}");
+    let quitter_node = format!("{dir}/{}", queue.iter().find(|n| **n != held).unwrap());
+    let next = waiter(lock(&patient), SOON).await;
+    wait_watching(&zk, &session_of(&patient), &quitter_node, "the patient waiter").await;
+
+    give_up.send(()).unwrap();
+    quitting.await.unwrap();
+    quitter.flush().await;
+    wait_watching(&zk, &session_of(&patient), guard.node_path(), "the patient waiter").await;
+    guard.release().await.unwrap();
+    next.await
+        .unwrap()
+        .expect("granted without waiting out the delay")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// The waiter's own deadline holds during the delay: it times out, and leaves no node behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_inside_the_delay_times_out_and_leaves_nothing() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let other = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = |c: &zklock::LockClient| c.mutex("ld-deadline").unwrap().with_lock_delay(LONG).unwrap();
+    let dir = lock(&holder).path().to_owned();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let next = waiter(lock(&other), Duration::from_secs(5)).await;
+    wait_watching(&zk, &session_of(&other), guard.node_path(), "the waiter").await;
+    view.delete(guard.node_path(), None).await.unwrap();
+    let err = next.await.unwrap().unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    other.flush().await;
+    assert_eq!(contenders(&view, &dir).await, Vec::<String>::new());
+    drop(guard);
+}
+
+/// Bad settings are refused with a clear error; zero turns the delay off.
+#[tokio::test]
+async fn bad_settings_are_refused() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let err = c
+        .semaphore("ld-sem", 2)
+        .unwrap()
+        .with_lock_delay(Duration::from_secs(1))
+        .unwrap_err();
+    assert!(err.to_string().contains("a semaphore takes no lock-delay"), "{err}");
+    let err = c
+        .mutex("ld-long")
+        .unwrap()
+        .with_lock_delay(Duration::from_secs(3601))
+        .unwrap_err();
+    assert!(err.to_string().contains("over the limit"), "{err}");
+    let off = c.mutex("ld-off").unwrap().with_lock_delay(Duration::ZERO).unwrap();
+    assert_eq!(off.lock_delay(), None);
+    let on = c
+        .mutex("ld-on")
+        .unwrap()
+        .with_lock_delay(Duration::from_millis(1))
+        .unwrap();
+    assert_eq!(on.lock_delay(), Some(Duration::from_millis(1)));
+}
