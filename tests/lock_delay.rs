@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{client, contenders, cut_off_able, raw, server, session_of, wait_watching};
-use zklock::{LockError, LockGuard};
+use support::{client, contenders, cut_off_able, raw, server, session_of, wait_watching, AppError};
+use zklock::{distributed_lock, LockClient, LockError, LockGuard};
 use zklock_testing::FaultProxy;
 
 /// Generous bound for anything that should happen promptly on a loaded machine.
@@ -65,8 +65,9 @@ async fn a_holder_node_deleted_by_an_operator_keeps_the_lock_for_the_delay() {
     let next = waiter(lock(&other), SOON + delay).await;
     wait_watching(&zk, &session_of(&other), guard.node_path(), "the waiter").await;
 
-    view.delete(guard.node_path(), None).await.unwrap();
+    // Taken before the delete is sent: the waiter cannot hear of it any earlier.
     let deleted_at = tokio::time::Instant::now();
+    view.delete(guard.node_path(), None).await.unwrap();
     let next = next.await.unwrap().expect("granted after the delay");
     let waited = deleted_at.elapsed();
     assert!(
@@ -98,9 +99,11 @@ async fn a_holder_whose_session_expired_keeps_the_lock_for_the_delay() {
     assert!(gone, "the holder's session never expired");
     let seen_gone_at = tokio::time::Instant::now();
     let next = next.await.unwrap().expect("granted after the delay");
-    let waited = seen_gone_at.elapsed() + Duration::from_millis(100);
+    // Seen gone a poll after it went: without the delay the grant would come about then, with
+    // it about `delay` later; half of it tells the two apart on a loaded machine too.
+    let waited = seen_gone_at.elapsed();
     assert!(
-        waited >= delay,
+        waited >= delay / 2,
         "granted {waited:?} after the holder's session ended, within the {delay:?} delay"
     );
     assert!(guard.is_lost());
@@ -195,4 +198,41 @@ async fn bad_settings_are_refused() {
         .with_lock_delay(Duration::from_millis(1))
         .unwrap();
     assert_eq!(on.lock_delay(), Some(Duration::from_millis(1)));
+}
+
+#[distributed_lock("ld-attr", lock_delay = "2s", timeout = "30s", client = locks)]
+async fn after_the_delay(locks: &LockClient) -> Result<tokio::time::Instant, AppError> {
+    Ok(tokio::time::Instant::now())
+}
+
+/// The attribute's `lock_delay` is the lock's: a call waiting behind a holder whose node an
+/// operator deleted runs its body only once the delay has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_waits_out_its_lock_delay() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let other = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let delay = Duration::from_secs(2);
+    let guard = holder
+        .mutex("ld-attr")
+        .unwrap()
+        .with_lock_delay(delay)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let other_session = session_of(&other);
+    let call = tokio::spawn(async move { after_the_delay(&other).await.map(|at| (at, other)) });
+    wait_watching(&zk, &other_session, guard.node_path(), "the attribute's call").await;
+    // Taken before the delete is sent: the waiter cannot hear of it any earlier.
+    let deleted_at = tokio::time::Instant::now();
+    view.delete(guard.node_path(), None).await.unwrap();
+    let (ran_at, _other) = call.await.unwrap().expect("the body ran");
+    assert!(
+        ran_at - deleted_at >= delay,
+        "the body ran {:?} after the unmarked deletion",
+        ran_at - deleted_at
+    );
+    drop(guard);
 }

@@ -17,6 +17,7 @@ impl Inventory {
                 on_lost: __zklock::__private::OnLost::Abort,
                 on_revoke: __zklock::__private::OnRevoke::Continue,
                 max_hold: ::core::option::Option::None,
+                lock_delay: ::core::option::Option::None,
                 templates: &["inventory:{sku}"],
             },
             __zklock::__private::result_converter::<_, AppError>(),

@@ -1,6 +1,7 @@
 //! Parsing and checking the attribute's arguments:
 //! `("name", "other name", timeout = "10s", mode = "read", leases = 3, client = expr,
-//! on_lost = "continue", on_revoke = "abort", max_hold = "30s", token = ident, crate = path)`.
+//! on_lost = "continue", on_revoke = "abort", max_hold = "30s", lock_delay = "5s", token = ident,
+//! crate = path)`.
 //!
 //! The names come first, as string literals (one or more), then the options.
 
@@ -15,7 +16,7 @@ use crate::template::Template;
 
 /// The option names, for "unknown option" errors.
 const OPTIONS: &str =
-    "`timeout`, `mode`, `leases`, `client`, `on_lost`, `on_revoke`, `if_busy`, `max_hold`, `token`, `crate`";
+    "`timeout`, `mode`, `leases`, `client`, `on_lost`, `on_revoke`, `if_busy`, `max_hold`, `lock_delay`, `token`, `crate`";
 const OPTION_NAMES: &[&str] = &[
     "timeout",
     "mode",
@@ -25,6 +26,7 @@ const OPTION_NAMES: &[&str] = &[
     "on_revoke",
     "if_busy",
     "max_hold",
+    "lock_delay",
     "token",
     "crate",
 ];
@@ -83,6 +85,9 @@ pub struct LockArgs {
     pub if_busy: IfBusyArg,
     /// `max_hold = …`: stop the body once the lock has been held this long.
     pub max_hold: Option<Duration>,
+    /// `lock_delay = …`: how long the lock stays unavailable after a holder vanished without
+    /// releasing.
+    pub lock_delay: Option<Duration>,
     pub token: Option<Ident>,
     /// `crate = path`: where the `zklock` crate is, for a re-export.
     pub krate: Option<Path>,
@@ -107,6 +112,7 @@ impl Parse for LockArgs {
         let mut on_revoke = OnRevokeArg::Continue;
         let mut if_busy = IfBusyArg::Fail;
         let mut max_hold = None;
+        let mut lock_delay: Option<(LitStr, Duration)> = None;
         let mut token = None;
         let mut krate = None;
 
@@ -195,6 +201,11 @@ impl Parse for LockArgs {
                     if_busy = either(&lit, "if_busy", ("fail", IfBusyArg::Fail), ("skip", IfBusyArg::Skip))?;
                 }
                 "max_hold" => max_hold = Some(parse_max_hold(&expect_str(input, &key_name, "\"30s\"")?)?),
+                "lock_delay" => {
+                    let lit = expect_str(input, &key_name, "\"5s\"")?;
+                    let delay = parse_lock_delay(&lit)?;
+                    lock_delay = Some((lit, delay));
+                }
                 "token" => {
                     let ident: Ident = input.parse().map_err(|e| {
                         syn::Error::new(
@@ -230,6 +241,13 @@ impl Parse for LockArgs {
             (Some((lit, _)), None) => unreachable!("mode {:?} checked above", lit.value()),
         };
 
+        if let (Some((lit, _)), ModeArg::Semaphore(_)) = (&lock_delay, mode) {
+            return Err(syn::Error::new(
+                lit.span(),
+                "a semaphore takes no `lock_delay`: its acquirers do not queue behind a holder",
+            ));
+        }
+
         if let (Some(token), [_, second, ..]) = (&token, names.as_slice()) {
             let mut err = syn::Error::new(
                 token.span(),
@@ -249,6 +267,7 @@ impl Parse for LockArgs {
             on_revoke,
             if_busy,
             max_hold,
+            lock_delay: lock_delay.map(|(_, delay)| delay),
             token,
             krate,
         })
@@ -359,6 +378,20 @@ fn parse_max_hold(lit: &LitStr) -> syn::Result<Duration> {
     }
 }
 
+/// The longest `lock_delay` (as the runtime's `Lock::with_lock_delay` accepts).
+const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
+
+fn parse_lock_delay(lit: &LitStr) -> syn::Result<Duration> {
+    let value = lit.value();
+    let refuse = |why: String| Err(syn::Error::new(lit.span(), why));
+    match parse_duration(&value) {
+        Ok(d) if d.is_zero() => refuse("`lock_delay` must be longer than zero; leave it out for none".into()),
+        Ok(d) if d > MAX_LOCK_DELAY => refuse(format!("`lock_delay` {value:?} is over the limit of one hour")),
+        Ok(d) => Ok(d),
+        Err(why) => refuse(format!("bad lock_delay {value:?}: {why}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,6 +473,10 @@ mod tests {
         assert!(err(quote::quote!("a", max_hold = "0s")).contains("longer than zero"));
         assert!(err(quote::quote!("a", max_hold = "forever")).contains("bad max_hold"));
         assert!(err(quote::quote!("a", max_hold = 30)).contains("takes a string literal"));
+        assert!(err(quote::quote!("a", lock_delay = "0s")).contains("longer than zero"));
+        assert!(err(quote::quote!("a", lock_delay = "2h")).contains("over the limit"));
+        assert!(err(quote::quote!("a", lock_delay = "soon")).contains("bad lock_delay"));
+        assert!(err(quote::quote!("a", mode = "semaphore", leases = 2, lock_delay = "1s")).contains("no `lock_delay`"));
         assert!(err(quote::quote!("a", crate = 3)).contains("path of the zklock crate"));
         assert!(err(quote::quote!("a", crate = "not a path")).contains("path of the zklock crate"));
     }

@@ -276,6 +276,13 @@ fn lock_call(
             quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
         }
     };
+    let lock_delay = match args.lock_delay {
+        None => quote!(::core::option::Option::None),
+        Some(d) => {
+            let ms = d.as_millis() as u64;
+            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
+        }
+    };
     let templates = args.names.iter().map(|name| name.lit.value());
     let ret_infer = infer_impl_trait(ret);
     let converter = converter(ret, &ret_infer, args.if_busy);
@@ -307,6 +314,7 @@ fn lock_call(
                 on_lost: #on_lost,
                 on_revoke: #on_revoke,
                 max_hold: #max_hold,
+                lock_delay: #lock_delay,
                 templates: &[#(#templates),*],
             },
             #converter,

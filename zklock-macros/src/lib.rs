@@ -86,6 +86,7 @@
 //! | `on_revoke` | `"continue"`, `"abort"` | `"continue"` |
 //! | `if_busy` | `"fail"`, `"skip"` | `"fail"` |
 //! | `max_hold` | a duration such as `"30s"` | no bound |
+//! | `lock_delay` | a duration such as `"5s"`, up to an hour (not with `mode = "semaphore"`) | none |
 //! | `token` | an identifier, bound to the hold's `FencingToken` in the body | — |
 //! | `crate` | the path of the `zklock` crate, as `crate = path` or `crate = "path"` | found in `Cargo.toml` |
 //!
@@ -121,6 +122,11 @@
 //!   against hung work (a stuck network call, a lost wake-up), as lock4j's `expire` or
 //!   ShedLock's `lockAtMostFor` do. It is not what frees the lock of a crashed process: the end
 //!   of that process's ZooKeeper session does that, with or without a bound.
+//! * **`lock_delay`**: after a holder vanishes without releasing (its process died, or an
+//!   operator deleted its node), a caller that was waiting for it waits this long more before
+//!   the body runs, so the dead holder's writes still in flight can drain (Chubby's and
+//!   Consul's lock-delay; `Lock::with_lock_delay`). Clean releases cost nothing. Give every
+//!   caller of the lock the same value; Curator contenders do not honour it.
 //! * **`token`**: names a binding for the fencing token, to pass to the protected resource.
 //!   `zklock::current_fencing_token()` returns the same value in the body's scope: the body and
 //!   what it awaits, not futures polled beside it nor tasks it spawns. It cannot have the name
@@ -256,7 +262,8 @@ use crate::expand::MaybeItemFn;
 /// Runs the async function only while a ZooKeeper lock is held.
 ///
 /// `#[distributed_lock("name {arg}", "more names", timeout = "10s", mode = "mutex",
-/// client = expr, on_lost = "abort", max_hold = "30s", token = ident, crate = path)]`; every
+/// client = expr, on_lost = "abort", max_hold = "30s", lock_delay = "5s", token = ident,
+/// crate = path)]`; every
 /// option may be left out, and one name is enough. See the [crate documentation](crate) for the options, the name template and the
 /// errors.
 ///

@@ -24,6 +24,7 @@
 //!             on_lost: zklock::__private::OnLost::Abort,
 //!             on_revoke: zklock::__private::OnRevoke::Continue,
 //!             max_hold: ::core::option::Option::None,
+//!             lock_delay: ::core::option::Option::None,
 //!             templates: &["inventory:{sku}"],
 //!         },
 //!         zklock::__private::result_converter::<_, AppError>(),
@@ -89,6 +90,8 @@ pub struct LockOptions {
     pub on_revoke: OnRevoke,
     /// `max_hold = …`: stop the body once the lock has been held this long.
     pub max_hold: Option<Duration>,
+    /// `lock_delay = …` ([`Lock::with_lock_delay`](crate::Lock::with_lock_delay)).
+    pub lock_delay: Option<Duration>,
     /// The name templates as written in the attribute, one per name, recorded in contender
     /// nodes ([`Lock::with_template`](crate::Lock::with_template)).
     pub templates: &'static [&'static str],
@@ -260,7 +263,10 @@ where
         .iter()
         .enumerate()
         .map(|(i, name)| {
-            let lock = client.lock(name, options.kind)?;
+            let mut lock = client.lock(name, options.kind)?;
+            if let Some(delay) = options.lock_delay {
+                lock = lock.with_lock_delay(delay)?;
+            }
             Ok(match options.templates.get(i) {
                 Some(template) => lock.with_template(*template),
                 None => lock,
