@@ -236,3 +236,42 @@ async fn the_attribute_waits_out_its_lock_delay() {
     );
     drop(guard);
 }
+
+/// A waiter that gives up while it waits out the delay does not hand the lock on early: its
+/// removal is unmarked, so the waiter behind it waits a delay of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn giving_up_inside_the_delay_passes_the_delay_on() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let first = client(&zk.connect_string()).await;
+    let second = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let delay = Duration::from_secs(3);
+    let lock = |c: &LockClient| c.mutex("ld-pass-on").unwrap().with_lock_delay(delay).unwrap();
+    let dir = lock(&holder).path().to_owned();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let held = guard.node_path().to_owned();
+    let quitter = waiter(lock(&first), SOON).await;
+    wait_watching(&zk, &session_of(&first), &held, "the first waiter").await;
+    let queue = contenders(&view, &dir).await;
+    let first_node = format!("{dir}/{}", queue.iter().find(|n| !held.ends_with(n.as_str())).unwrap());
+    let next = waiter(lock(&second), SOON + 2 * delay).await;
+    wait_watching(&zk, &session_of(&second), &first_node, "the second waiter").await;
+
+    let deleted_at = tokio::time::Instant::now();
+    view.delete(&held, None).await.unwrap();
+    // The first waiter has heard of the deletion once its watch on the node is spent.
+    let heard = support::eventually(SOON, || async {
+        !support::watches_of(&zk, &session_of(&first)).contains(&held)
+    })
+    .await;
+    assert!(heard, "the first waiter never heard of the deletion");
+    quitter.abort();
+    let next = next.await.unwrap().expect("granted after the delay");
+    let waited = deleted_at.elapsed();
+    assert!(
+        waited >= delay,
+        "granted {waited:?} after the holder vanished, within the {delay:?} delay"
+    );
+    drop((guard, next));
+}

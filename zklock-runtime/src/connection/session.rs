@@ -242,6 +242,12 @@ impl Session {
         self.marked.lock().unwrap_or_else(|e| e.into_inner()).remove(node_path)
     }
 
+    /// Takes back [`mark_deletion`](Self::mark_deletion): the deletion of `node_path` will not
+    /// be marked.
+    pub fn unmark_deletion(&self, node_path: &str) {
+        self.marked.lock().unwrap_or_else(|e| e.into_inner()).remove(node_path);
+    }
+
     /// Marks the deletion of `node_path`, whenever it comes, as clean
     /// ([`crate::engine::lock_delay`]).
     pub fn mark_deletion(&self, node_path: &str) {

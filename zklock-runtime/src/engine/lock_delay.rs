@@ -38,35 +38,42 @@ pub(crate) struct Vanished {
 }
 
 impl Vanished {
-    /// A watched node ahead went without the mark.
-    pub fn unmarked(&mut self) {
+    /// A watched node ahead of `ours` (our contender node's path) went without the mark.
+    /// Until our turn comes and the delay is over, our node's own removal (we give up, or are
+    /// cancelled) is not marked either: the waiter behind us then waits the delay in turn,
+    /// instead of walking in on a delay we did not finish.
+    pub fn unmarked(&mut self, session: &Session, ours: &str) {
         self.unmarked_at = Some(Instant::now());
+        session.unmark_deletion(ours);
     }
 
-    /// Waits until `delay` has passed since the last unmarked vanish, if there was one; fails
-    /// if the session ends or `deadline` passes first.
+    /// Waits until `delay` has passed since the last unmarked vanish, if there was one, and
+    /// marks `ours` again for its clean release; fails if the session ends or `deadline`
+    /// passes first.
     pub async fn wait_out(
         &self,
         delay: Option<Duration>,
         session: &Session,
         deadline: Option<Instant>,
+        ours: &str,
     ) -> Result<(), Failed> {
         let (Some(delay), Some(since)) = (delay, self.unmarked_at) else {
             return Ok(());
         };
         let until = since + delay;
-        if Instant::now() >= until {
-            return Ok(());
+        if Instant::now() < until {
+            debug!(
+                wait_ms = (until - Instant::now()).as_millis() as u64,
+                "a holder ahead vanished without releasing; waiting out the lock-delay"
+            );
+            tokio::select! {
+                biased;
+                _ = session.ended() => return Err(Failed::SessionEnded),
+                _ = deadline_passed(deadline) => return Err(Failed::TimedOut),
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
         }
-        debug!(
-            wait_ms = (until - Instant::now()).as_millis() as u64,
-            "a holder ahead vanished without releasing; waiting out the lock-delay"
-        );
-        tokio::select! {
-            biased;
-            _ = session.ended() => Err(Failed::SessionEnded),
-            _ = deadline_passed(deadline) => Err(Failed::TimedOut),
-            _ = tokio::time::sleep_until(until.into()) => Ok(()),
-        }
+        session.mark_deletion(ours);
+        Ok(())
     }
 }

@@ -177,7 +177,9 @@ pub(crate) async fn attempt(
         };
         let (on, last_blocker) = match rule.decide(&queue, index) {
             Decision::Go => {
-                vanished.wait_out(recipe.lock_delay, session, deadline).await?;
+                vanished
+                    .wait_out(recipe.lock_delay, session, deadline, &granted.node_path)
+                    .await?;
                 contending.disarm();
                 return Ok(granted);
             }
@@ -199,7 +201,7 @@ pub(crate) async fn attempt(
                     biased;
                     event = watcher.changed() => match event.event_type {
                         zk::EventType::NodeDeleted => {
-                            vanished.unmarked();
+                            vanished.unmarked(session, &granted.node_path);
                             true
                         }
                         // A clean release's mark (or a revocation): the listing tells which.
@@ -222,7 +224,9 @@ pub(crate) async fn attempt(
             }
         };
         if gone && last_blocker {
-            vanished.wait_out(recipe.lock_delay, session, deadline).await?;
+            vanished
+                .wait_out(recipe.lock_delay, session, deadline, &granted.node_path)
+                .await?;
             contending.disarm();
             return Ok(granted);
         }
