@@ -141,6 +141,10 @@ struct RunArgs {
     /// Percentage of critical sections that ignore the loss signal and keep writing.
     #[arg(long, default_value_t = 25)]
     misbehave_percent: u32,
+    /// Lock-delay of the main lock (`0s`: none). With one, the checker also verifies that the
+    /// waiter next in line when a holder's node is deleted waits it out.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    lock_delay: Duration,
     /// Where to write the history (JSON lines).
     #[arg(long, default_value = "target/chaos/history.jsonl")]
     history: PathBuf,
@@ -182,6 +186,7 @@ fn main() {
         tick_time: args.tick,
         seed,
         misbehave_percent: args.misbehave_percent,
+        lock_delay: args.lock_delay,
         child: ChildCommand {
             program,
             args: vec!["contender".into()],

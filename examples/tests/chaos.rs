@@ -34,6 +34,7 @@ fn lock_stays_safe_under_leader_kill_partitions_pause_restart_and_reap() {
         tick_time: Duration::from_millis(200),
         seed: chaos::clock::now_ns(),
         misbehave_percent: 25,
+        lock_delay: Duration::from_secs(1),
         child: ChildCommand {
             program,
             args: zklock::testing::process::rerun_args(CONTENDER_ENTRY).to_vec(),
@@ -106,6 +107,12 @@ fn lock_stays_safe_under_leader_kill_partitions_pause_restart_and_reap() {
         outcome.history.leaked_node_names
     );
     assert!(report.reaps_with_increasing_tokens >= 1, "{}", report.summary());
+    assert!(
+        report.operator.revocations_honoured >= 1 && report.operator.violations.is_empty(),
+        "revocations and lock-delay: {:?}\n{}",
+        report.operator,
+        report.summary()
+    );
     assert_eq!(
         report.availability_violations,
         0,

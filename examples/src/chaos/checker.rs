@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use serde::Serialize;
 
 use super::history::{CloseRecord, FailureKind, FaultKind, History, Section, Token, WriteRecord, LOCK};
+use super::operator::{check_operator_faults, OperatorChecks};
 
 /// After a pause fault heals, grants of its process within this long are excused from rule 7
 /// (the paused process may return a grant before it can see the loss).
@@ -165,6 +166,8 @@ pub struct Report {
     pub availability_violations: usize,
     /// The worst unavailability after a fault, in milliseconds.
     pub max_unavailable_ms: u64,
+    /// Revocations and deleted holder nodes ([`super::operator`]).
+    pub operator: OperatorChecks,
 }
 
 impl Report {
@@ -180,6 +183,7 @@ impl Report {
             && self.leaked_nodes == 0
             && self.incomplete_sections == 0
             && self.availability_violations == 0
+            && self.operator.violations.is_empty()
     }
 
     /// The final machine-readable line.
@@ -318,6 +322,19 @@ impl Report {
             per_kind.join(", "),
             self.availability_violations
         );
+        let op = &self.operator;
+        let _ = writeln!(
+            s,
+            "  revocations that reached a holder: {}, of which ended its section: {}; deleted holder nodes whose \
+             successor's grant was checked against the lock-delay: {}; {} violation(s)",
+            op.revocations,
+            op.revocations_honoured,
+            op.lock_delays_checked,
+            op.violations.len()
+        );
+        for v in op.violations.iter().take(10) {
+            let _ = writeln!(s, "    {v}");
+        }
         let _ = writeln!(s, "  verdict: {}", if self.passed() { "PASS" } else { "FAIL" });
         s
     }
@@ -517,6 +534,7 @@ pub fn check(history: &History) -> Report {
         availability,
         availability_violations,
         max_unavailable_ms,
+        operator: check_operator_faults(history),
     }
 }
 
@@ -905,6 +923,7 @@ mod tests {
             writes_attempted: 0,
             writes_rejected: 0,
             complete: true,
+            revoked: false,
         }
     }
 
@@ -1062,6 +1081,7 @@ mod tests {
             target_process: Some(1),
             target_client: None,
             effective: true,
+            successor_zxid: None,
             note: String::new(),
         });
         let report = check(&h);
@@ -1086,6 +1106,7 @@ mod tests {
             target_process: Some(1),
             target_client: None,
             effective: true,
+            successor_zxid: None,
             note: String::new(),
         });
         let report = check(&h);
@@ -1110,6 +1131,7 @@ mod tests {
             target_process: Some(1),
             target_client: None,
             effective: true,
+            successor_zxid: None,
             note: String::new(),
         });
         let told = |h: &History| {
@@ -1141,6 +1163,7 @@ mod tests {
             target_process: None,
             target_client: None,
             effective: true,
+            successor_zxid: None,
             note: String::new(),
         });
         let report = check(&h);
@@ -1237,6 +1260,7 @@ mod tests {
             target_process: Some(1),
             target_client: None,
             effective: true,
+            successor_zxid: None,
             note: String::new(),
         });
         assert!(check(&h).passed(), "{}", check(&h).summary());
@@ -1263,6 +1287,7 @@ mod tests {
             target_process: Some(1),
             target_client: Some("p1-m".into()),
             effective: true,
+            successor_zxid: None,
             note: String::new(),
         });
         let cut = |h: &History| {

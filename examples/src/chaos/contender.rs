@@ -58,6 +58,8 @@ pub struct ContenderConfig {
     pub multi_timeout: Duration,
     /// Share of sections (in percent) that ignore the loss signal and keep writing.
     pub misbehave_percent: u32,
+    /// The main lock's lock-delay (zero: none), for every task that takes it.
+    pub lock_delay: Duration,
     /// Seed of this process's pseudo-random choices.
     pub seed: u64,
 }
@@ -90,6 +92,10 @@ impl ContenderConfig {
                 "ZKLOCK_CHAOS_MISBEHAVE_PERCENT".into(),
                 self.misbehave_percent.to_string(),
             ),
+            (
+                "ZKLOCK_CHAOS_LOCK_DELAY_MS".into(),
+                self.lock_delay.as_millis().to_string(),
+            ),
             ("ZKLOCK_CHAOS_SEED".into(), self.seed.to_string()),
         ]
     }
@@ -114,6 +120,7 @@ impl ContenderConfig {
             acquire_timeout: Duration::from_millis(num("ZKLOCK_CHAOS_ACQUIRE_MS")?),
             multi_timeout: Duration::from_millis(num("ZKLOCK_CHAOS_MULTI_ACQUIRE_MS")?),
             misbehave_percent: num("ZKLOCK_CHAOS_MISBEHAVE_PERCENT")?,
+            lock_delay: Duration::from_millis(num("ZKLOCK_CHAOS_LOCK_DELAY_MS")?),
             seed: num("ZKLOCK_CHAOS_SEED")?,
         })
     }
@@ -487,6 +494,13 @@ impl Held {
         }
     }
 
+    fn is_revoked(&self) -> bool {
+        match self {
+            Held::One(g) => g.is_revoked(),
+            Held::Multi(g) => g.is_revoked(),
+        }
+    }
+
     async fn lost(&self) -> LockError {
         match self {
             Held::One(g) => g.lost().await,
@@ -623,10 +637,11 @@ impl Task {
 
     fn make_locks(&self, client: &LockClient) -> Result<Locks, LockError> {
         let config = &self.ctx.config;
+        let main = || client.mutex(&config.lock)?.with_lock_delay(config.lock_delay);
         Ok(match self.role {
-            Role::Main => Locks::One(client.mutex(&config.lock)?),
+            Role::Main => Locks::One(main()?),
             Role::Second => Locks::One(client.mutex(&config.lock_b)?),
-            Role::Multi => Locks::Multi(client.multi_lock([&config.lock, &config.lock_b])?),
+            Role::Multi => Locks::Multi(MultiLock::new([main()?, client.mutex(&config.lock_b)?])?),
         })
     }
 
@@ -705,9 +720,15 @@ impl Task {
         } else {
             1 + self.rng.below(3)
         };
+        let mut revoked = false;
         for _ in 0..writes {
             let pause = if long { 100 } else { 20 + self.rng.below(100) };
             tokio::time::sleep(Duration::from_millis(pause)).await;
+            // Another process asked for the lock: every section honours it and ends now.
+            if held.is_revoked() {
+                revoked = true;
+                break;
+            }
             let lost = note_loss(&held, &mut lost_ns);
             if (lost || rejected > 0) && !misbehaving {
                 break;
@@ -748,6 +769,7 @@ impl Task {
             writes_attempted: attempted,
             writes_rejected: rejected,
             complete: true,
+            revoked,
         }));
         if let Err(e) = held.release().await {
             emit(&Event::ReleaseFailed {

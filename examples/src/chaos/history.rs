@@ -84,6 +84,10 @@ pub struct Section {
     pub writes_rejected: u32,
     /// False when the holder never reported the section's end (its process died holding).
     pub complete: bool,
+    /// Whether another process asked for the lock (revocation) and the section ended early
+    /// for it.
+    #[serde(default)]
+    pub revoked: bool,
 }
 
 /// An event a contender process reports.
@@ -262,15 +266,24 @@ pub enum FaultKind {
     /// Blackhole a process whose multi-lock task holds [`LOCK`] while it waits for [`LOCK_B`],
     /// until its session expires, then heal it.
     MultiWaitExpiry,
+    /// Ask the holder of [`LOCK`] in a long section to release it (`LockClient::revoke`,
+    /// Curator's `__REVOKE__`); it must end its section early.
+    RevokeHolder,
+    /// Delete the node of the holder of [`LOCK`] in a long section, as an operator clearing a
+    /// stuck lock would: a loss for the holder, and, with a lock-delay, the lock stays
+    /// unavailable to the waiter behind it for the delay.
+    DeleteHolderNode,
 }
 
 impl FaultKind {
     /// Every kind, in the order a CI-sized run injects them.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::LeaderKill,
         FaultKind::PartitionHolder,
         FaultKind::IsolateHolderMember,
         FaultKind::PauseHolder,
+        FaultKind::RevokeHolder,
+        FaultKind::DeleteHolderNode,
         FaultKind::CloseUnderLoad,
         FaultKind::MultiWaitExpiry,
         FaultKind::EnsembleRestart,
@@ -288,6 +301,8 @@ impl FaultKind {
             FaultKind::IsolateHolderMember => "isolate_holder_member",
             FaultKind::CloseUnderLoad => "close_under_load",
             FaultKind::MultiWaitExpiry => "multi_wait_expiry",
+            FaultKind::RevokeHolder => "revoke_holder",
+            FaultKind::DeleteHolderNode => "delete_holder_node",
         }
     }
 }
@@ -314,6 +329,10 @@ pub struct FaultRecord {
     pub target_client: Option<String>,
     /// Whether the fault took effect (e.g. the lock dir really was reaped).
     pub effective: bool,
+    /// For [`FaultKind::DeleteHolderNode`]: the creation zxid (the token) of the node that
+    /// was next in line behind the deleted one, if any.
+    #[serde(default)]
+    pub successor_zxid: Option<i64>,
     /// Free-form details for the summary.
     pub note: String,
 }
@@ -342,4 +361,7 @@ pub struct History {
     pub leaked_node_names: Vec<String>,
     /// When recording ended.
     pub ended_ns: u64,
+    /// The main lock's lock-delay in milliseconds (0: none).
+    #[serde(default)]
+    pub lock_delay_ms: u64,
 }

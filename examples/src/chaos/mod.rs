@@ -34,5 +34,6 @@ pub mod contender;
 pub mod history;
 pub mod jobs;
 pub mod leader;
+pub mod operator;
 pub mod register;
 pub mod runner;

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zklock::testing::{FaultProxy, ZkEnsemble};
-use zklock::zk;
+use zklock::{zk, RevokeOutcome};
 
 use super::checker::{check, Report};
 use super::clock::{ms_between, now_ns};
@@ -18,6 +18,7 @@ use super::history::{
     AcquireFailure, CloseRecord, Event, FaultKind, FaultRecord, History, Part, Section, Token, EVENT_PREFIX, LOCK,
     LOCK_B,
 };
+use super::operator;
 use super::register::Register;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -50,6 +51,8 @@ pub struct RunConfig {
     pub seed: u64,
     /// Share of sections (percent) that ignore the loss signal and keep writing.
     pub misbehave_percent: u32,
+    /// The main lock's lock-delay (zero: none).
+    pub lock_delay: Duration,
     /// How to start a contender process.
     pub child: ChildCommand,
     /// Where to write the history as JSON lines, if anywhere.
@@ -61,9 +64,10 @@ pub struct RunConfig {
 impl RunConfig {
     /// The bound on "granted again after a fault": two session timeouts (a dead holder's
     /// session must expire; a whole ensemble restart or failover must be noticed and every
-    /// session re-established) plus 10 s of margin for a loaded 2-core machine.
+    /// session re-established), the lock-delay a vanished holder leaves behind, plus 10 s of
+    /// margin for a loaded 2-core machine.
     pub fn availability_bound(&self) -> Duration {
-        self.session_timeout * 2 + Duration::from_secs(10)
+        self.session_timeout * 2 + self.lock_delay + Duration::from_secs(10)
     }
 }
 
@@ -314,6 +318,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
             writes_attempted: 0,
             writes_rejected: 0,
             complete: false,
+            revoked: false,
         });
     }
     observed.sections.sort_by_key(|s| s.granted_ns);
@@ -327,6 +332,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
         leaked_nodes: leaked,
         leaked_node_names: leaked_names,
         ended_ns,
+        lock_delay_ms: config.lock_delay.as_millis() as u64,
     };
     if let Some(path) = &config.history_path {
         write_history(path, &history)?;
@@ -359,6 +365,7 @@ fn spawn_contender(
         acquire_timeout: config.session_timeout + Duration::from_secs(1),
         multi_timeout: config.session_timeout * 3 + Duration::from_secs(3),
         misbehave_percent: config.misbehave_percent,
+        lock_delay: config.lock_delay,
         seed: config.seed.wrapping_add(index as u64 * 7919),
     };
     let mut child = Command::new(&config.child.program)
@@ -528,6 +535,7 @@ fn inject(
         target_process: None,
         target_client: None,
         effective: true,
+        successor_zxid: None,
         note: String::new(),
     };
     match kind {
@@ -746,6 +754,39 @@ fn inject(
                 st.as_millis()
             );
         }
+        FaultKind::RevokeHolder => {
+            let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
+                return Ok(record.not_taken("no holder to revoke"));
+            };
+            record.injected_ns = now_ns();
+            let outcome = rt.block_on(operator::revoke(&ensemble.connect_string(), NAMESPACE, LOCK))?;
+            record.healed_ns = now_ns();
+            record.measure_from_ns = record.injected_ns;
+            record.target_process = Some(p);
+            record.target_client = Some(client.clone());
+            record.effective = matches!(&outcome, RevokeOutcome::Requested { nodes } if !nodes.is_empty());
+            record.note = format!("asked holder {client} (process {p}) to release: {outcome:?}");
+        }
+        FaultKind::DeleteHolderNode => {
+            let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
+                return Ok(record.not_taken("no holder whose node to delete"));
+            };
+            let raw = rt.block_on(raw_client(&ensemble.connect_string()))?;
+            let Some(deleted) = rt.block_on(operator::delete_holder(&raw, &format!("{NAMESPACE}/{LOCK}")))? else {
+                return Ok(record.not_taken("the lock had no holder node when it came to deleting it"));
+            };
+            (record.injected_ns, record.healed_ns) = (deleted.sent_ns, now_ns());
+            record.measure_from_ns = record.injected_ns;
+            record.target_process = Some(p);
+            record.target_client = Some(client.clone());
+            record.successor_zxid = deleted.successor_zxid;
+            record.note = format!(
+                "deleted {} (holder {client}, process {p}); next in line: {:?}; lock-delay {} ms",
+                deleted.node,
+                deleted.successor_zxid.map(|z| format!("{z:#x}")),
+                config.lock_delay.as_millis()
+            );
+        }
         FaultKind::ReapDir => {
             let dir = format!("{NAMESPACE}/{LOCK}");
             let connect = ensemble.connect_string();
@@ -903,6 +944,7 @@ fn write_history(path: &std::path::Path, history: &History) -> Result<(), BoxErr
             "leaked_nodes": history.leaked_nodes,
             "leaked_node_names": history.leaked_node_names,
             "ended_ns": history.ended_ns,
+            "lock_delay_ms": history.lock_delay_ms,
         })
     )?;
     Ok(())
@@ -933,6 +975,8 @@ pub fn read_history(path: &std::path::Path) -> Result<History, BoxError> {
                 history.leaked_nodes = serde_json::from_value(field("leaked_nodes")?)?;
                 history.leaked_node_names = serde_json::from_value(field("leaked_node_names")?)?;
                 history.ended_ns = serde_json::from_value(field("ended_ns")?)?;
+                // Histories written before lock-delays were recorded had none.
+                history.lock_delay_ms = value.get("lock_delay_ms").and_then(|v| v.as_u64()).unwrap_or(0);
             }
             other => return Err(format!("line {}: unknown record type {other:?}", n + 1).into()),
         }
