@@ -3,7 +3,9 @@
 # ensemble while the leader is killed, holders are partitioned and paused past their session
 # timeout, the member a holder is connected to is cut off from the other members, a holder's
 # client is closed under load, a multi-lock waiter is partitioned until its session expires,
-# the whole ensemble restarts and the lock dir is reaped; then the recorded history is checked.
+# the holder is asked to release (revocation) and its node is deleted as an operator would
+# (with the main lock's lock-delay, 1 s unless --lock-delay says otherwise), the whole ensemble
+# restarts and the lock dir is reaped; then the recorded history is checked.
 # Arguments go to the runner, e.g.:
 #   ./scripts/chaos.sh --duration 10m
 #   ./scripts/chaos.sh --duration 30m --processes 4 --tasks 3 --seed 42
