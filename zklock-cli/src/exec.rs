@@ -25,8 +25,11 @@ use crate::{
     Failure, EXIT_CANNOT_EXECUTE, EXIT_FAILED, EXIT_LOCK_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND, EXIT_REVOKED,
 };
 
-/// `zklock exec NAME [--wait D] [--semaphore N | --leader [--participant-id ID]] [--grace D]
-/// -- CMD ARGS...`
+/// The longest `--lock-delay` (as `Lock::with_lock_delay` takes).
+const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
+
+/// `zklock exec NAME [--wait D] [--semaphore N | --leader [--participant-id ID] | --lock-delay D]
+/// [--grace D] -- CMD ARGS...`
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
     /// The lock name (as given to the library, e.g. `nightly-report`); with `--leader`, the
@@ -51,6 +54,11 @@ pub(crate) struct ExecArgs {
     // clap: the conflict is said here too.
     #[arg(long, value_name = "ID", requires = "leader", conflicts_with = "semaphore")]
     participant_id: Option<String>,
+    /// Give the mutex NAME a lock-delay: after a holder vanishes without releasing (its
+    /// process died), wait this long before running CMD, so the dead holder's writes in
+    /// flight drain first. Give every contender of NAME the same value.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, conflicts_with_all = ["semaphore", "leader"])]
+    lock_delay: Option<Duration>,
     /// When the lock (or leadership) is lost while CMD runs, how long CMD has to exit after
     /// SIGTERM before it gets SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -66,6 +74,12 @@ impl ExecArgs {
     /// participant id it does not take.
     pub(crate) fn check(&self) -> Result<(), Failure> {
         zklock_runtime::validate_name(&self.name)?;
+        if self.lock_delay.is_some_and(|d| d > MAX_LOCK_DELAY) {
+            return Err(Failure {
+                code: 2,
+                message: "--lock-delay takes at most 1h".into(),
+            });
+        }
         if let Some(id) = &self.participant_id {
             if id.is_empty() || id.len() > MAX_IDENTITY_LEN {
                 return Err(Failure {
@@ -202,7 +216,9 @@ async fn acquire(client: &LockClient, args: &ExecArgs) -> Result<Held, Failure> 
     } else {
         let lock = match args.semaphore {
             Some(leases) => client.semaphore(&args.name, leases)?,
-            None => client.mutex(&args.name)?,
+            None => client
+                .mutex(&args.name)?
+                .with_lock_delay(args.lock_delay.unwrap_or_default())?,
         };
         let guard = match args.wait {
             None => lock.acquire().await.map(Some),
@@ -479,10 +495,26 @@ mod tests {
             &["exec", "n", "--leader", "--semaphore", "2", "--", "ls"],
             &["exec", "n", "--participant-id", "x", "--", "ls"],
             &["exec", "n", "--semaphore", "2", "--participant-id", "x", "--", "ls"],
+            &["exec", "n", "--semaphore", "2", "--lock-delay", "1s", "--", "ls"],
+            &["exec", "n", "--leader", "--lock-delay", "1s", "--", "ls"],
+            &["exec", "n", "--lock-delay", "later", "--", "ls"],
         ] {
             let err = parse(bad).map(|_| ()).expect_err(&format!("{bad:?} was taken"));
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
         }
+    }
+
+    /// A lock-delay is taken for the mutex, and one past the library's limit is a usage error
+    /// before any server is asked.
+    #[test]
+    fn a_lock_delay_is_for_the_mutex_and_bounded() {
+        let args = parse(&["exec", "n", "--lock-delay", "5s", "--", "ls"]).unwrap();
+        assert_eq!(args.lock_delay, Some(Duration::from_secs(5)));
+        assert!(args.check().is_ok());
+        let args = parse(&["exec", "n", "--lock-delay", "2h", "--", "ls"]).unwrap();
+        let failure = args.check().err().expect("2h was taken");
+        assert_eq!(failure.code, 2, "{}", failure.message);
+        assert!(failure.message.contains("--lock-delay"), "{}", failure.message);
     }
 
     /// A participant id the library would refuse is a usage error before any server is asked.

@@ -919,3 +919,47 @@ async fn bad_arguments_are_refused_and_an_unreachable_server_is_said() {
     assert!(unreachable.stderr.contains("ZooKeeper"), "{}", unreachable.stderr);
     assert!(!dir.path().join("ran").exists(), "a command ran");
 }
+
+/// `--lock-delay`: the holder ahead vanishes without releasing (its node deleted, as when its
+/// process dies), and the command starts only the delay after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_holds_the_command_back_after_a_holder_vanished() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let dir = tempfile::tempdir().unwrap();
+    let view = raw(&server.connect_string()).await;
+    // A holder that never releases: a plain contender node of another session.
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    view.mkdir("/zklock/delayed", &persistent).await.unwrap();
+    let ephemeral = zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    let (_, seq) = view
+        .create("/zklock/delayed/_c_0-lock-", b"", &ephemeral)
+        .await
+        .unwrap();
+    let holder = format!("/zklock/delayed/_c_0-lock-{seq}");
+    let run = Running::start(&mut exec_sh(
+        &server.connect_string(),
+        dir.path(),
+        "delayed",
+        &["--lock-delay", "2s"],
+        r#"touch "$DIR/started""#,
+    ));
+    // The command's zklock waits, watching the holder's node (nobody else watches it).
+    until("zklock exec watching the holder", || {
+        let watches = server.four_letter_word("wchp").unwrap_or_default();
+        watches.contains(&holder).then_some(())
+    })
+    .await;
+
+    let deleted_at = Instant::now();
+    view.delete(&holder, None).await.unwrap();
+    until("the command started", || {
+        dir.path().join("started").exists().then_some(())
+    })
+    .await;
+    let waited = deleted_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2),
+        "the command started {waited:?} after the holder vanished"
+    );
+    run.finish().await.assert_exit(0);
+}
