@@ -214,6 +214,8 @@ async fn clients_that_disagree_on_the_lease_count_are_told() {
     let two = client(&zk.connect_string()).await;
     let three = client(&zk.connect_string()).await;
     let view = raw(&zk.connect_string()).await;
+    // The first acquirer of a new semaphore (its directory made with its lease) records too.
+    assert!(view.check_stat("/zklock/agree").await.unwrap().is_none());
     let held = two.semaphore("agree", 2).unwrap().acquire().await.unwrap();
     let (record, _) = view.get_data("/zklock/agree").await.unwrap();
     assert_eq!(record, b"leases=2");

@@ -130,6 +130,12 @@ async fn agree_on_count(
     record: Result<(Vec<u8>, zk::Stat), zk::Error>,
     others: usize,
 ) -> Result<(), Failed> {
+    let record = match record {
+        // The semaphore's first use: its directory was made with our lease node, after the
+        // read. Read it again now that it exists (once per new semaphore).
+        Err(zk::Error::NoNode) => handle(session)?.get_data(semaphore.dir).await,
+        record => record,
+    };
     let Ok((data, stat)) = record else {
         // Unreadable (not allowed, or the answer was lost): nothing to agree with.
         return Ok(());
