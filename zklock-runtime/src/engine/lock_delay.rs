@@ -22,13 +22,21 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use crate::connection::session::Session;
-use crate::engine::queue::{deadline_passed, Failed};
 
 /// What a clean release writes into its node just before deleting it, in one transaction.
 pub(crate) const RELEASE_MARK: &[u8] = b"__RELEASED__";
 
 /// The longest lock-delay a lock accepts.
 pub(crate) const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
+
+/// Why waiting out a delay stopped short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Interrupted {
+    /// The waiter's session ended.
+    SessionEnded,
+    /// The waiter's deadline passed.
+    TimedOut,
+}
 
 /// What one waiter knows about nodes that vanished ahead of it.
 #[derive(Debug, Default)]
@@ -56,7 +64,7 @@ impl Vanished {
         session: &Session,
         deadline: Option<Instant>,
         ours: &str,
-    ) -> Result<(), Failed> {
+    ) -> Result<(), Interrupted> {
         let (Some(delay), Some(since)) = (delay, self.unmarked_at) else {
             return Ok(());
         };
@@ -66,11 +74,15 @@ impl Vanished {
                 wait_ms = (until - Instant::now()).as_millis() as u64,
                 "a holder ahead vanished without releasing; waiting out the lock-delay"
             );
+            // A deadline before the delay's end stops the wait there.
+            let stop = deadline.map_or(until, |d| d.min(until));
             tokio::select! {
                 biased;
-                _ = session.ended() => return Err(Failed::SessionEnded),
-                _ = deadline_passed(deadline) => return Err(Failed::TimedOut),
-                _ = tokio::time::sleep_until(until.into()) => {}
+                _ = session.ended() => return Err(Interrupted::SessionEnded),
+                _ = tokio::time::sleep_until(stop.into()) => {}
+            }
+            if stop < until {
+                return Err(Interrupted::TimedOut);
             }
         }
         session.mark_deletion(ours);

@@ -23,7 +23,7 @@ use zookeeper_client as zk;
 
 use crate::connection::session::Session;
 use crate::engine::cleanup::Cleanup;
-use crate::engine::lock_delay::Vanished;
+use crate::engine::lock_delay::{Interrupted, Vanished};
 use crate::engine::rules::{queue_order, Decision, Rule};
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
@@ -231,6 +231,16 @@ pub(crate) async fn attempt(
             return Ok(granted);
         }
         children = list(session, dir).await?;
+    }
+}
+
+/// How an attempt ends when waiting out a lock-delay stopped short.
+impl From<Interrupted> for Failed {
+    fn from(why: Interrupted) -> Failed {
+        match why {
+            Interrupted::SessionEnded => Failed::SessionEnded,
+            Interrupted::TimedOut => Failed::TimedOut,
+        }
     }
 }
 
