@@ -275,3 +275,27 @@ async fn giving_up_inside_the_delay_passes_the_delay_on() {
     );
     drop((guard, next));
 }
+
+/// A client whose ACL lets it create and delete its nodes but not write them still releases:
+/// the marked delete is refused, and the node is deleted unmarked instead of kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_the_acl_forbids_writing_is_still_released() {
+    use zklock::zk;
+    let zk = server();
+    let no_write = vec![zk::Acl::new(
+        zk::Permission::READ | zk::Permission::CREATE | zk::Permission::DELETE,
+        zk::AuthId::anyone(),
+    )];
+    let c = LockClient::builder(zk.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .acls(no_write)
+        .connect()
+        .await
+        .unwrap();
+    let view = raw(&zk.connect_string()).await;
+    let lock = c.mutex("ld-no-write").unwrap().with_lock_delay(LONG).unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    guard.release().await.expect("released without WRITE permission");
+    assert_eq!(view.check_stat(&node).await.unwrap(), None, "the node was kept");
+}

@@ -160,7 +160,7 @@ pub(crate) fn delete_node(
     session: &Arc<Session>,
     path: String,
 ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-    let marked = session.untrack(&path);
+    let mut marked = session.untrack(&path);
     let first = session.zk().map(|zk| send_delete(zk, &path, marked));
     let session = session.clone();
     async move {
@@ -186,6 +186,12 @@ pub(crate) fn delete_node(
                     if !session.wait_to_retry().await {
                         return Ok(());
                     }
+                }
+                // The ACL lets us delete the node but not write it: delete it unmarked (the
+                // waiter behind then waits out its lock-delay) rather than keep it.
+                Err(zk::Error::NoAuth) if marked => {
+                    warn!(node = %path, "no WRITE permission on the node to mark its release; deleting it unmarked");
+                    marked = false;
                 }
                 Err(err) => {
                     warn!(node = %path, %err, "cannot delete contender node");

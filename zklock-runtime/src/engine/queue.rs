@@ -204,13 +204,14 @@ pub(crate) async fn attempt(
                             vanished.unmarked(session, &granted.node_path);
                             true
                         }
-                        // A clean release's mark (or a revocation): the listing tells which.
                         zk::EventType::Session => {
                             if event.session_state.is_terminated() {
                                 return Err(Failed::SessionEnded);
                             }
                             false
                         }
+                        // Data changed: a clean release's mark (the node is gone with it) or a
+                        // revocation (it is not); the listing tells which.
                         _ => false,
                     },
                     // Closed by the client, or its runtime went away: no event will come.
