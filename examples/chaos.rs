@@ -214,7 +214,7 @@ fn main() {
         println!("  leaked: {:?}", outcome.history.leaked_node_names);
     }
     println!(
-        "  bound on unavailability after a fault: 2 x session timeout + 10 s = {} ms",
+        "  bound on unavailability after a fault: 2 x session timeout + lock-delay + 10 s = {} ms",
         config.availability_bound().as_millis()
     );
     println!("{}", outcome.report.json_line());
