@@ -465,6 +465,9 @@ fn print_node(node: &QueuedNode) {
     if let Some(ahead) = &node.waits_for {
         line.push_str(&format!("  waits for {ahead}"));
     }
+    if d.revocation_requested {
+        line.push_str("  revocation requested");
+    }
     println!("{line}");
 }
 

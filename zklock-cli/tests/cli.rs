@@ -494,6 +494,14 @@ async fn revoke_asks_the_holder_and_says_when_nobody_holds() {
     let answer = json_of(&zklock(&zk, &["revoke", "exports", "--json"]));
     assert_eq!(answer["outcome"], "requested");
     assert_eq!(answer["nodes"][0], guard.node_path());
+    // `show` tells of the request, and names no holder from the overwritten data.
+    let view = json_of(&zklock(&zk, &["show", "exports", "--json"]));
+    let shown = &view["holders"][0];
+    assert_eq!(shown["revocation_requested"], true, "{view}");
+    assert_eq!(shown["identity"], Value::Null, "{view}");
+    assert_eq!(shown["client"], "unknown", "{view}");
+    let text = zklock(&zk, &["show", "exports"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("revocation requested"));
     guard.release().await.unwrap();
 
     // A directory that stays (persistent, never reaped) with nobody in it.

@@ -34,13 +34,11 @@ use zookeeper_client as zk;
 
 use crate::connection::session::Session;
 use crate::error::{is_session_over, is_transient};
+use crate::ops::holder::REVOKE_MESSAGE;
 
 /// How long a hold lasts before its node is watched. Most critical sections are shorter and
 /// never pay the request; a deletion or revocation before it is seen by the first read.
 pub(crate) const ARM_AFTER: Duration = Duration::from_millis(100);
-
-/// What a revoker writes into a holder's node: Curator's `LockInternals.REVOKE_MESSAGE`.
-pub(crate) const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
 
 /// What has happened to a held node, as far as its watch knows. Every flag is sticky.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

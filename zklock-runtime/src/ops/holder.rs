@@ -171,6 +171,9 @@ pub struct ContenderData {
     /// zklock: when the node was created, by the holder's clock, in milliseconds since the
     /// Unix epoch.
     pub created_ms: Option<u64>,
+    /// Someone asked the holder to release (revocation: `__REVOKE__` written over the node's
+    /// data, so who made the node can no longer be read from it).
+    pub revocation_requested: bool,
 }
 
 impl ContenderData {
@@ -183,7 +186,16 @@ impl ContenderData {
             pid: None,
             template: None,
             created_ms: None,
+            revocation_requested: false,
         };
+        if data == REVOKE_MESSAGE {
+            // The request replaced what the holder wrote: zklock and Curator nodes look alike now.
+            read.revocation_requested = true;
+            if !node.starts_with("_c_") {
+                read.client = kind_by_name(node);
+            }
+            return read;
+        }
         if let Some(ours) = serde_json::from_slice::<Read>(data)
             .ok()
             .filter(|r| r.client == "zklock" && r.v >= 1)
@@ -204,22 +216,41 @@ impl ContenderData {
             return read;
         }
         read.identity = text.map(str::to_owned);
-        read.client = if node.starts_with("_c_") {
-            ClientKind::Curator
-        } else if node.contains("__lock__") || node.contains("__rlock__") || node.contains("_lock_") {
-            ClientKind::Kazoo
-        } else {
-            ClientKind::Unknown
-        };
+        read.client = kind_by_name(node);
         read
     }
 }
+
+/// Who made a node without zklock's data, by its name: Curator's protected prefix, Kazoo's
+/// lock names, or someone else.
+fn kind_by_name(node: &str) -> ClientKind {
+    if node.starts_with("_c_") {
+        ClientKind::Curator
+    } else if node.contains("__lock__") || node.contains("__rlock__") || node.contains("_lock_") {
+        ClientKind::Kazoo
+    } else {
+        ClientKind::Unknown
+    }
+}
+
+/// What a revoker writes into a holder's node: Curator's `LockInternals.REVOKE_MESSAGE`.
+pub(crate) const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::{json, Map, Value};
+
+    #[test]
+    fn a_revoked_node_says_so_and_names_no_holder() {
+        let read = ContenderData::read("_c_x-lock-0000000001", REVOKE_MESSAGE);
+        assert!(read.revocation_requested);
+        assert_eq!((read.client, read.identity), (ClientKind::Unknown, None));
+        let kazoo = ContenderData::read("abc__lock__0000000002", REVOKE_MESSAGE);
+        assert_eq!(kazoo.client, ClientKind::Kazoo);
+        assert!(!ContenderData::read("_c_x-lock-0000000003", b"10.0.0.7").revocation_requested);
+    }
 
     #[test]
     fn what_zklock_writes_it_reads_back() {

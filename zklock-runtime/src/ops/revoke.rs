@@ -7,9 +7,9 @@ use serde::Serialize;
 use zookeeper_client as zk;
 
 use crate::client::LockClient;
-use crate::engine::own_node::REVOKE_MESSAGE;
 use crate::engine::rules::LEASES_DIR;
 use crate::error::LockError;
+use crate::ops::holder::REVOKE_MESSAGE;
 use crate::ops::inspect::{RecipeKind, Side};
 
 /// What [`LockClient::revoke`] did.
