@@ -83,7 +83,12 @@ impl Lock {
         };
         let writer_between = queue[write_at + 1..read_at].iter().any(|c| c.name.contains(WRITE_NODE));
         let Some(hold) = guard.sole_hold() else {
-            return self.check_downgrade(guard); // shared since the check: refused the same way
+            // Referenced from elsewhere (a scope running it): nothing changed; the read node
+            // goes as `contending` drops.
+            return Err(LockError::InvalidConfig(format!(
+                "cannot downgrade `{}`: the hold is in use elsewhere (a scope running under it)",
+                self.name()
+            )));
         };
         if writer_between {
             // Keep the write node; the read node goes as `contending` drops.
@@ -91,14 +96,12 @@ impl Lock {
             hold.become_read();
             return Ok(());
         }
-        contending.disarm();
-        let losses = hold.losses_at_grant;
-        let token = FencingToken::new(granted.czxid, 0);
-        let mut write = std::mem::replace(guard, read.hold(session, granted.node_path, token, losses, None));
         // The write node is deleted, never handed to a local writer while we read.
-        if let Some(hold) = write.sole_hold() {
-            hold.leave_local_queue();
-        }
+        hold.leave_local_queue();
+        let losses = hold.losses_at_grant;
+        contending.disarm();
+        let token = FencingToken::new(granted.czxid, 0);
+        let write = std::mem::replace(guard, read.hold(session, granted.node_path, token, losses, None));
         debug!(lock = %self.name(), node = %guard.node_path(), "downgraded to a read hold");
         write.start_release().await
     }
