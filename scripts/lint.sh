@@ -64,6 +64,10 @@ for copy in "$cargo_home"/registry/src/*/zklock*-[0-9]*; do
         *) [[ -d "$copy" ]] && rm -rf -- "$copy" ;;
     esac
 done
+# Their verify builds are registry sources of an unchanged name and version, which cargo never
+# rebuilds once built: drop the build fingerprints of zklock's crates, so a local run does not
+# link against an earlier run's artifacts (a fresh checkout has none).
+rm -rf -- "${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/zklock*
 cargo package --workspace --exclude zklock-examples --exclude zklock-renamed-dependency --exclude zklock-downstream "${locked[@]}" "${allow_dirty[@]}"
 
 step "all checks passed"

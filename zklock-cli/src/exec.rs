@@ -512,7 +512,7 @@ mod tests {
         assert_eq!(args.lock_delay, Some(Duration::from_secs(5)));
         assert!(args.check().is_ok());
         let args = parse(&["exec", "n", "--lock-delay", "2h", "--", "ls"]).unwrap();
-        let failure = args.check().err().expect("2h was taken");
+        let failure = args.check().expect_err("2h was taken");
         assert_eq!(failure.code, 2, "{}", failure.message);
         assert!(failure.message.contains("--lock-delay"), "{}", failure.message);
     }

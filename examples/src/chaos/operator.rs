@@ -84,7 +84,7 @@ pub struct OperatorChecks {
 }
 
 /// Checks the operator faults of `history`: every section a revocation reached ends early (or
-/// had ended by [`HONOUR_WITHIN_NS`] anyway), and, with a lock-delay, the waiter that was
+/// had ended within 2 s of it anyway), and, with a lock-delay, the waiter that was
 /// next in line when a holder's node was deleted is granted no earlier than the delay after.
 pub fn check_operator_faults(history: &History) -> OperatorChecks {
     let mut checks = OperatorChecks::default();
