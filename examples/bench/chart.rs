@@ -53,7 +53,7 @@ pub fn render(latency: &[Series], throughput: &[Series], subtitle: &str) -> Stri
         svg,
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
-<text x="20" y="24" font-size="15" font-weight="bold">zklock vs Apache Curator vs raw ZooKeeper floor</text>
+<text x="20" y="24" font-size="15" font-weight="bold">zklock vs Apache Curator vs zookeeper-client vs raw ZooKeeper floor</text>
 <text x="20" y="42" fill="#555555">{}</text>
 "##,
         escape(subtitle)

@@ -1,5 +1,7 @@
-//! zklock's benchmark: zklock against Apache Curator (a Java peer on the Debian jars) and the
-//! raw ZooKeeper floor, on the same server in the same run.
+//! zklock's benchmark: zklock against Apache Curator (a Java peer on the Debian jars),
+//! zookeeper-client's own lock recipe and the raw ZooKeeper floor, on the same server in the same
+//! run; and the seckill service under zklock, PostgreSQL's advisory lock, a Redis lock and no
+//! lock at all.
 //!
 //! ```text
 //! ./scripts/bench.sh [--quick] [--out DIR] [--zk HOST:PORT] [--fsync] [--ensemble 3]
@@ -9,13 +11,15 @@
 //! Measures (a) the uncontended acquire+release cycle, (b) cross-process contention,
 //! (c) in-process contention, (d) watch notifications per release with many waiters queued
 //! (the herd check, counted by the server), (e) the reentrant re-acquire cost and (f) per-key
-//! locking: 64 tasks over 10 000 keys, and the memory a client keeps per distinct key. Writes a
-//! table to the terminal and `DIR/results.json` plus `DIR/chart.svg`.
+//! locking: 64 tasks over 10 000 keys, and the memory a client keeps per distinct key, and
+//! (g) the seckill service under four locks ([`zklock_examples::seckill::bench`]). Writes a
+//! table to the terminal and `DIR/results.json` plus `DIR/chart.svg` and `DIR/seckill.svg`.
 
 mod chart;
 mod curator_side;
 mod server;
 mod stats;
+mod zkclient_side;
 mod zklock_side;
 
 use std::path::PathBuf;
@@ -80,6 +84,9 @@ enum Worker {
         tasks: usize,
         start_ms: u64,
         end_ms: u64,
+        /// Contend with zookeeper-client's lock recipe instead of zklock.
+        #[arg(long)]
+        zkclient: bool,
     },
     /// The memory-per-key measurement, in a process of its own (started by the bench itself).
     #[command(hide = true)]
@@ -172,10 +179,10 @@ impl Plan {
     }
 
     fn steps(&self) -> usize {
-        3 + 2 * self.in_process.len()
-            + 2 * self.cross_process.len()
+        3 + 3 * self.in_process.len()
+            + 3 * self.cross_process.len()
             + self.fairness_bounds.len()
-            + 4 * self.distinct_rounds
+            + 5 * self.distinct_rounds
             + 2
             + 3
             + 1
@@ -215,9 +222,15 @@ fn main() -> Result<(), BoxError> {
             tasks,
             start_ms,
             end_ms,
+            zkclient,
         }) => runtime.block_on(async {
-            let client = zklock_side::client(connect).await?;
-            let result = zklock_side::contended(&client, name, tasks, start_ms, end_ms).await?;
+            let result = if zkclient {
+                let client = zkclient_side::client(connect).await?;
+                zkclient_side::contended(&client, &format!("/bench-zkclient/{name}"), tasks, start_ms, end_ms).await?
+            } else {
+                let client = zklock_side::client(connect).await?;
+                zklock_side::contended(&client, name, tasks, start_ms, end_ms).await?
+            };
             println!("{result}");
             Ok(())
         }),
@@ -272,18 +285,20 @@ async fn run(args: Args) -> Result<(), BoxError> {
     listing_bench.with_list = true;
     let zk_bench = zklock_side::Uncontended::new(&connect).await?;
     let cur_peer = curator_side::peer(&connect).await?;
+    let zkc_bench = zkclient_side::Uncontended::new(&connect).await?;
     floor_bench.run(plan.warmup).await?;
     zk_bench.run(plan.warmup).await?;
     curator_side::uncontended(&cur_peer, plan.warmup).await?;
     listing_bench.run(plan.warmup).await?;
-    let mut samples: [(Vec<u64>, Duration); 4] = Default::default();
+    zkc_bench.run(plan.warmup).await?;
+    let mut samples: [(Vec<u64>, Duration); 5] = Default::default();
     // This process's CPU time (all threads) spent in each in-process client's cycles: what the
     // engine itself costs beside the floor's bare create and delete. (Curator's is in its JVM.)
-    let mut cpu = [Duration::ZERO; 4];
+    let mut cpu = [Duration::ZERO; 5];
     let per_round = plan.cycles / plan.rounds;
     for round in 0..plan.rounds {
         progress.note(&format!(
-            "uncontended round {}/{}: floor, zklock, Curator, create+list+delete",
+            "uncontended round {}/{}: floor, zklock, Curator, create+list+delete, zookeeper-client's recipe",
             round + 1,
             plan.rounds
         ));
@@ -295,16 +310,19 @@ async fn run(args: Args) -> Result<(), BoxError> {
         let cur_run = curator_side::uncontended(&cur_peer, per_round).await?;
         let before_list = process_cpu();
         let list_run = listing_bench.run(per_round).await?;
+        let before_zkc = process_cpu();
+        let zkc_run = zkc_bench.run(per_round).await?;
         cpu[0] += after_floor.saturating_sub(before);
         cpu[1] += after_zk.saturating_sub(after_floor);
-        cpu[3] += process_cpu().saturating_sub(before_list);
-        for (i, (ns, took)) in [floor_run, zk_run, cur_run, list_run].into_iter().enumerate() {
+        cpu[3] += before_zkc.saturating_sub(before_list);
+        cpu[4] += process_cpu().saturating_sub(before_zkc);
+        for (i, (ns, took)) in [floor_run, zk_run, cur_run, list_run, zkc_run].into_iter().enumerate() {
             samples[i].0.extend(ns);
             samples[i].1 += took;
         }
     }
-    drop((floor_bench, zk_bench, cur_peer, listing_bench));
-    let [floor, zk_unc, cur_unc, floor_list] = samples.map(|(ns, took)| Summary::of(ns, took));
+    drop((floor_bench, zk_bench, cur_peer, listing_bench, zkc_bench));
+    let [floor, zk_unc, cur_unc, floor_list, zkc_unc] = samples.map(|(ns, took)| Summary::of(ns, took));
 
     // (c) in-process contention.
     let mut in_process = Vec::new();
@@ -320,7 +338,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
         let (start, end) = window(Duration::from_millis(300), plan.window);
         let path = format!("/zklock/bench-in-process-curator-{tasks}");
         let c = curator_side::contended(&[peer], &path, tasks, start, end).await?;
-        in_process.push(contention_entry(tasks, 1, tasks, &[z], &c, plan.window));
+        progress.step(&format!(
+            "in-process contention: zookeeper-client's recipe, {tasks} tasks"
+        ));
+        let client = zkclient_side::client(&connect).await?;
+        let (start, end) = window(Duration::from_millis(300), plan.window);
+        let dir = format!("/bench-zkclient/in-process-{tasks}");
+        let k = zkclient_side::contended(&client, &dir, tasks, start, end).await?;
+        drop(client);
+        in_process.push(contention_entry(tasks, 1, tasks, [&[z], &c, &[k]], plan.window));
     }
 
     // (c') the price of local handoff in fairness: a remote contender's waits per bound.
@@ -345,7 +371,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         progress.step(&format!(
             "cross-process contention: zklock, {procs} processes x {tasks} tasks"
         ));
-        let z = zklock_cross(&connect, procs, tasks, plan.window).await?;
+        let z = contend_in_processes(&connect, procs, tasks, plan.window, false).await?;
         progress.step(&format!(
             "cross-process contention: Curator, {procs} JVMs x {tasks} threads"
         ));
@@ -357,7 +383,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
         let path = format!("/zklock/bench-cross-curator-{procs}x{tasks}");
         let c = curator_side::contended(&peers, &path, tasks, start, end).await?;
         drop(peers);
-        cross_process.push(contention_entry(procs * tasks, procs, tasks, &z, &c, plan.window));
+        progress.step(&format!(
+            "cross-process contention: zookeeper-client's recipe, {procs} processes x {tasks} tasks"
+        ));
+        let k = contend_in_processes(&connect, procs, tasks, plan.window, true).await?;
+        cross_process.push(contention_entry(procs * tasks, procs, tasks, [&z, &c, &k], plan.window));
     }
 
     // (d) herd.
@@ -399,14 +429,21 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "uncontended_p99_zklock_vs_curator": ratio(zk_unc.p99_us, cur_unc.p99_us),
         "uncontended_mean_zklock_vs_curator": ratio(zk_unc.mean_us, cur_unc.mean_us),
         "uncontended_p50_curator_vs_floor": ratio(cur_unc.p50_us, floor.p50_us),
+        "uncontended_p50_zklock_vs_zkclient": ratio(zk_unc.p50_us, zkc_unc.p50_us),
+        "uncontended_p99_zklock_vs_zkclient": ratio(zk_unc.p99_us, zkc_unc.p99_us),
+        "uncontended_p50_zkclient_vs_floor": ratio(zkc_unc.p50_us, floor.p50_us),
         "uncontended_p50_zklock_vs_create_list_delete": ratio(zk_unc.p50_us, floor_list.p50_us),
         "uncontended_p50_create_list_delete_vs_floor": ratio(floor_list.p50_us, floor.p50_us),
         "cross_process_throughput_zklock_vs_curator": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "curator")),
         "in_process_throughput_zklock_vs_curator": ratio(rate(in_headline, "zklock"), rate(in_headline, "curator")),
+        "cross_process_throughput_zklock_vs_zkclient": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "zkclient")),
+        "in_process_throughput_zklock_vs_zkclient": ratio(rate(in_headline, "zklock"), rate(in_headline, "zkclient")),
         "reentrant_cost_zklock_vs_curator": ratio(zk_re, cur_re),
         // The cold phase is the shape the target was set on (each key's first uses); in the warm
         // phase the ceiling for any lock is the bare create + delete floor.
         "distinct_keys_throughput_zklock_vs_curator": distinct["cold"]["zklock_vs_curator"].clone(),
+        "distinct_keys_throughput_zklock_vs_zkclient": distinct["cold"]["zklock_vs_zkclient"].clone(),
+        "distinct_keys_warm_throughput_zklock_vs_zkclient": distinct["warm"]["zklock_vs_zkclient"].clone(),
         "distinct_keys_throughput_zklock_vs_floor_with_listing": distinct["cold"]["zklock_vs_floor_with_listing"].clone(),
         "distinct_keys_throughput_floor_with_listing_vs_curator": distinct["cold"]["floor_with_listing_vs_curator"].clone(),
         "distinct_keys_warm_throughput_zklock_vs_curator": distinct["warm"]["zklock_vs_curator"].clone(),
@@ -466,7 +503,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     );
     let behind = sections_behind_a_peer(
         &zk_unc,
-        &[("Curator", &cur_unc)],
+        &[("Curator", &cur_unc), ("zookeeper-client", &zkc_unc)],
         &in_process,
         &cross_process,
         &distinct,
@@ -520,6 +557,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "warmup_cycles": plan.warmup,
             "zklock": zk_unc.to_json(),
             "curator": cur_unc.to_json(),
+            "zkclient": zkc_unc.to_json(),
             "floor": floor.to_json(),
             "diagnostic_create_pipelined_list_delete": floor_list.to_json(),
             // Client CPU per cycle (µs, this process, all threads): the engine's own cost is
@@ -529,6 +567,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 "floor": cpu_per_cycle(cpu[0], plan.rounds * per_round),
                 "zklock": cpu_per_cycle(cpu[1], plan.rounds * per_round),
                 "create_pipelined_list_delete": cpu_per_cycle(cpu[3], plan.rounds * per_round),
+                "zkclient": cpu_per_cycle(cpu[4], plan.rounds * per_round),
             },
         },
         "cross_process": cross_process,
@@ -552,7 +591,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let svg_path = args.out.join("chart.svg");
     std::fs::write(
         &svg_path,
-        chart_svg(&zk_unc, &cur_unc, &floor, &in_process, &cross_process, &results),
+        chart_svg(
+            &zk_unc,
+            &cur_unc,
+            &zkc_unc,
+            &floor,
+            &in_process,
+            &cross_process,
+            &results,
+        ),
     )?;
     print_table(&results);
     let seckill_svg = args.out.join("seckill.svg");
@@ -888,18 +935,27 @@ fn window(lead: Duration, length: Duration) -> (u64, u64) {
     (start, start + length.as_millis() as u64)
 }
 
-/// Runs `procs` worker processes of this binary, each with `tasks` tasks on its own client.
-async fn zklock_cross(connect: &str, procs: usize, tasks: usize, length: Duration) -> Result<Vec<Value>, BoxError> {
+/// Runs `procs` worker processes of this binary, each with `tasks` tasks on its own client:
+/// zklock's, or with `zkclient` zookeeper-client's lock recipe.
+async fn contend_in_processes(
+    connect: &str,
+    procs: usize,
+    tasks: usize,
+    length: Duration,
+    zkclient: bool,
+) -> Result<Vec<Value>, BoxError> {
     let exe = std::env::current_exe()?;
     // Room for the workers to start and open their sessions before the window opens.
     let (start, end) = window(Duration::from_millis(2000), length);
-    let name = format!("bench-cross-zklock-{procs}x{tasks}");
+    let who = if zkclient { "zkclient" } else { "zklock" };
+    let name = format!("bench-cross-{who}-{procs}x{tasks}");
     let mut children = Vec::new();
     for _ in 0..procs {
         children.push(
             Command::new(&exe)
                 .args(["contend", connect, &name])
                 .args([tasks.to_string(), start.to_string(), end.to_string()])
+                .args(zkclient.then_some("--zkclient"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
@@ -913,7 +969,7 @@ async fn zklock_cross(connect: &str, procs: usize, tasks: usize, length: Duratio
     for output in outputs {
         let output = output?;
         if !output.status.success() {
-            return Err(format!("a zklock worker failed: {}", output.status).into());
+            return Err(format!("a {who} worker failed: {}", output.status).into());
         }
         results.push(serde_json::from_slice(&output.stdout)?);
     }
@@ -960,11 +1016,21 @@ async fn per_key_section(
     let short = Phases::after(Duration::from_millis(200), plan.window / 4);
     curator_side::distinct_keys(&peer, 0, tasks, keys, short).await?;
     drop(peer);
-    let mut runs: [Vec<Value>; 4] = Default::default();
+    let mut runs: [Vec<Value>; 5] = Default::default();
     for round in 1..=plan.distinct_rounds {
-        let order = if round % 2 == 1 { [0, 1, 2, 3] } else { [1, 0, 3, 2] };
+        let order = if round % 2 == 1 {
+            [0, 1, 4, 2, 3]
+        } else {
+            [4, 1, 0, 3, 2]
+        };
         for who in order {
-            let what = ["zklock", "Curator", "raw floor", "raw floor with listing"][who];
+            let what = [
+                "zklock",
+                "Curator",
+                "raw floor",
+                "raw floor with listing",
+                "zookeeper-client's recipe",
+            ][who];
             progress.step(&format!(
                 "distinct keys, round {round}/{}: {what}, {tasks} tasks over {keys} keys",
                 plan.distinct_rounds
@@ -979,6 +1045,10 @@ async fn per_key_section(
                     let peer = curator_side::peer(connect).await?;
                     let run = curator_side::distinct_keys(&peer, round, tasks, keys, timing);
                     costed(run, timing, || server.cpu(), false).await?
+                }
+                4 => {
+                    let run = zkclient_side::distinct_keys(connect, round, tasks, keys, timing);
+                    costed(run, timing, || server.cpu(), true).await?
                 }
                 _ => {
                     let run = per_key_floor.run(tasks, who == 3, timing);
@@ -1031,9 +1101,9 @@ async fn costed(
 }
 
 /// The per-key section's entry: per phase, each contender's median rate and CPU over the
-/// rounds (`runs`: zklock, Curator, floor, floor with listing), the ratios of the medians, and
-/// every round's figures.
-fn distinct_entry(runs: &[Vec<Value>; 4], phase: Duration) -> Value {
+/// rounds (`runs`: zklock, Curator, floor, floor with listing, zookeeper-client's recipe), the
+/// ratios of the medians, and every round's figures.
+fn distinct_entry(runs: &[Vec<Value>; 5], phase: Duration) -> Value {
     let mut entry = json!({
         "tasks": runs[0][0]["threads"],
         "keys": runs[0][0]["keys"],
@@ -1056,17 +1126,19 @@ fn distinct_entry(runs: &[Vec<Value>; 4], phase: Duration) -> Value {
                 "per_round_acquisitions_per_sec": rounds.iter().map(rate).collect::<Vec<_>>(),
             })
         };
-        let rows = [row(&runs[0]), row(&runs[1]), row(&runs[2]), row(&runs[3])];
-        let [z, c, f, fl] = rows
+        let rows = runs.each_ref().map(|r| row(r));
+        let [z, c, f, fl, k] = rows
             .each_ref()
             .map(|r| r["acquisitions_per_sec"].as_f64().unwrap_or(0.0));
-        let [zklock, curator, floor, floor_with_listing] = rows;
+        let [zklock, curator, floor, floor_with_listing, zkclient] = rows;
         entry[name] = json!({
             "zklock": zklock,
             "curator": curator,
+            "zkclient": zkclient,
             "floor": floor,
             "floor_with_listing": floor_with_listing,
             "zklock_vs_curator": ratio(z, c),
+            "zklock_vs_zkclient": ratio(z, k),
             "zklock_vs_floor": ratio(z, f),
             "zklock_vs_floor_with_listing": ratio(z, fl),
             "floor_vs_curator": ratio(f, c),
@@ -1076,14 +1148,9 @@ fn distinct_entry(runs: &[Vec<Value>; 4], phase: Duration) -> Value {
     entry
 }
 
-fn contention_entry(
-    contenders: usize,
-    procs: usize,
-    per_proc: usize,
-    zklock: &[Value],
-    curator: &[Value],
-    window: Duration,
-) -> Value {
+/// A contention point: each contender's summed figures (`runs`: zklock, Curator,
+/// zookeeper-client's recipe, one answer per process) and zklock's ratios to its peers.
+fn contention_entry(contenders: usize, procs: usize, per_proc: usize, runs: [&[Value]; 3], window: Duration) -> Value {
     let side = |runs: &[Value]| {
         let total: u64 = runs.iter().filter_map(|r| r["acquisitions"].as_u64()).sum();
         let overlaps: u64 = runs.iter().filter_map(|r| r["overlaps"].as_u64()).sum();
@@ -1094,20 +1161,18 @@ fn contention_entry(
             "per_process": runs,
         })
     };
-    let z = side(zklock);
-    let c = side(curator);
-    let r = ratio(
-        z["acquisitions_per_sec"].as_f64().unwrap_or(0.0),
-        c["acquisitions_per_sec"].as_f64().unwrap_or(0.0),
-    );
+    let [z, c, k] = runs.map(side);
+    let rate = |v: &Value| v["acquisitions_per_sec"].as_f64().unwrap_or(0.0);
     json!({
         "contenders": contenders,
         "processes": procs,
         "per_process": per_proc,
         "window_s": window.as_secs_f64(),
+        "zklock_vs_curator": ratio(rate(&z), rate(&c)),
+        "zklock_vs_zkclient": ratio(rate(&z), rate(&k)),
         "zklock": z,
         "curator": c,
-        "zklock_vs_curator": r,
+        "zkclient": k,
     })
 }
 
@@ -1146,6 +1211,7 @@ fn machine() -> Value {
 fn chart_svg(
     zk: &Summary,
     cur: &Summary,
+    zkc: &Summary,
     floor: &Summary,
     in_process: &[Value],
     cross: &[Value],
@@ -1171,6 +1237,12 @@ fn chart_svg(
             color: "#1f77b4",
             dashed: false,
             points: cdf(cur),
+        },
+        Series {
+            label: "zookeeper-client recipe".into(),
+            color: "#2ca02c",
+            dashed: false,
+            points: cdf(zkc),
         },
         Series {
             label: "raw floor".into(),
@@ -1209,6 +1281,18 @@ fn chart_svg(
             color: "#1f77b4",
             dashed: true,
             points: points(cross, "curator"),
+        },
+        Series {
+            label: "zookeeper-client, in-process".into(),
+            color: "#2ca02c",
+            dashed: false,
+            points: points(in_process, "zkclient"),
+        },
+        Series {
+            label: "zookeeper-client, cross-process".into(),
+            color: "#2ca02c",
+            dashed: true,
+            points: points(cross, "zkclient"),
         },
     ];
     chart::render(&latency, &throughput, &subtitle(results))
@@ -1261,7 +1345,7 @@ fn print_table(r: &Value) {
         "  {:<10} {:>10} {:>10} {:>10} {:>12}",
         "", "p50 µs", "p99 µs", "mean µs", "cycles/s"
     );
-    for who in ["zklock", "curator", "floor"] {
+    for who in ["zklock", "curator", "zkclient", "floor"] {
         let s = &u[who];
         println!(
             "  {:<10} {:>10} {:>10} {:>10} {:>12}",
@@ -1287,16 +1371,18 @@ fn print_table(r: &Value) {
         println!();
         println!("{title}");
         println!(
-            "  {:<12} {:>14} {:>14} {:>8}",
-            "P x T", "zklock acq/s", "Curator acq/s", "ratio"
+            "  {:<12} {:>14} {:>14} {:>8} {:>16} {:>8}",
+            "P x T", "zklock acq/s", "Curator acq/s", "ratio", "zk-client acq/s", "ratio"
         );
         for e in r[key].as_array().into_iter().flatten() {
             println!(
-                "  {:<12} {:>14} {:>14} {:>8}",
+                "  {:<12} {:>14} {:>14} {:>8} {:>16} {:>8}",
                 format!("{} x {}", e["processes"], e["per_process"]),
                 e["zklock"]["acquisitions_per_sec"].to_string(),
                 e["curator"]["acquisitions_per_sec"].to_string(),
-                e["zklock_vs_curator"].to_string()
+                e["zklock_vs_curator"].to_string(),
+                e["zkclient"]["acquisitions_per_sec"].to_string(),
+                e["zklock_vs_zkclient"].to_string()
             );
         }
     }
@@ -1348,6 +1434,7 @@ fn print_table(r: &Value) {
         for (label, key) in [
             ("zklock", "zklock"),
             ("Curator", "curator"),
+            ("zookeeper-client's recipe", "zkclient"),
             ("floor: create + delete", "floor"),
             ("floor: create ‖ list + delete", "floor_with_listing"),
         ] {

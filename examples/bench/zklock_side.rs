@@ -131,7 +131,7 @@ impl Phases {
     }
 
     /// A run's answer: the cycles of each phase, and the plan.
-    fn report(&self, counts: [u64; 2], tasks: usize, keys: usize) -> Value {
+    pub fn report(&self, counts: [u64; 2], tasks: usize, keys: usize) -> Value {
         json!({
             "acquisitions": { "cold": counts[0], "warm": counts[1] },
             "phase_ms": self.middle_ms - self.begin_ms,
@@ -366,7 +366,12 @@ pub async fn distinct_keys(
 
 /// `tasks` tasks each run `cycle(key)` on random keys below `keys` from the phases' begin to
 /// their end; returns the cycles completed in each phase. The per-key sections' loop.
-async fn per_key_cycles<F, Fut, E>(tasks: usize, keys: usize, phases: Phases, cycle: F) -> Result<[u64; 2], BoxError>
+pub async fn per_key_cycles<F, Fut, E>(
+    tasks: usize,
+    keys: usize,
+    phases: Phases,
+    cycle: F,
+) -> Result<[u64; 2], BoxError>
 where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Result<(), E>> + Send,
