@@ -303,28 +303,13 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
     let top = nice(top * 1.1);
     let (x0, y0) = (80.0, 70.0);
     let y = |v: f64| y0 + PANEL_H - v / top * PANEL_H;
-    let _ = write!(
-        svg,
-        r##"<text x="{x0}" y="{}" font-weight="bold">requests / s (median; whisker: min..max of the rounds)</text>
-<line x1="{x0}" y1="{}" x2="{}" y2="{}" stroke="#333"/>
-<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{}" stroke="#333"/>
-"##,
-        y0 - 10.0,
-        y0 + PANEL_H,
-        x0 + PANEL_W,
-        y0 + PANEL_H,
-        y0 + PANEL_H
+    bar_frame(
+        &mut svg,
+        x0,
+        y0,
+        top,
+        "requests / s (median; whisker: min..max of the rounds)",
     );
-    for k in 0..=4 {
-        let v = top * k as f64 / 4.0;
-        let _ = writeln!(
-            svg,
-            r##"<text x="{}" y="{}" text-anchor="end" fill="#555">{}</text>"##,
-            x0 - 6.0,
-            y(v) + 4.0,
-            short(v)
-        );
-    }
     for (i, (key, label, color)) in LOCKS.iter().enumerate() {
         let e = &section[*key];
         let left = x0 + i as f64 * bar_w + bar_w * 0.15;
@@ -360,28 +345,7 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
     let top = nice(top * 1.1);
     let x0 = 80.0 + PANEL_W + 100.0;
     let y = |v: f64| y0 + PANEL_H - v / top * PANEL_H;
-    let _ = write!(
-        svg,
-        r##"<text x="{x0}" y="{}" font-weight="bold">latency ms (solid: p50, light: p99)</text>
-<line x1="{x0}" y1="{}" x2="{}" y2="{}" stroke="#333"/>
-<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{}" stroke="#333"/>
-"##,
-        y0 - 10.0,
-        y0 + PANEL_H,
-        x0 + PANEL_W,
-        y0 + PANEL_H,
-        y0 + PANEL_H
-    );
-    for k in 0..=4 {
-        let v = top * k as f64 / 4.0;
-        let _ = writeln!(
-            svg,
-            r##"<text x="{}" y="{}" text-anchor="end" fill="#555">{}</text>"##,
-            x0 - 6.0,
-            y(v) + 4.0,
-            short(v)
-        );
-    }
+    bar_frame(&mut svg, x0, y0, top, "latency ms (solid: p50, light: p99)");
     for (i, (key, label, color)) in LOCKS.iter().enumerate() {
         let e = &section[*key];
         let left = x0 + i as f64 * bar_w + bar_w * 0.15;
@@ -410,4 +374,31 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// A bar panel's title, axes and five value labels (0 to `top`), its origin at (`x0`, `y0`).
+fn bar_frame(svg: &mut String, x0: f64, y0: f64, top: f64, title: &str) {
+    let _ = write!(
+        svg,
+        r##"<text x="{x0}" y="{}" font-weight="bold">{}</text>
+<line x1="{x0}" y1="{}" x2="{}" y2="{}" stroke="#333"/>
+<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{}" stroke="#333"/>
+"##,
+        y0 - 10.0,
+        escape(title),
+        y0 + PANEL_H,
+        x0 + PANEL_W,
+        y0 + PANEL_H,
+        y0 + PANEL_H
+    );
+    for k in 0..=4 {
+        let v = top * k as f64 / 4.0;
+        let _ = writeln!(
+            svg,
+            r##"<text x="{}" y="{}" text-anchor="end" fill="#555">{}</text>"##,
+            x0 - 6.0,
+            y0 + PANEL_H - v / top * PANEL_H + 4.0,
+            short(v)
+        );
+    }
 }

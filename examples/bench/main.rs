@@ -407,7 +407,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
 
     // (g) the seckill service under each lock.
     progress.step(&format!(
-        "seckill: {} runs of {} requests, then the fault round",
+        "seckill: {} runs of {} requests, the fault round's included",
         plan.seckill.runs(),
         plan.seckill.requests()
     ));
@@ -764,7 +764,7 @@ async fn run_seckill_only(args: Args) -> Result<(), BoxError> {
     };
     std::fs::create_dir_all(&args.out)?;
     progress.step(&format!(
-        "seckill: {} runs of {} requests, then the fault round",
+        "seckill: {} runs of {} requests, the fault round's included",
         plan.seckill.runs(),
         plan.seckill.requests()
     ));

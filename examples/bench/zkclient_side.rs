@@ -10,14 +10,12 @@
 //! leaks its path string (tens of bytes) per cycle, which a bench run can afford.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use zklock::zk;
 
-use crate::zklock_side::{epoch_ms, per_key_cycles, Phases};
+use crate::zklock_side::{per_key_cycles, Phases, Window};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -73,8 +71,7 @@ impl Uncontended {
 }
 
 /// `tasks` tasks of one client loop acquire / tiny critical section / release on the lock in
-/// `dir`; acquisitions completed inside [start_ms, end_ms] are counted (the same loop as
-/// zklock's `contended`).
+/// `dir` through the window [start_ms, end_ms] (the same loop as zklock's `contended`).
 pub async fn contended(
     client: &zk::Client,
     dir: &str,
@@ -82,32 +79,17 @@ pub async fn contended(
     start_ms: u64,
     end_ms: u64,
 ) -> Result<Value, BoxError> {
-    let counted = Arc::new(AtomicU64::new(0));
-    let inside = Arc::new(AtomicUsize::new(0));
-    let overlaps = Arc::new(AtomicU64::new(0));
-    let shared = Arc::new(AtomicU64::new(0));
+    let window = Window::new(start_ms, end_ms);
     let mut handles = Vec::new();
     for _ in 0..tasks {
-        let client = client.clone();
-        let dir = dir.to_owned();
-        let (counted, inside, overlaps, shared) = (counted.clone(), inside.clone(), overlaps.clone(), shared.clone());
+        let (client, dir, window) = (client.clone(), dir.to_owned(), window.clone());
         handles.push(tokio::spawn(async move {
-            let now = epoch_ms();
-            if start_ms > now {
-                tokio::time::sleep(Duration::from_millis(start_ms - now)).await;
-            }
-            while epoch_ms() < end_ms {
+            window.opening().await;
+            while window.is_open() {
                 let guard = acquire(&client, &dir).await?;
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                shared.fetch_add(1, Ordering::Relaxed); // the tiny critical section
-                inside.fetch_sub(1, Ordering::SeqCst);
+                window.critical_section();
                 release(&client, guard).await?;
-                let now = epoch_ms();
-                if now >= start_ms && now <= end_ms {
-                    counted.fetch_add(1, Ordering::Relaxed);
-                }
+                window.released();
             }
             Ok::<_, zk::Error>(())
         }));
@@ -115,12 +97,7 @@ pub async fn contended(
     for h in handles {
         h.await??;
     }
-    Ok(json!({
-        "acquisitions": counted.load(Ordering::Relaxed),
-        "window_ms": end_ms - start_ms,
-        "overlaps": overlaps.load(Ordering::Relaxed),
-        "threads": tasks,
-    }))
+    Ok(window.report(tasks))
 }
 
 /// Per-key locking with the recipe: `tasks` tasks of one client on random keys out of `keys`,

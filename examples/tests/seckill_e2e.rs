@@ -22,7 +22,7 @@ use zklock::testing::{FaultProxy, PgServer, ZkServer};
 use zklock::LockClient;
 
 use zklock_examples::seckill::driver::{self, DemoArgs, Launcher, Summary};
-use zklock_examples::seckill::service::{self, Inventory, LockKind, ServeArgs};
+use zklock_examples::seckill::service::{self, Inventory, LockArgs, LockKind, ServeArgs};
 use zklock_examples::seckill::store::{sqlite_url, Backend, Store, StoreError};
 
 /// The demo runs start four processes each (five with PostgreSQL); one at a time is enough for a
@@ -80,9 +80,7 @@ fn small_demo(unsafe_no_lock: bool, database: Option<String>) -> DemoArgs {
         repeat_every: 20,
         race_window: Duration::from_millis(2),
         zk_timeout: Duration::from_secs(5),
-        lock: LockKind::Zklock,
-        redis: None,
-        redis_ttl: Duration::from_secs(10),
+        lock_args: LockArgs::default(),
     }
 }
 

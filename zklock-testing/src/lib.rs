@@ -70,6 +70,7 @@ pub mod process;
 mod proxy;
 mod redis;
 mod server;
+mod startup;
 
 pub use certs::{IssueOptions, TestCa, TestIdentity};
 pub use ensemble::{ZkEnsemble, ZkEnsembleBuilder};

@@ -12,7 +12,6 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -21,6 +20,7 @@ use super::error::TestingError;
 use super::java::{spawn_tied_to_process, tail_of_file};
 use super::ports::free_port;
 use super::server::KEEP_DIRS_ENV;
+use super::startup::wait_ready;
 
 /// Names the `redis-server` binary to run instead of searching for it.
 const BINARY_ENV: &str = "REDIS_SERVER";
@@ -220,28 +220,18 @@ impl RedisServer {
         let child =
             spawn_tied_to_process(command).map_err(|e| TestingError::io(format!("spawn {}", binary.display()), e))?;
         *self.process() = Some(Process { child, paused: false });
-        let started = Instant::now();
-        loop {
-            let exited = self.process().as_mut().and_then(|p| p.child.try_wait().ok().flatten());
-            if let Some(status) = exited {
-                return Err(TestingError::Exited {
-                    what: self.name.clone(),
-                    status: status.to_string(),
-                    log_tail: self.log_tail(LOG_LINES_IN_ERRORS),
-                });
-            }
-            if ping(self.addr()) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(TestingError::StartTimeout {
-                    what: self.name.clone(),
-                    waited: started.elapsed(),
-                    log_tail: self.log_tail(LOG_LINES_IN_ERRORS),
-                });
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
+        wait_ready(
+            &self.name,
+            deadline,
+            Duration::from_millis(10),
+            || {
+                let mut process = self.process();
+                let status = process.as_mut()?.child.try_wait().ok().flatten()?;
+                Some(status.to_string())
+            },
+            || ping(self.addr()),
+            || self.log_tail(LOG_LINES_IN_ERRORS),
+        )
     }
 
     fn lost_port_race(&self) -> bool {

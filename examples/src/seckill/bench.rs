@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use zklock::testing::{PgServer, RedisServer, ZkServer};
+use zklock::testing::{PgServer, RedisServer, TestingError, ZkServer};
 
 use super::driver::{run_sale, DemoArgs, DemoError, Faults, Launcher, PauseFn, Summary};
-use super::service::LockKind;
+use super::service::{LockArgs, LockKind};
 
 /// The sizes of a seckill section.
 #[derive(Debug, Clone)]
@@ -125,27 +125,32 @@ impl Servers {
     /// Pauses and resumes the lock server of `lock`, if it has one apart from the database.
     fn pause_fn(&self, lock: LockKind) -> Option<Arc<PauseFn>> {
         match lock {
-            LockKind::Zklock => {
-                let zk = self.zk.clone();
-                Some(Arc::new(move |pause: bool| {
-                    let done = if pause { zk.pause() } else { zk.resume() };
-                    if let Err(err) = done {
-                        eprintln!("[seckill] could not pause or resume ZooKeeper: {err}");
-                    }
-                }))
-            }
-            LockKind::Redis => {
-                let redis = self.redis.clone();
-                Some(Arc::new(move |pause: bool| {
-                    let done = if pause { redis.pause() } else { redis.resume() };
-                    if let Err(err) = done {
-                        eprintln!("[seckill] could not pause or resume Redis: {err}");
-                    }
-                }))
-            }
+            LockKind::Zklock => Some(pauser(self.zk.clone(), "ZooKeeper", ZkServer::pause, ZkServer::resume)),
+            LockKind::Redis => Some(pauser(
+                self.redis.clone(),
+                "Redis",
+                RedisServer::pause,
+                RedisServer::resume,
+            )),
             LockKind::Database | LockKind::None => None,
         }
     }
+}
+
+/// Pauses `server` when called with `true`, resumes it with `false`; a failure is reported on
+/// stderr (the sale goes on).
+fn pauser<S: Send + Sync + 'static>(
+    server: Arc<S>,
+    what: &'static str,
+    pause: fn(&S) -> Result<(), TestingError>,
+    resume: fn(&S) -> Result<(), TestingError>,
+) -> Arc<PauseFn> {
+    Arc::new(move |on: bool| {
+        let done = if on { pause(&server) } else { resume(&server) };
+        if let Err(err) = done {
+            eprintln!("[seckill] could not pause or resume {what}: {err}");
+        }
+    })
 }
 
 /// Runs the section and returns its JSON (`seckill` in results.json): per lock the median
@@ -174,9 +179,11 @@ pub async fn seckill_section(
         repeat_every: 20,
         race_window: plan.race_window,
         zk_timeout: plan.zk_timeout,
-        lock,
-        redis: Some(servers.redis.url()),
-        redis_ttl: plan.redis_ttl,
+        lock_args: LockArgs {
+            lock,
+            redis: Some(servers.redis.url()),
+            redis_ttl: plan.redis_ttl,
+        },
     };
     let mut runs: Vec<Vec<Value>> = vec![Vec::new(); LockKind::ALL.len()];
     for round in 0..plan.rounds {
@@ -280,6 +287,9 @@ fn run_json(summary: &Summary) -> Value {
         "unavailable_answers": d.unavailable,
         "error_answers": d.errors,
         "error_samples": d.error_samples,
+        // zklock only: each instance's wait for the item locks (p50, p99 in ms), from its
+        // zklock_wait_seconds metric.
+        "lock_wait_ms_per_instance": d.lock_waits,
     })
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::service::LockKind;
+use super::service::{LockArgs, LockKind};
 use super::store::{sqlite_url, Item, Order, Store};
 
 /// Any error the driver reports (setup failures; request failures are counted, not raised).
@@ -65,18 +65,9 @@ pub struct DemoArgs {
     /// ZooKeeper session timeout of the instances.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub zk_timeout: Duration,
-    /// The lock the instances sell under: zklock, database (PostgreSQL's advisory lock; the demo
-    /// starts a PostgreSQL server unless DATABASE_URL is set), redis (the demo starts a Redis
-    /// server unless --redis is given) or none (a conditional update). Carts are sold under
-    /// zklock only: give --cart-every 0 with the others.
-    #[arg(long, value_enum, default_value_t = LockKind::Zklock)]
-    pub lock: LockKind,
-    /// The Redis server of `--lock redis` (`redis://host:port/`).
-    #[arg(long)]
-    pub redis: Option<String>,
-    /// How long a Redis lock key lives before it expires on its own.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub redis_ttl: Duration,
+    /// The lock the instances sell under.
+    #[command(flatten)]
+    pub lock_args: LockArgs,
 }
 
 /// Faults injected into a sale, each once a number of requests have been answered (so they
@@ -417,7 +408,7 @@ fn mode_name(args: &DemoArgs) -> &'static str {
     if args.unsafe_no_lock {
         return "unsafe-no-lock";
     }
-    match args.lock {
+    match args.lock_args.lock {
         LockKind::Zklock => "locked",
         LockKind::Database => "database-lock",
         LockKind::Redis => "redis-lock",
@@ -443,11 +434,11 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
     if args.items == 0 {
         return Err("--items must be at least 1".into());
     }
-    let other_lock = !args.unsafe_no_lock && args.lock != LockKind::Zklock;
+    let other_lock = !args.unsafe_no_lock && args.lock_args.lock != LockKind::Zklock;
     if other_lock && args.cart_every > 0 && args.items >= 2 {
         return Err(format!(
             "carts are sold under --lock zklock only: give --cart-every 0 with --lock {}",
-            args.lock.name()
+            args.lock_args.lock.name()
         )
         .into());
     }
@@ -471,7 +462,7 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
     let mut _postgres = None;
     let (database, first_item) = match &args.database {
         Some(url) => (url.clone(), fresh_item_id()),
-        None if other_lock && args.lock == LockKind::Database => {
+        None if other_lock && args.lock_args.lock == LockKind::Database => {
             progress("starting a local PostgreSQL server…");
             let server = tokio::task::spawn_blocking(zklock::testing::PgServer::start).await??;
             let url = server.url();
@@ -482,9 +473,9 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
     };
     // Redis, for the Redis lock: the given server, or a local one for the duration of the run.
     let mut _redis = None;
-    let redis = match &args.redis {
+    let redis = match &args.lock_args.redis {
         Some(url) => Some(url.clone()),
-        None if other_lock && args.lock == LockKind::Redis => {
+        None if other_lock && args.lock_args.lock == LockKind::Redis => {
             progress("starting a local Redis server…");
             let server = tokio::task::spawn_blocking(zklock::testing::RedisServer::start).await??;
             let url = server.url();
@@ -509,7 +500,7 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
         if args.unsafe_no_lock {
             "WITHOUT the lock".to_string()
         } else {
-            format!("lock: {}", args.lock.name())
+            format!("lock: {}", args.lock_args.lock.name())
         }
     ));
     let mut serve_args = vec![
@@ -528,13 +519,13 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
     if args.unsafe_no_lock {
         serve_args.push("--unsafe-no-lock".to_string());
     }
-    serve_args.extend(["--lock".to_string(), args.lock.name().to_string()]);
+    serve_args.extend(["--lock".to_string(), args.lock_args.lock.name().to_string()]);
     if let Some(url) = &redis {
         serve_args.extend([
             "--redis".to_string(),
             url.clone(),
             "--redis-ttl".to_string(),
-            humantime::format_duration(args.redis_ttl).to_string(),
+            humantime::format_duration(args.lock_args.redis_ttl).to_string(),
         ]);
     }
     let mut instances = Vec::new();

@@ -71,16 +71,9 @@ pub struct ServeArgs {
     /// Run the buy path without the distributed lock (to show the oversell it prevents).
     #[arg(long)]
     pub unsafe_no_lock: bool,
-    /// What keeps two buyers of one item apart (see [`LockKind`]); carts are served with
-    /// `zklock` only.
-    #[arg(long, value_enum, default_value_t = LockKind::Zklock)]
-    pub lock: LockKind,
-    /// The Redis server of `--lock redis` (`redis://host:port/`).
-    #[arg(long)]
-    pub redis: Option<String>,
-    /// How long a Redis lock key lives before it expires on its own.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub redis_ttl: Duration,
+    /// The lock the buy path runs under.
+    #[command(flatten)]
+    pub lock_args: LockArgs,
     /// Exit when standard input closes (set by the demo driver, so instances never outlive it).
     #[arg(long)]
     pub exit_with_stdin: bool,
@@ -113,6 +106,35 @@ impl LockKind {
             LockKind::Database => "database",
             LockKind::Redis => "redis",
             LockKind::None => "none",
+        }
+    }
+}
+
+/// The lock the buy path runs under, and the Redis lock's settings (options of `serve` and of
+/// `demo`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LockArgs {
+    /// What keeps two buyers of one item apart: zklock, database (PostgreSQL's advisory lock;
+    /// the demo starts a PostgreSQL server unless DATABASE_URL is set), redis (the demo starts a
+    /// Redis server unless --redis is given) or none (a conditional update). Carts are sold
+    /// under zklock only (the demo: give --cart-every 0 with the others).
+    #[arg(long, value_enum, default_value_t = LockKind::Zklock)]
+    pub lock: LockKind,
+    /// The Redis server of `--lock redis` (`redis://host:port/`).
+    #[arg(long)]
+    pub redis: Option<String>,
+    /// How long a Redis lock key lives before it expires on its own.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub redis_ttl: Duration,
+}
+
+impl Default for LockArgs {
+    /// zklock; no Redis server; a 10 s Redis TTL (the command line's defaults).
+    fn default() -> Self {
+        LockArgs {
+            lock: LockKind::Zklock,
+            redis: None,
+            redis_ttl: Duration::from_secs(10),
         }
     }
 }
@@ -663,7 +685,8 @@ pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error
     if args.unsafe_no_lock {
         return Ok(inventory);
     }
-    Ok(match args.lock {
+    let LockArgs { lock, redis, redis_ttl } = &args.lock_args;
+    Ok(match lock {
         LockKind::Zklock => inventory,
         LockKind::Database => {
             if inventory.store.backend() != Backend::Postgres {
@@ -672,11 +695,10 @@ pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error
             inventory.with_database_lock()
         }
         LockKind::Redis => {
-            let url = args
-                .redis
+            let url = redis
                 .as_deref()
                 .ok_or("--lock redis needs --redis redis://host:port/")?;
-            inventory.with_redis_lock(RedisLock::connect(url, args.redis_ttl).await?)
+            inventory.with_redis_lock(RedisLock::connect(url, *redis_ttl).await?)
         }
         LockKind::None => inventory.with_conditional_update(),
     })
@@ -695,7 +717,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Se
     println!("{}{addr}", super::driver::LISTENING);
     eprintln!(
         "seckill: serving on http://{addr} (lock: {}, zookeeper: {})",
-        if args.unsafe_no_lock { "OFF" } else { args.lock.name() },
+        if args.unsafe_no_lock {
+            "OFF"
+        } else {
+            args.lock_args.lock.name()
+        },
         args.zk
     );
     let served = axum::serve(listener, router(inventory.clone()))
