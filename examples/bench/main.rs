@@ -532,11 +532,29 @@ async fn run(args: Args) -> Result<(), BoxError> {
     );
     targets.insert(
         "notifications_per_release".into(),
-        json!({
-            "value": zk_herd["notifications_per_release"],
-            "target": format!("exactly 1 at W = {}", plan.herd_waiters),
-            "met": zk_herd["notifications_per_release"].as_array().is_some_and(|v| !v.is_empty() && v.iter().all(|n| n.as_u64() == Some(1))),
-        }),
+        {
+            let met = zk_herd["notifications_per_release"]
+                .as_array()
+                .is_some_and(|v| !v.is_empty() && v.iter().all(|n| n.as_u64() == Some(1)));
+            let evidence = format!(
+                "zklock: {} watches on {} paths before the first release, notifications per release {}; Curator: {} watches on {} paths, {}",
+                zk_herd["watches_before_first_release"],
+                zk_herd["paths_watched_before_first_release"],
+                zk_herd["notifications_per_release"],
+                cur_herd["watches_before_first_release"],
+                cur_herd["paths_watched_before_first_release"],
+                cur_herd["notifications_per_release"]
+            );
+            json!({
+                "value": zk_herd["notifications_per_release"],
+                "target": format!("exactly 1 at W = {}", plan.herd_waiters),
+                "met": met,
+                "why": (!met).then(|| format!(
+                    "more watches than watched paths means a path watched twice, and a release that deletes it notifies each watch: {evidence}"
+                )),
+                "evidence": evidence,
+            })
+        },
     );
     targets.extend(seckill_targets(&seckill));
     let targets = Value::Object(targets);
