@@ -3,8 +3,8 @@
 # vs the raw ZooKeeper floor, on one server in one run; then the seckill service under zklock,
 # PostgreSQL's advisory lock, a Redis lock and no lock (a conditional update).
 #
-#   ./scripts/bench.sh                  full run (a few minutes), results in bench-out/
-#   ./scripts/bench.sh --quick          about a minute
+#   ./scripts/bench.sh                  full run (about 20 minutes on 2 cores), results in bench-out/
+#   ./scripts/bench.sh --quick          about 3 minutes
 #   ./scripts/bench.sh --out DIR        where results.json and chart.svg go
 #   ./scripts/bench.sh --zk HOST:PORT   measure an existing server instead of starting one
 #                                       (the herd check needs 4lw.commands.whitelist=mntr,wchs,...)
