@@ -304,12 +304,18 @@ impl Instance {
                 instance.base_url = format!("http://{addr}");
                 Ok(instance)
             }
-            Err(_) => Err(format!(
-                "instance did not start within {within:?}; its log ({}):\n{}",
-                instance.log.display(),
-                instance.log_tail(20)
-            )
-            .into()),
+            Err(_) => {
+                let what = match instance.child.try_wait() {
+                    Ok(Some(status)) => format!("instance exited ({status}) before it listened"),
+                    _ => format!("instance did not start within {within:?}"),
+                };
+                Err(format!(
+                    "{what}; its log ({}):\n{}",
+                    instance.log.display(),
+                    instance.log_tail(20)
+                )
+                .into())
+            }
         }
     }
 
@@ -669,8 +675,9 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
     let _ = ticker.await;
     details.faults = injector.await?;
 
-    // What each instance's lock metrics say about waiting for the item locks.
-    for instance in &instances {
+    // What each instance's lock metrics say about waiting for the item locks (zklock's only).
+    let zklock_waits = if other_lock { &instances[..0] } else { &instances[..] };
+    for instance in zklock_waits {
         let text = http
             .get(format!("{}/metrics", instance.base_url))
             .send()

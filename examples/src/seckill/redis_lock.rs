@@ -21,6 +21,9 @@ use redis::Script;
 const RELEASE: &str =
     r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#;
 
+/// How long connecting to the server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The first and the largest pause between two attempts.
 const FIRST_BACKOFF: Duration = Duration::from_millis(1);
 const MAX_BACKOFF: Duration = Duration::from_millis(32);
@@ -83,9 +86,25 @@ impl RedisLock {
             ))));
         }
         let client = redis::Client::open(url)?;
+        // One plain connection first, so that an unreachable server is reported at once rather
+        // than after the manager's retries.
+        match tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection()).await {
+            Ok(connected) => drop(connected?),
+            Err(_) => {
+                return Err(RedisLockError::Redis(redis::RedisError::from((
+                    redis::ErrorKind::IoError,
+                    "no answer from the Redis server",
+                    format!("{url} did not accept a connection within {CONNECT_TIMEOUT:?}"),
+                ))))
+            }
+        }
+        // Reconnects after a broken connection: 10 ms, doubling, at most 500 ms apart.
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_secs(5))
-            .set_number_of_retries(3);
+            .set_connection_timeout(CONNECT_TIMEOUT)
+            .set_exponent_base(2)
+            .set_factor(10)
+            .set_max_delay(500)
+            .set_number_of_retries(6);
         let connection = ConnectionManager::new_with_config(client, config).await?;
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
