@@ -346,6 +346,15 @@ impl Inventory {
         self
     }
 
+    /// Under a Redis lock, how many releases so far found their key expired or taken by another
+    /// holder (the lock was not exclusive to the end); `None` under any other lock.
+    pub fn redis_expired_releases(&self) -> Option<u64> {
+        match &self.mode {
+            Mode::Redis(lock) => Some(lock.expired_while_held()),
+            _ => None,
+        }
+    }
+
     /// Buys `req.qty` units of `item_id`.
     pub async fn buy(&self, item_id: i64, req: &BuyRequest) -> Result<Purchase, ApiError> {
         check_qty(req.qty)?;
@@ -370,8 +379,12 @@ impl Inventory {
             Mode::Redis(lock) => {
                 let guard = lock.acquire(&item_lock(item_id), LOCK_TIMEOUT).await?;
                 let bought = self.read_check_write(item_id, req, None).await;
-                // A release that finds the key expired changes nothing here: the write is done.
-                lock.release(guard).await?;
+                // The sale is decided: a release that fails or finds the key expired (counted,
+                // see `redis_expired_releases`) changes nothing for this request; the key
+                // expires on its own.
+                if let Err(err) = lock.release(guard).await {
+                    tracing::warn!("releasing the Redis lock of item {item_id} failed: {err}");
+                }
                 bought
             }
             Mode::Database => {
@@ -728,6 +741,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Se
         .with_graceful_shutdown(stop_requested(args.exit_with_stdin))
         .await;
     inventory.locks.close().await;
+    if let Some(expired) = inventory.redis_expired_releases() {
+        eprintln!("seckill: {expired} Redis lock releases found their key expired or taken");
+    }
     eprintln!("seckill: {addr} stopped; lock client closed");
     Ok(served?)
 }
