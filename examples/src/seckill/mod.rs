@@ -5,7 +5,7 @@
 //! - [`store`]: the inventory and order tables (SQLite or PostgreSQL), with the fenced write.
 //! - [`driver`]: the demo: ZooKeeper, several service processes, the load, the summary.
 //! - [`redis_lock`]: the Redis lock the service can run with instead, for the benchmark.
-//! - [`bench`]: the benchmark's seckill section: the same sale under each lock, and a fault
+//! - [`mod@bench`]: the benchmark's seckill section: the same sale under each lock, and a fault
 //!   round.
 
 pub mod bench;
