@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # zklock's benchmark: zklock vs Apache Curator (InterProcessMutex, a Java peer on the Debian jars)
-# vs the raw ZooKeeper floor, on one server in one run.
+# vs the raw ZooKeeper floor, on one server in one run; then the seckill service under zklock,
+# PostgreSQL's advisory lock, a Redis lock and no lock (a conditional update).
 #
-#   ./scripts/bench.sh                  full run (a few minutes), results in bench-out/
-#   ./scripts/bench.sh --quick          about a minute
+#   ./scripts/bench.sh                  full run (about 20 minutes on 2 cores), results in bench-out/
+#   ./scripts/bench.sh --quick          about 3 minutes
 #   ./scripts/bench.sh --out DIR        where results.json and chart.svg go
 #   ./scripts/bench.sh --zk HOST:PORT   measure an existing server instead of starting one
 #                                       (the herd check needs 4lw.commands.whitelist=mntr,wchs,...)
 #   ./scripts/bench.sh --fsync          start the server with forceSync=yes (default: no)
 #   ./scripts/bench.sh --tick-ms N      tickTime of the server it starts (default 2000)
 #   ./scripts/bench.sh --ensemble 3     three members on loopback, clients on a follower
+#   ./scripts/bench.sh --seckill        only the seckill section (with --quick: about a minute)
 #
-# Prints a table, writes DIR/results.json (every figure, the server settings, the ratios) and
-# DIR/chart.svg (latency distributions, throughput against contenders).
+# Prints a table, writes DIR/results.json (every figure, the server settings, the ratios, the
+# targets), DIR/chart.svg (latency distributions, throughput against contenders) and
+# DIR/seckill.svg (the seckill section).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 case "${1:-}" in
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 ./scripts/install-deps.sh >&2

@@ -7,9 +7,12 @@
 #   - a C compiler for crates that build bundled C code (`gcc`, `libc6-dev`)
 #   - PostgreSQL server binaries for the seckill tests (Debian package `postgresql`; it also
 #     creates the `postgres` user the test servers run as when the tests run as root)
+#   - a Redis server for the benchmark's Redis lock and its smoke test (Debian package
+#     `redis-server`; the tests start their own servers, not the package's service)
 # Safe to run repeatedly: when everything is present it changes nothing and needs no network.
 # ZOOKEEPER_HOME pointing at an unpacked Apache ZooKeeper release (lib/*.jar) satisfies the server;
-# PG_BINDIR naming a directory with initdb and postgres satisfies PostgreSQL.
+# PG_BINDIR naming a directory with initdb and postgres satisfies PostgreSQL; REDIS_SERVER naming a
+# redis-server binary satisfies Redis.
 set -euo pipefail
 
 missing=()
@@ -35,6 +38,14 @@ have_postgresql() {
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 
+have_redis() {
+    if [[ -n "${REDIS_SERVER:-}" ]]; then
+        [[ -x "$REDIS_SERVER" ]]
+        return
+    fi
+    [[ -x /usr/bin/redis-server ]] || command -v redis-server >/dev/null 2>&1
+}
+
 have_zookeeper_jars || need zookeeper "ZooKeeper server jars: /usr/share/java/zookeeper.jar"
 [[ -f /usr/share/java/curator-recipes.jar ]] || need libcurator-recipes-java "Curator jars: /usr/share/java/curator-recipes.jar"
 if [[ -z "${ZOOKEEPER_HOME:-}" ]]; then
@@ -46,6 +57,7 @@ if ! command -v cc >/dev/null 2>&1; then
     need libc6-dev "C library headers"
 fi
 have_postgresql || need postgresql "PostgreSQL server: /usr/lib/postgresql/*/bin/initdb"
+have_redis || need redis-server "Redis server: /usr/bin/redis-server"
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "install-deps: no Rust toolchain (cargo) found; install one from https://rustup.rs and re-run." >&2
@@ -55,7 +67,7 @@ else
 fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-deps: ZooKeeper, Curator, JDK, C compiler and PostgreSQL already present; nothing to install."
+    echo "install-deps: ZooKeeper, Curator, JDK, C compiler, PostgreSQL and Redis already present; nothing to install."
     exit "$toolchain_missing"
 fi
 
@@ -82,7 +94,8 @@ Install these by hand, then re-run:
 On a system without apt: install a JDK 17 (javac), unpack an Apache ZooKeeper 3.8 release and
 export ZOOKEEPER_HOME=<its directory>, put the Apache Curator 5.x jars (curator-client,
 curator-framework, curator-recipes) in /usr/share/java, and install PostgreSQL and export
-PG_BINDIR=<the directory holding initdb and postgres>.
+PG_BINDIR=<the directory holding initdb and postgres>, and install Redis and export
+REDIS_SERVER=<the path of redis-server>.
 MSG
     exit 1
 fi
@@ -97,6 +110,7 @@ have_zookeeper_jars || { echo "install-deps: ZooKeeper jars still missing" >&2; 
 [[ -f /usr/share/java/curator-recipes.jar ]] || { echo "install-deps: Curator jars still missing" >&2; failed=1; }
 command -v javac >/dev/null 2>&1 || { echo "install-deps: javac still missing" >&2; failed=1; }
 have_postgresql || { echo "install-deps: PostgreSQL (initdb) still missing" >&2; failed=1; }
+have_redis || { echo "install-deps: redis-server still missing" >&2; failed=1; }
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi

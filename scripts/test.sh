@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace against real ZooKeeper servers (and PostgreSQL for the seckill
-# example), then checks that the suite left no server process (ZooKeeper servers, Curator peers,
-# PostgreSQL servers) behind. Extra arguments are passed to `cargo test` (e.g.
+# Runs every test of the workspace against real ZooKeeper servers (and PostgreSQL and Redis for
+# the seckill example and its benchmark section), then checks that the suite left no server
+# process (ZooKeeper servers, Curator peers, PostgreSQL and Redis servers) behind. Extra arguments are passed to `cargo test` (e.g.
 # `--test testing_support` or a test name filter).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,7 +17,7 @@ suite_server_pids() {
     local dir
     for dir in /proc/[0-9]*; do
         case "$(cat "$dir/comm" 2>/dev/null)" in
-            java)
+            java | redis-server)
                 tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN" || continue
                 ;;
             postgres)
@@ -78,4 +78,4 @@ if [[ $status -ne 0 ]]; then
     echo "test.sh: FAIL: cargo test exited with status $status" >&2
     exit "$status"
 fi
-echo "test.sh: all tests passed; no Java or PostgreSQL process of the suite left behind."
+echo "test.sh: all tests passed; no Java, PostgreSQL or Redis process of the suite left behind."

@@ -53,7 +53,7 @@ pub fn render(latency: &[Series], throughput: &[Series], subtitle: &str) -> Stri
         svg,
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
-<text x="20" y="24" font-size="15" font-weight="bold">zklock vs Apache Curator vs raw ZooKeeper floor</text>
+<text x="20" y="24" font-size="15" font-weight="bold">zklock vs Apache Curator vs zookeeper-client vs raw ZooKeeper floor</text>
 <text x="20" y="42" fill="#555555">{}</text>
 "##,
         escape(subtitle)
@@ -267,4 +267,138 @@ fn short(v: f64) -> String {
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The seckill chart: per lock, the median throughput with its min..max over the rounds (left),
+/// p50 and p99 latency (right), and the units oversold in the plain rounds and the fault round
+/// under each bar.
+pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
+    const LOCKS: [(&str, &str, &str); 4] = [
+        ("zklock", "zklock", "#d62728"),
+        ("database", "PostgreSQL advisory lock", "#2ca02c"),
+        ("redis", "Redis SET NX PX", "#9467bd"),
+        ("none", "no lock (conditional update)", "#7f7f7f"),
+    ];
+    let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="20" y="24" font-size="15" font-weight="bold">Seckill: the same sale under four locks ({} items x {} units, {} in flight, {} instances)</text>
+<text x="20" y="42" fill="#555555">{}</text>
+"##,
+        section["settings"]["items"],
+        section["settings"]["stock_per_item"],
+        section["settings"]["concurrency"],
+        section["settings"]["instances"],
+        escape(subtitle)
+    );
+    let bar_w = PANEL_W / LOCKS.len() as f64;
+    // Left: throughput.
+    let top = LOCKS
+        .iter()
+        .map(|(k, _, _)| num(&section[*k]["throughput_rps_max"]))
+        .fold(1.0, f64::max);
+    let top = nice(top * 1.1);
+    let (x0, y0) = (80.0, 70.0);
+    let y = |v: f64| y0 + PANEL_H - v / top * PANEL_H;
+    bar_frame(
+        &mut svg,
+        x0,
+        y0,
+        top,
+        "requests / s (median; whisker: min..max of the rounds)",
+    );
+    for (i, (key, label, color)) in LOCKS.iter().enumerate() {
+        let e = &section[*key];
+        let left = x0 + i as f64 * bar_w + bar_w * 0.15;
+        let w = bar_w * 0.7;
+        let mid = left + w / 2.0;
+        let median = num(&e["throughput_rps"]);
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{left:.1}" y="{:.1}" width="{w:.1}" height="{:.1}" fill="{color}" opacity="0.85"/>
+<line x1="{mid:.1}" y1="{:.1}" x2="{mid:.1}" y2="{:.1}" stroke="#000"/>
+<text x="{mid:.1}" y="{:.1}" text-anchor="middle">{median:.0}</text>
+<text x="{mid:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>
+<text x="{mid:.1}" y="{:.1}" text-anchor="middle" font-size="10">oversold {} / fault round {}</text>"##,
+            y(median),
+            y0 + PANEL_H - y(median),
+            y(num(&e["throughput_rps_min"])),
+            y(num(&e["throughput_rps_max"])),
+            y(median) - 6.0,
+            y0 + PANEL_H + 16.0,
+            escape(label),
+            y0 + PANEL_H + 30.0,
+            e["oversold"],
+            section["fault_round"][*key]["oversold"]
+                .as_i64()
+                .map_or("-".to_string(), |v| v.to_string()),
+        );
+    }
+    // Right: latency.
+    let top = LOCKS
+        .iter()
+        .map(|(k, _, _)| num(&section[*k]["p99_ms"]))
+        .fold(1.0, f64::max);
+    let top = nice(top * 1.1);
+    let x0 = 80.0 + PANEL_W + 100.0;
+    let y = |v: f64| y0 + PANEL_H - v / top * PANEL_H;
+    bar_frame(&mut svg, x0, y0, top, "latency ms (solid: p50, light: p99)");
+    for (i, (key, label, color)) in LOCKS.iter().enumerate() {
+        let e = &section[*key];
+        let left = x0 + i as f64 * bar_w + bar_w * 0.15;
+        let w = bar_w * 0.35;
+        let (p50, p99) = (num(&e["p50_ms"]), num(&e["p99_ms"]));
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{left:.1}" y="{:.1}" width="{w:.1}" height="{:.1}" fill="{color}"/>
+<rect x="{:.1}" y="{:.1}" width="{w:.1}" height="{:.1}" fill="{color}" opacity="0.4"/>
+<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{p50}</text>
+<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{p99}</text>
+<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"##,
+            y(p50),
+            y0 + PANEL_H - y(p50),
+            left + w,
+            y(p99),
+            y0 + PANEL_H - y(p99),
+            left + w / 2.0,
+            y(p50) - 4.0,
+            left + w * 1.5,
+            y(p99) - 4.0,
+            left + w,
+            y0 + PANEL_H + 16.0,
+            escape(label),
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// A bar panel's title, axes and five value labels (0 to `top`), its origin at (`x0`, `y0`).
+fn bar_frame(svg: &mut String, x0: f64, y0: f64, top: f64, title: &str) {
+    let _ = write!(
+        svg,
+        r##"<text x="{x0}" y="{}" font-weight="bold">{}</text>
+<line x1="{x0}" y1="{}" x2="{}" y2="{}" stroke="#333"/>
+<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{}" stroke="#333"/>
+"##,
+        y0 - 10.0,
+        escape(title),
+        y0 + PANEL_H,
+        x0 + PANEL_W,
+        y0 + PANEL_H,
+        y0 + PANEL_H
+    );
+    for k in 0..=4 {
+        let v = top * k as f64 / 4.0;
+        let _ = writeln!(
+            svg,
+            r##"<text x="{}" y="{}" text-anchor="end" fill="#555">{}</text>"##,
+            x0 - 6.0,
+            y0 + PANEL_H - v / top * PANEL_H + 4.0,
+            short(v)
+        );
+    }
 }

@@ -131,7 +131,7 @@ impl Phases {
     }
 
     /// A run's answer: the cycles of each phase, and the plan.
-    fn report(&self, counts: [u64; 2], tasks: usize, keys: usize) -> Value {
+    pub fn report(&self, counts: [u64; 2], tasks: usize, keys: usize) -> Value {
         json!({
             "acquisitions": { "cold": counts[0], "warm": counts[1] },
             "phase_ms": self.middle_ms - self.begin_ms,
@@ -141,8 +141,73 @@ impl Phases {
     }
 }
 
-/// `tasks` tasks of one client loop acquire / tiny critical section / release on one lock.
-/// Acquisitions completed inside the wall-clock window [start_ms, end_ms] are counted.
+/// The wall-clock window of a contended run and what its tasks share: acquisitions completed
+/// inside [start_ms, end_ms] are counted, and the tiny critical section (an increment) counts
+/// an overlap whenever it finds another holder inside.
+pub struct Window {
+    start_ms: u64,
+    end_ms: u64,
+    counted: AtomicU64,
+    inside: AtomicUsize,
+    overlaps: AtomicU64,
+    shared: AtomicU64,
+}
+
+impl Window {
+    pub fn new(start_ms: u64, end_ms: u64) -> Arc<Window> {
+        Arc::new(Window {
+            start_ms,
+            end_ms,
+            counted: AtomicU64::new(0),
+            inside: AtomicUsize::new(0),
+            overlaps: AtomicU64::new(0),
+            shared: AtomicU64::new(0),
+        })
+    }
+
+    /// Sleeps until the window opens.
+    pub async fn opening(&self) {
+        let now = epoch_ms();
+        if self.start_ms > now {
+            tokio::time::sleep(Duration::from_millis(self.start_ms - now)).await;
+        }
+    }
+
+    /// Whether the window has not closed yet.
+    pub fn is_open(&self) -> bool {
+        epoch_ms() < self.end_ms
+    }
+
+    /// The critical section, run while holding the lock.
+    pub fn critical_section(&self) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        self.shared.fetch_add(1, Ordering::Relaxed);
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Counts an acquisition just released, if it completed inside the window.
+    pub fn released(&self) {
+        let now = epoch_ms();
+        if now >= self.start_ms && now <= self.end_ms {
+            self.counted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A run's answer.
+    pub fn report(&self, tasks: usize) -> Value {
+        json!({
+            "acquisitions": self.counted.load(Ordering::Relaxed),
+            "window_ms": self.end_ms - self.start_ms,
+            "overlaps": self.overlaps.load(Ordering::Relaxed),
+            "threads": tasks,
+        })
+    }
+}
+
+/// `tasks` tasks of one client loop acquire / tiny critical section / release on one lock
+/// through the window [start_ms, end_ms] (see [`Window`]).
 pub async fn contended(
     client: &LockClient,
     name: &str,
@@ -150,31 +215,18 @@ pub async fn contended(
     start_ms: u64,
     end_ms: u64,
 ) -> Result<Value, BoxError> {
-    let counted = Arc::new(AtomicU64::new(0));
-    let inside = Arc::new(AtomicUsize::new(0));
-    let overlaps = Arc::new(AtomicU64::new(0));
-    let shared = Arc::new(AtomicU64::new(0));
+    let window = Window::new(start_ms, end_ms);
     let mut handles = Vec::new();
     for _ in 0..tasks {
         let lock = client.mutex(name)?;
-        let (counted, inside, overlaps, shared) = (counted.clone(), inside.clone(), overlaps.clone(), shared.clone());
+        let window = window.clone();
         handles.push(tokio::spawn(async move {
-            let now = epoch_ms();
-            if start_ms > now {
-                tokio::time::sleep(Duration::from_millis(start_ms - now)).await;
-            }
-            while epoch_ms() < end_ms {
+            window.opening().await;
+            while window.is_open() {
                 let guard = lock.acquire().await?;
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                shared.fetch_add(1, Ordering::Relaxed); // the tiny critical section
-                inside.fetch_sub(1, Ordering::SeqCst);
+                window.critical_section();
                 guard.release().await?;
-                let now = epoch_ms();
-                if now >= start_ms && now <= end_ms {
-                    counted.fetch_add(1, Ordering::Relaxed);
-                }
+                window.released();
             }
             Ok::<_, zklock::LockError>(())
         }));
@@ -182,12 +234,7 @@ pub async fn contended(
     for h in handles {
         h.await??;
     }
-    Ok(json!({
-        "acquisitions": counted.load(Ordering::Relaxed),
-        "window_ms": end_ms - start_ms,
-        "overlaps": overlaps.load(Ordering::Relaxed),
-        "threads": tasks,
-    }))
+    Ok(window.report(tasks))
 }
 
 /// Re-acquiring a mutex inside the scope of a hold of it (what a locked function calling
@@ -366,7 +413,12 @@ pub async fn distinct_keys(
 
 /// `tasks` tasks each run `cycle(key)` on random keys below `keys` from the phases' begin to
 /// their end; returns the cycles completed in each phase. The per-key sections' loop.
-async fn per_key_cycles<F, Fut, E>(tasks: usize, keys: usize, phases: Phases, cycle: F) -> Result<[u64; 2], BoxError>
+pub async fn per_key_cycles<F, Fut, E>(
+    tasks: usize,
+    keys: usize,
+    phases: Phases,
+    cycle: F,
+) -> Result<[u64; 2], BoxError>
 where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Result<(), E>> + Send,

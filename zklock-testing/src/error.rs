@@ -64,6 +64,16 @@ pub enum TestingError {
         /// The places that were searched.
         searched: String,
     },
+    /// No Redis server binary (`redis-server`) was found.
+    #[error(
+        "Redis server binary (redis-server) not found (looked at {searched}). Install it (on \
+         Debian or Ubuntu, `apt-get install redis-server`) or set REDIS_SERVER to its path. (In \
+         the zklock repository, scripts/install-deps.sh installs everything its tests need.)"
+    )]
+    RedisNotInstalled {
+        /// The places that were searched.
+        searched: String,
+    },
     /// The tests run as root, which PostgreSQL refuses, and there is no unprivileged user to run
     /// the server as.
     #[error(

@@ -18,6 +18,8 @@
 //! - [`PgServer`]: a throw-away PostgreSQL server (its own `initdb` cluster, no fsync) on a
 //!   free loopback port, for code that keeps its data in a database; one empty database per
 //!   test with [`PgServer::create_database`], SQL through [`PgServer::psql`].
+//! - [`RedisServer`]: a throw-away Redis server (no persistence) on a free loopback port, to
+//!   compare against a Redis lock; pause (SIGSTOP) and resume it.
 //! - [`process`]: re-running the test binary as a child process, and a closed port.
 //! - [`FaultProxy`]: a TCP proxy between a client and a server that can drop all traffic
 //!   (a partition), reset every connection, or add latency, switched at runtime.
@@ -52,7 +54,8 @@
 //! (`apt-get install zookeeper default-jdk-headless`) or from an unpacked Apache ZooKeeper
 //! release named by `ZOOKEEPER_HOME`; for [`curator::CuratorPeer`] also `javac` and the
 //! Curator jars (`libcurator-recipes-java`, `libslf4j-java`); for [`PgServer`] PostgreSQL's
-//! `initdb` and `postgres` (`postgresql`, or `PG_BINDIR`). When one is missing, starting fails
+//! `initdb` and `postgres` (`postgresql`, or `PG_BINDIR`); for [`RedisServer`] `redis-server`
+//! (`redis-server`, or `REDIS_SERVER`). When one is missing, starting fails
 //! with an error that names the variables and places it looked at and what to install.
 
 mod certs;
@@ -65,11 +68,14 @@ mod ports;
 mod postgres;
 pub mod process;
 mod proxy;
+mod redis;
 mod server;
+mod startup;
 
 pub use certs::{IssueOptions, TestCa, TestIdentity};
 pub use ensemble::{ZkEnsemble, ZkEnsembleBuilder};
 pub use error::TestingError;
 pub use postgres::{PgServer, PgServerBuilder};
 pub use proxy::{FaultProxy, ProxyMode};
+pub use redis::RedisServer;
 pub use server::{ClientAuth, ZkServer, ZkServerBuilder};

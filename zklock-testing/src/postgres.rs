@@ -25,6 +25,7 @@ use super::error::TestingError;
 use super::java::{spawn_tied_to_process, tail_of_file};
 use super::ports::free_port;
 use super::server::KEEP_DIRS_ENV;
+use super::startup::wait_ready;
 
 /// The superuser `initdb` creates; every connection logs in as this role, without a password.
 const SUPERUSER: &str = "zklock";
@@ -400,29 +401,17 @@ impl PgServer {
         let child = spawn_logged(command, run_as, self.dir.path(), &log)?;
         *self.process() = Some(Postmaster { child });
 
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.process().as_mut().and_then(Postmaster::exit_status) {
-                return Err(TestingError::Exited {
-                    what: self.name.clone(),
-                    status,
-                    log_tail: self.log_tail(LOG_LINES_IN_ERRORS),
-                });
-            }
-            if log_since(&log, log_start).contains(READY_LINE)
-                && TcpStream::connect_timeout(&self.addr(), PROBE_TIMEOUT).is_ok()
-            {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(TestingError::StartTimeout {
-                    what: self.name.clone(),
-                    waited: started.elapsed(),
-                    log_tail: self.log_tail(LOG_LINES_IN_ERRORS),
-                });
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
+        wait_ready(
+            &self.name,
+            deadline,
+            Duration::from_millis(20),
+            || self.process().as_mut().and_then(Postmaster::exit_status),
+            || {
+                log_since(&log, log_start).contains(READY_LINE)
+                    && TcpStream::connect_timeout(&self.addr(), PROBE_TIMEOUT).is_ok()
+            },
+            || self.log_tail(LOG_LINES_IN_ERRORS),
+        )
     }
 
     /// Whether the server's last start failed because its port was taken.

@@ -9,13 +9,14 @@
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::json;
 
+use super::service::{LockArgs, LockKind};
 use super::store::{sqlite_url, Item, Order, Store};
 
 /// Any error the driver reports (setup failures; request failures are counted, not raised).
@@ -64,7 +65,28 @@ pub struct DemoArgs {
     /// ZooKeeper session timeout of the instances.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub zk_timeout: Duration,
+    /// The lock the instances sell under.
+    #[command(flatten)]
+    pub lock_args: LockArgs,
 }
+
+/// Faults injected into a sale, each once a number of requests have been answered (so they
+/// land at the same point of the sale whatever its speed).
+#[derive(Clone, Default)]
+pub struct Faults {
+    /// Kill instance 0 (SIGKILL) after this many answers; its share of the requests goes to
+    /// the other instances from then on.
+    pub kill_instance_after: Option<usize>,
+    /// Freeze instance 1 (SIGSTOP) after this many answers, for this long, then let it run
+    /// (SIGCONT): a lock holder stalled by a GC pause, swapping or a stopped VM.
+    pub pause_instance: Option<(usize, Duration)>,
+    /// Freeze the lock server after this many answers, for this long: the function is called
+    /// with `true` to pause it and with `false` to resume it.
+    pub pause_lock_server: Option<(usize, Duration, Arc<PauseFn>)>,
+}
+
+/// Pauses (`true`) or resumes (`false`) a server.
+pub type PauseFn = dyn Fn(bool) + Send + Sync;
 
 /// The outcome of one demo run; serialized as the final JSON line.
 #[derive(Debug, Clone, Serialize)]
@@ -94,7 +116,11 @@ pub struct Summary {
     pub p99_ms: f64,
     /// Buy requests answered per second of the run.
     pub throughput_rps: f64,
-    /// `"locked"` or `"unsafe-no-lock"`.
+    /// Units sold beyond those taken from stock (sold - (initial - remaining)), over all
+    /// items: lost updates, which become oversell once the stock runs out.
+    pub lost_updates: i64,
+    /// `"locked"` (zklock), `"unsafe-no-lock"`, `"database-lock"`, `"redis-lock"` or
+    /// `"conditional-update"`.
     pub mode: String,
     #[serde(skip)]
     /// Details for the readable summary.
@@ -137,6 +163,8 @@ pub struct Details {
     pub zookeeper: String,
     /// The database (URL without credentials for PostgreSQL).
     pub database: String,
+    /// The faults injected, with the number of answers at which each fired.
+    pub faults: Vec<String>,
 }
 
 impl Summary {
@@ -207,10 +235,18 @@ impl Summary {
             line(format!("lock wait (from /metrics): {}", per_instance.join("; ")));
         }
         line(format!(
-            "throughput: {:.0} requests/s over {:.2} s",
+            "throughput: {:.0} requests/s over {:.2} s{}",
             self.throughput_rps,
-            d.elapsed.as_secs_f64()
+            d.elapsed.as_secs_f64(),
+            if d.elapsed < Duration::from_secs(10) {
+                " (a smoke figure from one short run; scripts/bench.sh --seckill measures it)"
+            } else {
+                ""
+            }
         ));
+        for fault in &d.faults {
+            line(format!("fault: {fault}"));
+        }
         for sample in &d.error_samples {
             line(format!("unexpected answer: {sample}"));
         }
@@ -268,12 +304,18 @@ impl Instance {
                 instance.base_url = format!("http://{addr}");
                 Ok(instance)
             }
-            Err(_) => Err(format!(
-                "instance did not start within {within:?}; its log ({}):\n{}",
-                instance.log.display(),
-                instance.log_tail(20)
-            )
-            .into()),
+            Err(_) => {
+                let what = match instance.child.try_wait() {
+                    Ok(Some(status)) => format!("instance exited ({status}) before it listened"),
+                    _ => format!("instance did not start within {within:?}"),
+                };
+                Err(format!(
+                    "{what}; its log ({}):\n{}",
+                    instance.log.display(),
+                    instance.log_tail(20)
+                )
+                .into())
+            }
         }
     }
 
@@ -285,8 +327,17 @@ impl Instance {
     }
 }
 
+impl Instance {
+    /// The instance's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Instance {
     fn drop(&mut self) {
+        // Let a paused instance run again, or it could not act on the SIGTERM.
+        signal(self.child.id(), libc::SIGCONT);
         // A clean stop first: on SIGTERM the instance finishes its requests and closes its lock
         // client, so its ZooKeeper session ends at once. Killed if it does not stop in time.
         if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
@@ -350,9 +401,36 @@ fn progress(msg: &str) {
     eprintln!("[seckill] {msg}");
 }
 
+/// Sends `signal` to process `pid`.
+fn signal(pid: u32, signal: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: a plain syscall on a child process of ours; no memory is involved.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+/// The summary's mode name for a run with these options.
+fn mode_name(args: &DemoArgs) -> &'static str {
+    if args.unsafe_no_lock {
+        return "unsafe-no-lock";
+    }
+    match args.lock_args.lock {
+        LockKind::Zklock => "locked",
+        LockKind::Database => "database-lock",
+        LockKind::Redis => "redis-lock",
+        LockKind::None => "conditional-update",
+    }
+}
+
 /// Runs the whole scenario and returns its summary. Every process it started is stopped
 /// before it returns (also on error).
 pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, DemoError> {
+    run_sale(args, launcher, &Faults::default()).await
+}
+
+/// [`run_demo`] with `faults` injected during the sale. Every process it started is stopped,
+/// and every process it paused resumed, before it returns (also on error).
+pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> Result<Summary, DemoError> {
     if args.instances == 0 || args.concurrency == 0 {
         return Err("--instances and --concurrency must be at least 1".into());
     }
@@ -361,6 +439,14 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     }
     if args.items == 0 {
         return Err("--items must be at least 1".into());
+    }
+    let other_lock = !args.unsafe_no_lock && args.lock_args.lock != LockKind::Zklock;
+    if other_lock && args.cart_every > 0 && args.items >= 2 {
+        return Err(format!(
+            "carts are sold under --lock zklock only: give --cart-every 0 with --lock {}",
+            args.lock_args.lock.name()
+        )
+        .into());
     }
     let work = tempfile::Builder::new().prefix("seckill-demo-").tempdir()?;
 
@@ -377,10 +463,32 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         }
     };
 
-    // The database: a fresh SQLite file, or the given URL (then new item ids per run).
+    // The database: a fresh SQLite file, or the given URL (then new item ids per run); for the
+    // database's own lock, a local PostgreSQL server unless a URL is given.
+    let mut _postgres = None;
     let (database, first_item) = match &args.database {
         Some(url) => (url.clone(), fresh_item_id()),
+        None if other_lock && args.lock_args.lock == LockKind::Database => {
+            progress("starting a local PostgreSQL server…");
+            let server = tokio::task::spawn_blocking(zklock::testing::PgServer::start).await??;
+            let url = server.url();
+            _postgres = Some(server);
+            (url, 1)
+        }
         None => (sqlite_url(&work.path().join("seckill.db")), 1),
+    };
+    // Redis, for the Redis lock: the given server, or a local one for the duration of the run.
+    let mut _redis = None;
+    let redis = match &args.lock_args.redis {
+        Some(url) => Some(url.clone()),
+        None if other_lock && args.lock_args.lock == LockKind::Redis => {
+            progress("starting a local Redis server…");
+            let server = tokio::task::spawn_blocking(zklock::testing::RedisServer::start).await??;
+            let url = server.url();
+            _redis = Some(server);
+            Some(url)
+        }
+        None => None,
     };
     let item_ids: Vec<i64> = (0..args.items as i64).map(|k| first_item + k).collect();
     let store = Store::open(&database).await?;
@@ -396,9 +504,9 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         "starting {} service instances ({})…",
         args.instances,
         if args.unsafe_no_lock {
-            "WITHOUT the lock"
+            "WITHOUT the lock".to_string()
         } else {
-            "with the lock"
+            format!("lock: {}", args.lock_args.lock.name())
         }
     ));
     let mut serve_args = vec![
@@ -416,6 +524,15 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     ];
     if args.unsafe_no_lock {
         serve_args.push("--unsafe-no-lock".to_string());
+    }
+    serve_args.extend(["--lock".to_string(), args.lock_args.lock.name().to_string()]);
+    if let Some(url) = &redis {
+        serve_args.extend([
+            "--redis".to_string(),
+            url.clone(),
+            "--redis-ttl".to_string(),
+            humantime::format_duration(args.lock_args.redis_ttl).to_string(),
+        ]);
     }
     let mut instances = Vec::new();
     for i in 0..args.instances {
@@ -450,10 +567,13 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         args.requests, args.concurrency, args.instances
     ));
     let bases: Arc<Vec<String>> = Arc::new(instances.iter().map(|i| i.base_url.clone()).collect());
+    let alive: Arc<Vec<AtomicBool>> = Arc::new(instances.iter().map(|_| AtomicBool::new(true)).collect());
     let done = Arc::new(AtomicUsize::new(0));
     let sold_seen = Arc::new(AtomicUsize::new(0));
     let gate = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
+    let pids: Vec<u32> = instances.iter().map(Instance::pid).collect();
+    let injector = tokio::spawn(inject(faults.clone(), pids, alive.clone(), done.clone(), args.requests));
     let started = Instant::now();
     let ticker = {
         let done = done.clone();
@@ -489,7 +609,10 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     for (i, request) in plan.iter().cloned().enumerate() {
         // A repeat goes to the instance after the original's, so the two race across
         // processes.
-        let base = bases[i % bases.len()].clone();
+        let base = (0..bases.len())
+            .map(|k| (i + k) % bases.len())
+            .find(|&k| alive[k].load(Ordering::Relaxed))
+            .map_or_else(|| bases[i % bases.len()].clone(), |k| bases[k].clone());
         let permit = gate.clone().acquire_owned().await?;
         let http = http.clone();
         let done = done.clone();
@@ -550,9 +673,11 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
     }
     details.elapsed = started.elapsed();
     let _ = ticker.await;
+    details.faults = injector.await?;
 
-    // What each instance's lock metrics say about waiting for the item locks.
-    for instance in &instances {
+    // What each instance's lock metrics say about waiting for the item locks (zklock's only).
+    let zklock_waits = if other_lock { &instances[..0] } else { &instances[..] };
+    for instance in zklock_waits {
         let text = http
             .get(format!("{}/metrics", instance.base_url))
             .send()
@@ -604,6 +729,7 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         .filter(|(id, stored)| planned_lines.get(**id).is_some_and(|planned| *stored < planned))
         .count();
     details.orders = orders.len();
+    let initial = args.stock * item_ids.len() as i64;
     latencies.sort();
     let secs = details.elapsed.as_secs_f64().max(1e-9);
     Ok(Summary {
@@ -616,17 +742,86 @@ pub async fn run_demo(args: &DemoArgs, launcher: &Launcher) -> Result<Summary, D
         cart_orders: lines_per_cart.len(),
         partial_carts,
         fenced_rejections: fenced,
+        lost_updates: sold - (initial - remaining),
         p50_ms: round1(percentile(&latencies, 50)),
         p99_ms: round1(percentile(&latencies, 99)),
         throughput_rps: round1(args.requests as f64 / secs),
-        mode: if args.unsafe_no_lock {
-            "unsafe-no-lock"
-        } else {
-            "locked"
-        }
-        .to_string(),
+        mode: mode_name(args).to_string(),
         details,
     })
+}
+
+/// Fires `faults` as the answers counted by `done` pass their thresholds, and returns what it
+/// did. Ends once every fault has fired and been undone, or when all `total` requests are
+/// answered (a fault whose threshold was not reached by then is reported as not fired). A
+/// paused process or server is always resumed before it returns.
+async fn inject(
+    faults: Faults,
+    pids: Vec<u32>,
+    alive: Arc<Vec<AtomicBool>>,
+    done: Arc<AtomicUsize>,
+    total: usize,
+) -> Vec<String> {
+    let mut report = Vec::new();
+    let mut kill = faults.kill_instance_after;
+    let mut pause_instance = faults.pause_instance;
+    let mut pause_server = faults.pause_lock_server;
+    let mut pauses = tokio::task::JoinSet::new();
+    while kill.is_some() || pause_instance.is_some() || pause_server.is_some() {
+        let answered = done.load(Ordering::Relaxed);
+        if kill.is_some_and(|at| answered >= at) && !pids.is_empty() {
+            kill = None;
+            alive[0].store(false, Ordering::Relaxed);
+            signal(pids[0], libc::SIGKILL);
+            report.push(format!("instance 0 killed (SIGKILL) after {answered} answers"));
+        }
+        if let Some((_, length)) = pause_instance.filter(|(at, _)| answered >= *at) {
+            pause_instance = None;
+            if let Some(&pid) = pids.get(1) {
+                signal(pid, libc::SIGSTOP);
+                report.push(format!(
+                    "instance 1 paused (SIGSTOP) for {length:?} after {answered} answers"
+                ));
+                pauses.spawn(async move {
+                    let _resume = Resume(Box::new(move || signal(pid, libc::SIGCONT)));
+                    tokio::time::sleep(length).await;
+                });
+            }
+        }
+        if let Some((_, length, pause)) = pause_server.take_if(|(at, _, _)| answered >= *at) {
+            pause(true);
+            report.push(format!("lock server paused for {length:?} after {answered} answers"));
+            pauses.spawn(async move {
+                let _resume = Resume(Box::new(move || pause(false)));
+                tokio::time::sleep(length).await;
+            });
+        }
+        if answered >= total {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for (what, left) in [
+        ("kill", kill.is_some()),
+        ("instance pause", pause_instance.is_some()),
+        ("lock server pause", pause_server.is_some()),
+    ] {
+        if left {
+            report.push(format!("{what} not fired: the sale ended first"));
+        }
+    }
+    while pauses.join_next().await.is_some() {}
+    report
+}
+
+/// Runs its function when dropped: resumes what a fault paused, also when the pause is
+/// cancelled.
+struct Resume(Box<dyn FnMut() + Send>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        (self.0)();
+    }
 }
 
 /// The p50 and p99 of `zklock_wait_seconds` for the item locks, in milliseconds, from a

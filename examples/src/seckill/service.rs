@@ -35,7 +35,8 @@ use serde::Deserialize;
 use serde_json::json;
 use zklock::{distributed_lock, FencingToken, LockClient, LockError, MultiGuard, MultiLock};
 
-use super::store::{Item, Order, Store, StoreError, Write};
+use super::redis_lock::{RedisLock, RedisLockError};
+use super::store::{Backend, Item, Order, Sale, Store, StoreError, Write};
 
 /// The largest quantity one request may buy (keeps arithmetic far from overflow).
 pub const MAX_QTY: i64 = 1_000_000;
@@ -70,9 +71,87 @@ pub struct ServeArgs {
     /// Run the buy path without the distributed lock (to show the oversell it prevents).
     #[arg(long)]
     pub unsafe_no_lock: bool,
+    /// The lock the buy path runs under.
+    #[command(flatten)]
+    pub lock_args: LockArgs,
     /// Exit when standard input closes (set by the demo driver, so instances never outlive it).
     #[arg(long)]
     pub exit_with_stdin: bool,
+}
+
+/// What keeps two buyers of one item apart, for comparing locks on one service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LockKind {
+    /// `#[distributed_lock("seckill:{item_id}")]`: a ZooKeeper lock, the write fenced by its
+    /// token.
+    Zklock,
+    /// PostgreSQL's `pg_advisory_xact_lock(item_id)` in the purchase's own transaction.
+    Database,
+    /// A Redis key set with `SET NX PX`, released by compare-and-delete (`--redis`).
+    Redis,
+    /// No lock: a conditional update `SET stock = stock - qty WHERE stock >= qty` takes the
+    /// units.
+    None,
+}
+
+impl LockKind {
+    /// Every kind, in the order the benchmark reports them.
+    pub const ALL: [LockKind; 4] = [LockKind::Zklock, LockKind::Database, LockKind::Redis, LockKind::None];
+
+    /// The name the command line and the benchmark's JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Zklock => "zklock",
+            LockKind::Database => "database",
+            LockKind::Redis => "redis",
+            LockKind::None => "none",
+        }
+    }
+}
+
+/// The lock the buy path runs under, and the Redis lock's settings (options of `serve` and of
+/// `demo`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LockArgs {
+    /// What keeps two buyers of one item apart: zklock, database (PostgreSQL's advisory lock;
+    /// the demo starts a PostgreSQL server unless DATABASE_URL is set), redis (the demo starts a
+    /// Redis server unless --redis is given) or none (a conditional update). Carts are sold
+    /// under zklock only (the demo: give --cart-every 0 with the others).
+    #[arg(long, value_enum, default_value_t = LockKind::Zklock)]
+    pub lock: LockKind,
+    /// The Redis server of `--lock redis` (`redis://host:port/`).
+    #[arg(long)]
+    pub redis: Option<String>,
+    /// How long a Redis lock key lives before it expires on its own.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub redis_ttl: Duration,
+}
+
+impl Default for LockArgs {
+    /// zklock; no Redis server; a 10 s Redis TTL (the command line's defaults).
+    fn default() -> Self {
+        LockArgs {
+            lock: LockKind::Zklock,
+            redis: None,
+            redis_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How one instance runs the buy path.
+#[derive(Debug, Clone)]
+enum Mode {
+    /// Under the ZooKeeper lock (single buys and carts).
+    Zklock,
+    /// Read, check, write with no lock at all: the unsafe demonstration.
+    Unlocked,
+    /// Under the database's advisory lock.
+    Database,
+    /// Under a Redis lock.
+    Redis(RedisLock),
+    /// A conditional update, no lock.
+    Conditional,
 }
 
 /// A buy request's body.
@@ -161,6 +240,16 @@ pub enum ApiError {
     /// 503: the database failed; nothing was written.
     #[error("database unavailable: {0}")]
     Database(String),
+    /// 503: the Redis lock was not granted in time (`lock_timeout`) or Redis failed
+    /// (`lock_unavailable`).
+    #[error("{0}")]
+    RedisLock(RedisLockError),
+}
+
+impl From<RedisLockError> for ApiError {
+    fn from(err: RedisLockError) -> Self {
+        ApiError::RedisLock(err)
+    }
 }
 
 impl From<LockError> for ApiError {
@@ -195,6 +284,8 @@ impl ApiError {
             ApiError::LockTimeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_timeout"),
             ApiError::LockUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_unavailable"),
             ApiError::Database(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+            ApiError::RedisLock(RedisLockError::Timeout { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "lock_timeout"),
+            ApiError::RedisLock(RedisLockError::Redis(_)) => (StatusCode::SERVICE_UNAVAILABLE, "lock_unavailable"),
         }
     }
 }
@@ -213,7 +304,7 @@ pub struct Inventory {
     /// The lock client. Built without connecting: the first buy opens the session, so the
     /// service starts (and answers 503) even while ZooKeeper is down.
     locks: LockClient,
-    use_lock: bool,
+    mode: Mode,
     race_window: Duration,
     /// Renders the process's metrics (the zklock ones among them) for `GET /metrics`.
     metrics: Option<PrometheusHandle>,
@@ -225,16 +316,43 @@ impl Inventory {
         Inventory {
             store,
             locks,
-            use_lock,
+            mode: if use_lock { Mode::Zklock } else { Mode::Unlocked },
             race_window,
             metrics: None,
         }
+    }
+
+    /// Runs the buy path under the database's advisory lock instead of zklock's.
+    pub fn with_database_lock(mut self) -> Self {
+        self.mode = Mode::Database;
+        self
+    }
+
+    /// Runs the buy path under `lock`, a Redis lock, instead of zklock's.
+    pub fn with_redis_lock(mut self, lock: RedisLock) -> Self {
+        self.mode = Mode::Redis(lock);
+        self
+    }
+
+    /// Runs the buy path without a lock, with a conditional update taking the units.
+    pub fn with_conditional_update(mut self) -> Self {
+        self.mode = Mode::Conditional;
+        self
     }
 
     /// Serves `GET /metrics` from `handle` (Prometheus text).
     pub fn with_metrics(mut self, handle: PrometheusHandle) -> Self {
         self.metrics = Some(handle);
         self
+    }
+
+    /// Under a Redis lock, how many releases so far found their key expired or taken by another
+    /// holder (the lock was not exclusive to the end); `None` under any other lock.
+    pub fn redis_expired_releases(&self) -> Option<u64> {
+        match &self.mode {
+            Mode::Redis(lock) => Some(lock.expired_while_held()),
+            _ => None,
+        }
     }
 
     /// Buys `req.qty` units of `item_id`.
@@ -255,10 +373,36 @@ impl Inventory {
                 qty: req.qty,
             });
         }
-        if self.use_lock {
-            self.buy_locked(item_id, req).await
-        } else {
-            self.read_check_write(item_id, req, None).await
+        match &self.mode {
+            Mode::Zklock => self.buy_locked(item_id, req).await,
+            Mode::Unlocked => self.read_check_write(item_id, req, None).await,
+            Mode::Redis(lock) => {
+                let guard = lock.acquire(&item_lock(item_id), LOCK_TIMEOUT).await?;
+                let bought = self.read_check_write(item_id, req, None).await;
+                // The sale is decided: a release that fails or finds the key expired (counted,
+                // see `redis_expired_releases`) changes nothing for this request; the key
+                // expires on its own.
+                if let Err(err) = lock.release(guard).await {
+                    tracing::warn!("releasing the Redis lock of item {item_id} failed: {err}");
+                }
+                bought
+            }
+            Mode::Database => {
+                let sale = self
+                    .store
+                    .buy_under_advisory_lock(item_id, req.qty, &req.request_id, self.race_window)
+                    .await?;
+                purchase(item_id, req.qty, sale)
+            }
+            Mode::Conditional => {
+                // The same steps and pause as the locked paths, then the conditional update.
+                if let Some(order) = self.store.order_for_request(item_id, &req.request_id).await? {
+                    return Ok(Purchase::AlreadyPlaced(order));
+                }
+                self.pause_in_race_window().await;
+                let sale = self.store.buy_conditional(item_id, req.qty, &req.request_id).await?;
+                purchase(item_id, req.qty, sale)
+            }
         }
     }
 
@@ -287,8 +431,14 @@ impl Inventory {
                 (refused, _) => Err(refused),
             };
         }
-        if !self.use_lock {
-            return self.cart_read_check_write(req, None).await;
+        match self.mode {
+            Mode::Zklock => {}
+            Mode::Unlocked => return self.cart_read_check_write(req, None).await,
+            Mode::Database | Mode::Redis(_) | Mode::Conditional => {
+                return Err(ApiError::BadRequest(
+                    "carts are sold under the zklock lock only; this instance runs another lock".into(),
+                ))
+            }
         }
         // The same lock names as single buys, so carts and single buys of an item exclude
         // each other. The multi-lock sorts them: the order of the lines does not matter.
@@ -407,6 +557,15 @@ impl Inventory {
             .commit_purchase(item_id, item.stock - req.qty, req.qty, &req.request_id, token)
             .await?;
         Ok(Purchase::Placed(order))
+    }
+}
+
+/// A sale decided in the database, as the buy path answers it.
+fn purchase(item_id: i64, qty: i64, sale: Sale) -> Result<Purchase, ApiError> {
+    match sale {
+        Sale::Placed(order) => Ok(Purchase::Placed(order)),
+        Sale::AlreadyPlaced(order) => Ok(Purchase::AlreadyPlaced(order)),
+        Sale::SoldOut { stock } => Err(ApiError::SoldOut { item_id, stock, qty }),
     }
 }
 
@@ -535,7 +694,27 @@ pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error
         .session_timeout(args.zk_timeout)
         .connect_timeout(args.zk_timeout)
         .build()?;
-    Ok(Inventory::new(store, locks, !args.unsafe_no_lock, args.race_window))
+    let inventory = Inventory::new(store, locks, !args.unsafe_no_lock, args.race_window);
+    if args.unsafe_no_lock {
+        return Ok(inventory);
+    }
+    let LockArgs { lock, redis, redis_ttl } = &args.lock_args;
+    Ok(match lock {
+        LockKind::Zklock => inventory,
+        LockKind::Database => {
+            if inventory.store.backend() != Backend::Postgres {
+                return Err("--lock database is PostgreSQL's advisory lock: give a postgres:// --database".into());
+            }
+            inventory.with_database_lock()
+        }
+        LockKind::Redis => {
+            let url = redis
+                .as_deref()
+                .ok_or("--lock redis needs --redis redis://host:port/")?;
+            inventory.with_redis_lock(RedisLock::connect(url, *redis_ttl).await?)
+        }
+        LockKind::None => inventory.with_conditional_update(),
+    })
 }
 
 /// Runs one service instance until it is stopped: SIGINT (Ctrl-C), SIGTERM, or, with
@@ -551,13 +730,20 @@ pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Se
     println!("{}{addr}", super::driver::LISTENING);
     eprintln!(
         "seckill: serving on http://{addr} (lock: {}, zookeeper: {})",
-        if args.unsafe_no_lock { "OFF" } else { "on" },
+        if args.unsafe_no_lock {
+            "OFF"
+        } else {
+            args.lock_args.lock.name()
+        },
         args.zk
     );
     let served = axum::serve(listener, router(inventory.clone()))
         .with_graceful_shutdown(stop_requested(args.exit_with_stdin))
         .await;
     inventory.locks.close().await;
+    if let Some(expired) = inventory.redis_expired_releases() {
+        eprintln!("seckill: {expired} Redis lock releases found their key expired or taken");
+    }
     eprintln!("seckill: {addr} stopped; lock client closed");
     Ok(served?)
 }

@@ -324,6 +324,113 @@ impl Store {
     }
 }
 
+/// What a purchase decided inside the database came to ([`Store::buy_under_advisory_lock`],
+/// [`Store::buy_conditional`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sale {
+    /// A new order was written.
+    Placed(Order),
+    /// This request id had already placed this order; nothing new was written.
+    AlreadyPlaced(Order),
+    /// Fewer units were left than asked for; nothing was written.
+    SoldOut {
+        /// Units left when the request was checked.
+        stock: i64,
+    },
+}
+
+impl Store {
+    /// The purchase with the database as the lock: one transaction takes PostgreSQL's
+    /// transaction-scoped advisory lock on the item (`pg_advisory_xact_lock(item_id)`, released
+    /// by the commit or the rollback, also when the connection dies), then reads, checks, pauses
+    /// for `race_window` and writes back exactly as the ZooKeeper-locked path does, unfenced.
+    /// PostgreSQL only.
+    pub async fn buy_under_advisory_lock(
+        &self,
+        item_id: i64,
+        qty: i64,
+        request_id: &str,
+        race_window: std::time::Duration,
+    ) -> Result<Sale, StoreError> {
+        if self.backend != Backend::Postgres {
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                "the database lock is PostgreSQL's pg_advisory_xact_lock: give a postgres:// URL".into(),
+            )));
+        }
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(item_id)
+            .execute(&mut *tx)
+            .await?;
+        let placed = sqlx::query(
+            "SELECT id, item_id, request_id, qty, token, created_ms FROM orders
+             WHERE item_id = $1 AND request_id = $2 ORDER BY id LIMIT 1",
+        )
+        .bind(item_id)
+        .bind(request_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = placed {
+            tx.rollback().await?;
+            return Ok(Sale::AlreadyPlaced(order_from_row(&row)?));
+        }
+        let stock: Option<i64> = sqlx::query_scalar("SELECT stock FROM items WHERE id = $1")
+            .bind(item_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(stock) = stock else {
+            tx.rollback().await?;
+            return Err(StoreError::NoSuchItem(item_id));
+        };
+        if stock < qty {
+            tx.rollback().await?;
+            return Ok(Sale::SoldOut { stock });
+        }
+        if !race_window.is_zero() {
+            tokio::time::sleep(race_window).await;
+        }
+        let line = Write {
+            item_id,
+            new_stock: stock - qty,
+            qty,
+            token: None,
+        };
+        let order = match write_line(&mut tx, request_id, &line).await {
+            Ok(order) => order,
+            Err(err) => {
+                tx.rollback().await?;
+                return Err(err);
+            }
+        };
+        tx.commit().await?;
+        Ok(Sale::Placed(order))
+    }
+
+    /// The purchase without any lock: one transaction takes the units with a conditional
+    /// update (`SET stock = stock - qty WHERE stock >= qty`), which the database applies
+    /// atomically, and inserts the order. It never oversells; it does not stop two requests with
+    /// the same id from both buying, which takes a unique constraint or a lock.
+    pub async fn buy_conditional(&self, item_id: i64, qty: i64, request_id: &str) -> Result<Sale, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let taken = sqlx::query("UPDATE items SET stock = stock - $1 WHERE id = $2 AND stock >= $3")
+            .bind(qty)
+            .bind(item_id)
+            .bind(qty)
+            .execute(&mut *tx)
+            .await?;
+        if taken.rows_affected() == 0 {
+            tx.rollback().await?;
+            return match self.item(item_id).await? {
+                Some(item) => Ok(Sale::SoldOut { stock: item.stock }),
+                None => Err(StoreError::NoSuchItem(item_id)),
+            };
+        }
+        let order = insert_order(&mut tx, item_id, request_id, qty, None).await?;
+        tx.commit().await?;
+        Ok(Sale::Placed(order))
+    }
+}
+
 /// One stock write of a purchase: item `item_id` goes to `new_stock` after selling `qty`,
 /// fenced by `token` if there is one (see [`Store::commit_purchase`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,6 +496,17 @@ async fn write_line(
             _ => StoreError::NoSuchItem(item_id),
         });
     }
+    insert_order(tx, item_id, request_id, qty, token_text).await
+}
+
+/// Inserts an order inside the caller's transaction.
+async fn insert_order(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    item_id: i64,
+    request_id: &str,
+    qty: i64,
+    token_text: Option<String>,
+) -> Result<Order, StoreError> {
     let created_ms = now_ms();
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO orders (item_id, request_id, qty, token, created_ms)
