@@ -402,3 +402,80 @@ fn bar_frame(svg: &mut String, x0: f64, y0: f64, top: f64, title: &str) {
         );
     }
 }
+
+/// The handoff scale chart: handoff latency (p50 solid, p99 dashed) against the contenders on one
+/// lock, a line per process count (left), and the server's watch notifications per release
+/// (right).
+pub fn handoff(points: &serde_json::Value, subtitle: &str) -> String {
+    const COLORS: [&str; 4] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd"];
+    let points = points.as_array().cloned().unwrap_or_default();
+    let mut procs: Vec<u64> = points.iter().filter_map(|p| p["processes"].as_u64()).collect();
+    procs.sort_unstable();
+    procs.dedup();
+    let line = |procs: u64, key: &str| -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .filter(|p| p["processes"].as_u64() == Some(procs))
+            .filter_map(|p| Some((p["contenders"].as_f64()?, p[key].as_f64()?)))
+            .collect()
+    };
+    let mut latency = Vec::new();
+    let mut notifications = Vec::new();
+    for (i, &n) in procs.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        for (key, what, dashed) in [("handoff_p50_us", "p50", false), ("handoff_p99_us", "p99", true)] {
+            latency.push(Series {
+                label: format!("{n} process(es), {what}"),
+                color,
+                dashed,
+                points: line(n, key),
+            });
+        }
+        notifications.push(Series {
+            label: format!("{n} process(es)"),
+            color,
+            dashed: false,
+            points: line(n, "notifications_per_release"),
+        });
+    }
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="20" y="24" font-size="15" font-weight="bold">zklock: handoff against the contenders on one lock</text>
+<text x="20" y="42" fill="#555555">{}</text>
+"##,
+        escape(subtitle)
+    );
+    panel(
+        &mut svg,
+        80.0,
+        80.0,
+        "Release to next grant",
+        "contenders on the lock (log scale)",
+        "µs (log scale)",
+        &latency,
+        Scale {
+            log_x: true,
+            log_y: true,
+        },
+        None,
+    );
+    panel(
+        &mut svg,
+        590.0,
+        80.0,
+        "Watch notifications per release (server-counted)",
+        "contenders on the lock (log scale)",
+        "notifications",
+        &notifications,
+        Scale {
+            log_x: true,
+            log_y: false,
+        },
+        None,
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
