@@ -48,15 +48,9 @@ impl Axes {
 
 /// Renders both panels into one SVG document.
 pub fn render(latency: &[Series], throughput: &[Series], subtitle: &str) -> String {
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="20" y="24" font-size="15" font-weight="bold">zklock vs Apache Curator vs zookeeper-client vs raw ZooKeeper floor</text>
-<text x="20" y="42" fill="#555555">{}</text>
-"##,
-        escape(subtitle)
+    let mut svg = header(
+        "zklock vs Apache Curator vs zookeeper-client vs raw ZooKeeper floor",
+        subtitle,
     );
     panel(
         &mut svg,
@@ -280,20 +274,14 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
         ("none", "no lock (conditional update)", "#7f7f7f"),
     ];
     let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="20" y="24" font-size="15" font-weight="bold">Seckill: the same sale under four locks ({} items x {} units, {} in flight, {} instances)</text>
-<text x="20" y="42" fill="#555555">{}</text>
-"##,
+    let title = format!(
+        "Seckill: the same sale under four locks ({} items x {} units, {} in flight, {} instances)",
         section["settings"]["items"],
         section["settings"]["stock_per_item"],
         section["settings"]["concurrency"],
         section["settings"]["instances"],
-        escape(subtitle)
     );
+    let mut svg = header(&title, subtitle);
     let bar_w = PANEL_W / LOCKS.len() as f64;
     // Left: throughput.
     let top = LOCKS
@@ -438,16 +426,7 @@ pub fn handoff(points: &serde_json::Value, subtitle: &str) -> String {
             points: line(n, "notifications_per_release"),
         });
     }
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="20" y="24" font-size="15" font-weight="bold">zklock: handoff against the contenders on one lock</text>
-<text x="20" y="42" fill="#555555">{}</text>
-"##,
-        escape(subtitle)
-    );
+    let mut svg = header("zklock: handoff against the contenders on one lock", subtitle);
     panel(
         &mut svg,
         80.0,
@@ -478,4 +457,17 @@ pub fn handoff(points: &serde_json::Value, subtitle: &str) -> String {
     );
     svg.push_str("</svg>\n");
     svg
+}
+
+/// The start of a chart: the document, a white background, the title and the subtitle.
+fn header(title: &str, subtitle: &str) -> String {
+    format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="20" y="24" font-size="15" font-weight="bold">{}</text>
+<text x="20" y="42" fill="#555555">{}</text>
+"##,
+        escape(title),
+        escape(subtitle)
+    )
 }
