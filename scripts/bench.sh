@@ -12,15 +12,16 @@
 #   ./scripts/bench.sh --tick-ms N      tickTime of the server it starts (default 2000)
 #   ./scripts/bench.sh --ensemble 3     three members on loopback, clients on a follower
 #   ./scripts/bench.sh --seckill        only the seckill section (with --quick: about a minute)
+#   ./scripts/bench.sh --scale          only the handoff scale curve (about a minute)
 #
 # Prints a table, writes DIR/results.json (every figure, the server settings, the ratios, the
-# targets), DIR/chart.svg (latency distributions, throughput against contenders) and
-# DIR/seckill.svg (the seckill section).
+# targets), DIR/chart.svg (latency distributions, throughput against contenders),
+# DIR/seckill.svg (the seckill section) and DIR/scale.svg (the handoff scale curve).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 case "${1:-}" in
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 ./scripts/install-deps.sh >&2

@@ -48,15 +48,9 @@ impl Axes {
 
 /// Renders both panels into one SVG document.
 pub fn render(latency: &[Series], throughput: &[Series], subtitle: &str) -> String {
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="20" y="24" font-size="15" font-weight="bold">zklock vs Apache Curator vs zookeeper-client vs raw ZooKeeper floor</text>
-<text x="20" y="42" fill="#555555">{}</text>
-"##,
-        escape(subtitle)
+    let mut svg = header(
+        "zklock vs Apache Curator vs zookeeper-client vs raw ZooKeeper floor",
+        subtitle,
     );
     panel(
         &mut svg,
@@ -280,20 +274,14 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
         ("none", "no lock (conditional update)", "#7f7f7f"),
     ];
     let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="20" y="24" font-size="15" font-weight="bold">Seckill: the same sale under four locks ({} items x {} units, {} in flight, {} instances)</text>
-<text x="20" y="42" fill="#555555">{}</text>
-"##,
+    let title = format!(
+        "Seckill: the same sale under four locks ({} items x {} units, {} in flight, {} instances)",
         section["settings"]["items"],
         section["settings"]["stock_per_item"],
         section["settings"]["concurrency"],
         section["settings"]["instances"],
-        escape(subtitle)
     );
+    let mut svg = header(&title, subtitle);
     let bar_w = PANEL_W / LOCKS.len() as f64;
     // Left: throughput.
     let top = LOCKS
@@ -401,4 +389,85 @@ fn bar_frame(svg: &mut String, x0: f64, y0: f64, top: f64, title: &str) {
             short(v)
         );
     }
+}
+
+/// The handoff scale chart: handoff latency (p50 solid, p99 dashed) against the contenders on one
+/// lock, a line per process count (left), and the server's watch notifications per release
+/// (right).
+pub fn handoff(points: &serde_json::Value, subtitle: &str) -> String {
+    const COLORS: [&str; 4] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd"];
+    let points = points.as_array().cloned().unwrap_or_default();
+    let mut procs: Vec<u64> = points.iter().filter_map(|p| p["processes"].as_u64()).collect();
+    procs.sort_unstable();
+    procs.dedup();
+    let line = |procs: u64, key: &str| -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .filter(|p| p["processes"].as_u64() == Some(procs))
+            .filter_map(|p| Some((p["contenders"].as_f64()?, p[key].as_f64()?)))
+            .collect()
+    };
+    let mut latency = Vec::new();
+    let mut notifications = Vec::new();
+    for (i, &n) in procs.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        for (key, what, dashed) in [("handoff_p50_us", "p50", false), ("handoff_p99_us", "p99", true)] {
+            latency.push(Series {
+                label: format!("{n} process(es), {what}"),
+                color,
+                dashed,
+                points: line(n, key),
+            });
+        }
+        notifications.push(Series {
+            label: format!("{n} process(es)"),
+            color,
+            dashed: false,
+            points: line(n, "notifications_per_release"),
+        });
+    }
+    let mut svg = header("zklock: handoff against the contenders on one lock", subtitle);
+    panel(
+        &mut svg,
+        80.0,
+        80.0,
+        "Release to next grant",
+        "contenders on the lock (log scale)",
+        "µs (log scale)",
+        &latency,
+        Scale {
+            log_x: true,
+            log_y: true,
+        },
+        None,
+    );
+    panel(
+        &mut svg,
+        590.0,
+        80.0,
+        "Watch notifications per release (server-counted)",
+        "contenders on the lock (log scale)",
+        "notifications",
+        &notifications,
+        Scale {
+            log_x: true,
+            log_y: false,
+        },
+        None,
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The start of a chart: the document, a white background, the title and the subtitle.
+fn header(title: &str, subtitle: &str) -> String {
+    format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="20" y="24" font-size="15" font-weight="bold">{}</text>
+<text x="20" y="42" fill="#555555">{}</text>
+"##,
+        escape(title),
+        escape(subtitle)
+    )
 }

@@ -11,12 +11,14 @@
 //! Measures (a) the uncontended acquire+release cycle, (b) cross-process contention,
 //! (c) in-process contention, (d) watch notifications per release with many waiters queued
 //! (the herd check, counted by the server), (e) the reentrant re-acquire cost and (f) per-key
-//! locking: 64 tasks over 10 000 keys, and the memory a client keeps per distinct key, and
-//! (g) the seckill service under four locks ([`zklock_examples::seckill::bench`]). Writes a
+//! locking: 64 tasks over 10 000 keys, and the memory a client keeps per distinct key, (d') the
+//! handoff latency against the contenders on one lock and their processes, and (g) the seckill
+//! service under four locks ([`zklock_examples::seckill::bench`]). Writes a
 //! table to the terminal and `DIR/results.json` plus `DIR/chart.svg` and `DIR/seckill.svg`.
 
 mod chart;
 mod curator_side;
+mod scale;
 mod server;
 mod stats;
 mod zkclient_side;
@@ -31,7 +33,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
 
 use chart::Series;
-use server::{Server, Settings};
+use server::{notifications_sent, Server, Settings};
 use stats::{ratio, round, Summary};
 use zklock_examples::seckill::bench::{seckill_section, SeckillPlan};
 use zklock_examples::seckill::driver::Launcher;
@@ -70,6 +72,11 @@ struct Args {
     /// --ensemble do not apply to it.
     #[arg(long)]
     seckill: bool,
+    /// Run only the handoff scale curve (handoff latency and notifications per release against
+    /// the contenders on one lock, over 1 to 8 processes), on the server --zk names or one it
+    /// starts.
+    #[arg(long, conflicts_with = "seckill")]
+    scale: bool,
     #[command(subcommand)]
     worker: Option<Worker>,
 }
@@ -91,6 +98,15 @@ enum Worker {
     /// The memory-per-key measurement, in a process of its own (started by the bench itself).
     #[command(hide = true)]
     Rss { connect: String, keys: usize },
+    /// One process of a handoff scale point (started by the bench itself).
+    #[command(hide = true)]
+    Handoff {
+        connect: String,
+        name: String,
+        tasks: usize,
+        start_ms: u64,
+        end_ms: u64,
+    },
     /// One instance of the seckill service (started by the seckill section).
     #[command(hide = true)]
     SeckillServe(ServeArgs),
@@ -129,6 +145,9 @@ struct Plan {
     rss_keys: usize,
     /// The seckill section.
     seckill: SeckillPlan,
+    /// The handoff scale curve: (processes, contenders) points, and each point's window.
+    handoff_points: Vec<(usize, usize)>,
+    handoff_window: Duration,
 }
 
 impl Plan {
@@ -153,6 +172,8 @@ impl Plan {
                 distinct_rounds: 1,
                 rss_keys: 10_000,
                 seckill: SeckillPlan::quick(),
+                handoff_points: vec![(1, 1), (1, 10), (2, 10), (1, 100), (2, 100)],
+                handoff_window: Duration::from_secs(2),
             }
         } else {
             Plan {
@@ -174,6 +195,19 @@ impl Plan {
                 distinct_rounds: 3,
                 rss_keys: 100_000,
                 seckill: SeckillPlan::full(),
+                handoff_points: vec![
+                    (1, 1),
+                    (1, 10),
+                    (2, 10),
+                    (8, 10),
+                    (1, 100),
+                    (2, 100),
+                    (8, 100),
+                    (1, 1000),
+                    (2, 1000),
+                    (8, 1000),
+                ],
+                handoff_window: Duration::from_secs(5),
             }
         }
     }
@@ -186,6 +220,7 @@ impl Plan {
             + 2
             + 3
             + 1
+            + self.handoff_points.len()
     }
 }
 
@@ -238,6 +273,16 @@ fn main() -> Result<(), BoxError> {
             println!("{}", zklock_side::rss_growth(connect, keys).await?);
             Ok(())
         }),
+        Some(Worker::Handoff {
+            ref connect,
+            ref name,
+            tasks,
+            start_ms,
+            end_ms,
+        }) => runtime.block_on(async {
+            println!("{}", scale::worker(connect, name, tasks, start_ms, end_ms).await?);
+            Ok(())
+        }),
         Some(Worker::SeckillServe(ref serve)) => runtime.block_on(service::serve(serve.clone())),
         Some(Worker::Profile {
             ref section,
@@ -245,6 +290,7 @@ fn main() -> Result<(), BoxError> {
             seconds,
         }) => runtime.block_on(profile(section, connect, Duration::from_secs(seconds))),
         None if args.seckill => runtime.block_on(run_seckill_only(args)),
+        None if args.scale => runtime.block_on(run_scale_only(args)),
         None => runtime.block_on(run(args)),
     }
 }
@@ -259,21 +305,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     std::fs::create_dir_all(&args.out)?;
 
     progress.step("starting ZooKeeper and compiling the Curator peer");
-    let server = match &args.zk {
-        Some(connect) => Server::external(connect),
-        None => {
-            let settings = Settings {
-                tick_time_ms: args.tick_ms,
-                force_sync: args.fsync,
-            };
-            let ensemble = args.ensemble;
-            tokio::task::spawn_blocking(move || match ensemble {
-                Some(size) => Server::ensemble(size, &settings),
-                None => Server::start(&settings),
-            })
-            .await??
-        }
-    };
+    let server = start_server(&args).await?;
     let connect = server.connect.clone();
     tokio::task::spawn_blocking(zklock::testing::curator::compiled_classes).await??;
 
@@ -398,6 +430,14 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let zk_herd = zklock_side::herd(&connect, plan.herd_waiters, sessions, plan.herd_releases).await?;
     progress.step(&format!("herd check: Curator, {} waiters", plan.herd_waiters));
     let cur_herd = curator_side::herd(&connect, plan.herd_waiters, plan.herd_releases).await?;
+
+    // (d') how the handoff grows with the contenders on one lock and their processes.
+    let mut handoff = Vec::new();
+    for &(procs, waiters) in &plan.handoff_points {
+        progress.step(&format!("handoff scale: {waiters} contenders over {procs} processes"));
+        handoff.push(handoff_point(&connect, procs, waiters, plan.handoff_window).await?);
+    }
+    let handoff_growth = scale::growth(&handoff);
 
     // (e) reentrancy.
     progress.step("reentrant re-acquire: zklock");
@@ -601,6 +641,10 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "curator_ns_per_cycle": round(cur_re),
         },
         "seckill": seckill,
+        "scale": {
+            "handoff": handoff,
+            "handoff_growth": handoff_growth,
+        },
         "ratios": ratios,
         "targets": targets,
     });
@@ -620,6 +664,10 @@ async fn run(args: Args) -> Result<(), BoxError> {
         ),
     )?;
     print_table(&results);
+    std::fs::write(
+        args.out.join("scale.svg"),
+        chart::handoff(&results["scale"]["handoff"], &subtitle(&results)),
+    )?;
     let seckill_svg = args.out.join("seckill.svg");
     std::fs::write(&seckill_svg, chart::seckill(&results["seckill"], &subtitle(&results)))?;
     eprintln!(
@@ -772,6 +820,67 @@ async fn seckill_in_steps(plan: &SeckillPlan, progress: &Progress) -> Result<Val
     seckill_section(plan, &*launcher, &mut note).await
 }
 
+/// `--scale`: the handoff scale curve alone, in results.json and scale.svg.
+async fn run_scale_only(args: Args) -> Result<(), BoxError> {
+    let plan = Plan::new(args.quick);
+    let mut progress = Progress {
+        started: Instant::now(),
+        step: 0,
+        total: 1 + plan.handoff_points.len(),
+    };
+    std::fs::create_dir_all(&args.out)?;
+    progress.step("starting ZooKeeper");
+    let server = start_server(&args).await?;
+    let mut handoff = Vec::new();
+    for &(procs, waiters) in &plan.handoff_points {
+        progress.step(&format!("handoff scale: {waiters} contenders over {procs} processes"));
+        handoff.push(handoff_point(&server.connect, procs, waiters, plan.handoff_window).await?);
+    }
+    let mut server_settings = server.settings.clone();
+    server_settings["version"] = json!(server::server_version(&server.connect));
+    let results = json!({
+        "run": {
+            "mode": if args.quick { "quick, scale only" } else { "full, scale only" },
+            "seconds": round(progress.started.elapsed().as_secs_f64()),
+        },
+        "machine": machine(),
+        "server": server_settings,
+        "scale": { "handoff_growth": scale::growth(&handoff), "handoff": handoff },
+    });
+    let json_path = args.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
+    std::fs::write(
+        args.out.join("scale.svg"),
+        chart::handoff(&results["scale"]["handoff"], &subtitle(&results)),
+    )?;
+    print_handoff(&results);
+    eprintln!(
+        "wrote {} and scale.svg in {:.0}s",
+        json_path.display(),
+        progress.started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The server the run measures: the one --zk names, or one (or an ensemble) it starts.
+async fn start_server(args: &Args) -> Result<Server, BoxError> {
+    Ok(match &args.zk {
+        Some(connect) => Server::external(connect),
+        None => {
+            let settings = Settings {
+                tick_time_ms: args.tick_ms,
+                force_sync: args.fsync,
+            };
+            let ensemble = args.ensemble;
+            tokio::task::spawn_blocking(move || match ensemble {
+                Some(size) => Server::ensemble(size, &settings),
+                None => Server::start(&settings),
+            })
+            .await??
+        }
+    })
+}
+
 /// `--seckill`: the seckill section alone, with its targets, in results.json and seckill.svg.
 async fn run_seckill_only(args: Args) -> Result<(), BoxError> {
     let plan = Plan::new(args.quick);
@@ -809,6 +918,37 @@ async fn run_seckill_only(args: Args) -> Result<(), BoxError> {
         progress.started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The handoff scale table.
+fn print_handoff(r: &Value) {
+    println!();
+    println!("Handoff against contenders on one lock (release to next grant)");
+    println!(
+        "  {:>10} {:>12} {:>12} {:>12} {:>12} {:>16}",
+        "processes", "contenders", "grants/s", "p50 µs", "p99 µs", "notif./release"
+    );
+    for p in r["scale"]["handoff"].as_array().into_iter().flatten() {
+        println!(
+            "  {:>10} {:>12} {:>12} {:>12} {:>12} {:>16}",
+            p["processes"].to_string(),
+            p["contenders"].to_string(),
+            p["grants_per_sec"].to_string(),
+            p["handoff_p50_us"].to_string(),
+            p["handoff_p99_us"].to_string(),
+            p["notifications_per_release"].to_string()
+        );
+    }
+    for (procs, g) in r["scale"]["handoff_growth"].as_object().into_iter().flatten() {
+        println!(
+            "  {procs}: p50 x{} and p99 x{} from {} to {} contenders: {}",
+            g["p50_factor"],
+            g["p99_factor"],
+            g["contenders"][0],
+            g["contenders"][1],
+            g["p50_grows"].as_str().unwrap_or("?")
+        );
+    }
 }
 
 /// The seckill table.
@@ -962,24 +1102,41 @@ async fn contend_in_processes(
     length: Duration,
     zkclient: bool,
 ) -> Result<Vec<Value>, BoxError> {
-    let exe = std::env::current_exe()?;
     // Room for the workers to start and open their sessions before the window opens.
     let (start, end) = window(Duration::from_millis(2000), length);
     let who = if zkclient { "zkclient" } else { "zklock" };
     let name = format!("bench-cross-{who}-{procs}x{tasks}");
-    let mut children = Vec::new();
+    let mut workers = Vec::new();
     for _ in 0..procs {
+        let mut args = vec!["contend".to_string(), connect.to_string(), name.clone()];
+        args.extend([tasks.to_string(), start.to_string(), end.to_string()]);
+        if zkclient {
+            args.push("--zkclient".into());
+        }
+        workers.push(args);
+    }
+    collect_workers(spawn_workers(&workers)?, who).await
+}
+
+/// Starts one worker process of this binary per argument list.
+fn spawn_workers(workers: &[Vec<String>]) -> Result<Vec<std::process::Child>, BoxError> {
+    let exe = std::env::current_exe()?;
+    let mut children = Vec::new();
+    for args in workers {
         children.push(
             Command::new(&exe)
-                .args(["contend", connect, &name])
-                .args([tasks.to_string(), start.to_string(), end.to_string()])
-                .args(zkclient.then_some("--zkclient"))
+                .args(args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .spawn()?,
         );
     }
+    Ok(children)
+}
+
+/// Waits for `children` and parses the JSON answer each printed.
+async fn collect_workers(children: Vec<std::process::Child>, who: &str) -> Result<Vec<Value>, BoxError> {
     let outputs =
         tokio::task::spawn_blocking(move || children.into_iter().map(|c| c.wait_with_output()).collect::<Vec<_>>())
             .await?;
@@ -992,6 +1149,56 @@ async fn contend_in_processes(
         results.push(serde_json::from_slice(&output.stdout)?);
     }
     Ok(results)
+}
+
+/// One point of the handoff curve: `waiters` contenders over `procs` worker processes (one
+/// session each) loop on one lock for `length`; the handoff latency's p50 and p99, the grants
+/// per second, and the server's watch notifications per release over the window.
+async fn handoff_point(connect: &str, procs: usize, waiters: usize, length: Duration) -> Result<Value, BoxError> {
+    // Room for the workers to start and queue before the window opens.
+    let (start, end) = window(Duration::from_millis(2000), length);
+    let name = format!("bench-handoff-{procs}x{waiters}");
+    let workers: Vec<Vec<String>> = (0..procs)
+        .map(|i| {
+            let tasks = waiters / procs + usize::from(i < waiters % procs);
+            let mut args = vec!["handoff".to_string(), connect.to_string(), name.clone()];
+            args.extend([tasks.to_string(), start.to_string(), end.to_string()]);
+            args
+        })
+        .collect();
+    let children = spawn_workers(&workers)?;
+    let mut sent = Vec::new();
+    for at in [start, end] {
+        tokio::time::sleep(Duration::from_millis(at.saturating_sub(zklock_side::epoch_ms()))).await;
+        let connect = connect.to_owned();
+        sent.push(tokio::task::spawn_blocking(move || notifications_sent(&connect)).await?);
+    }
+    let answers = collect_workers(children, "handoff").await?;
+    let holds: Vec<[u64; 2]> = answers
+        .iter()
+        .flat_map(|a| a["holds"].as_array().cloned().unwrap_or_default())
+        .filter_map(|h| Some([h[0].as_u64()?, h[1].as_u64()?]))
+        .collect();
+    let grants = holds.len();
+    let mut gaps = scale::handoffs(holds)?;
+    gaps.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        gaps.get(((gaps.len() as f64 - 1.0) * q).round() as usize)
+            .map(|v| round(*v))
+    };
+    let notifications = match (&sent[0], &sent[1]) {
+        (Ok(before), Ok(after)) if grants > 0 => Some(round(after.saturating_sub(*before) as f64 / grants as f64)),
+        _ => None,
+    };
+    Ok(json!({
+        "processes": procs,
+        "contenders": waiters,
+        "window_s": length.as_secs_f64(),
+        "grants_per_sec": round(grants as f64 / length.as_secs_f64()),
+        "handoff_p50_us": at(0.5),
+        "handoff_p99_us": at(0.99),
+        "notifications_per_release": notifications,
+    }))
 }
 
 /// Runs the memory-per-key measurement in a fresh process of this binary.
@@ -1413,6 +1620,7 @@ fn print_table(r: &Value) {
             who, h["waiters"], h["notifications_per_release"], h["watches_before_first_release"]
         );
     }
+    print_handoff(r);
     println!();
     println!("Handoff fairness (local tasks of one client vs one remote contender)");
     println!(

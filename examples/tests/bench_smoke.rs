@@ -1,11 +1,14 @@
-//! Smoke tests of the benchmark's zookeeper-client peer (issue #32), on a real ZooKeeper server
-//! of their own: the bench's own code for the recipe's uncontended cycle, its contended loop and
-//! its per-key loop, at a tiny size. They check what the figures rest on, not the figures: each
+//! Smoke tests of the benchmark's zookeeper-client peer and its handoff scale curve (issue #32),
+//! on a real ZooKeeper server of their own: the bench's own code for the recipe's uncontended
+//! cycle, its contended loop and its per-key loop, and the handoff worker, at a tiny size. They check what the figures rest on, not the figures: each
 //! cycle really releases (no lock node is left behind), no two holders overlap, and each
 //! section answers with the fields the bench reads. (The seckill section's smoke test is in
 //! `seckill_e2e.rs`, beside the instance processes it starts.)
 
 // The bench's modules, compiled here as they are in the bench; the test uses part of them.
+#[allow(dead_code)]
+#[path = "../bench/scale.rs"]
+mod scale;
 #[allow(dead_code)]
 #[path = "../bench/server.rs"]
 mod server;
@@ -80,4 +83,39 @@ async fn zkclient_per_key_run_reports_both_phases() {
         let left = children(&view, &format!("/zkclient-distinct-1/{dir}")).await;
         assert!(left.is_empty(), "lock nodes left in {dir}: {left:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_worker_stamps_holds_that_never_overlap() {
+    let zk = server().await;
+    let start = zklock_side::epoch_ms();
+    let run = scale::worker(&zk.connect_string(), "handoff-smoke", 4, start, start + 500)
+        .await
+        .expect("handoff worker");
+    let holds: Vec<[u64; 2]> = run["holds"]
+        .as_array()
+        .expect("holds")
+        .iter()
+        .map(|h| [h[0].as_u64().expect("granted"), h[1].as_u64().expect("released")])
+        .collect();
+    let gaps = scale::handoffs(holds.clone()).expect("no grant before the previous release");
+    assert_eq!(gaps.len(), holds.len().saturating_sub(1));
+}
+
+#[test]
+fn handoffs_refuse_overlapping_holds_and_growth_names_the_trend() {
+    assert!(
+        scale::handoffs(vec![[10, 20], [15, 30]]).is_err(),
+        "a grant inside another hold"
+    );
+    assert_eq!(scale::handoffs(vec![[30, 31], [10, 20]]), Ok(vec![0.01]));
+    let point = |procs: u64, contenders: u64, p50: f64| serde_json::json!({"processes": procs, "contenders": contenders, "handoff_p50_us": p50, "handoff_p99_us": p50 * 2.0});
+    let growth = scale::growth(&[
+        point(1, 1, 100.0),
+        point(1, 1000, 150.0),
+        point(2, 10, 100.0),
+        point(2, 1000, 5000.0),
+    ]);
+    assert_eq!(growth["1 processes"]["p50_grows"], "flat", "{growth}");
+    assert_eq!(growth["2 processes"]["p50_grows"], "linear or steeper", "{growth}");
 }
