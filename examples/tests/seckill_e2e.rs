@@ -645,6 +645,58 @@ async fn stale_token_write(backend: Backend) {
 }
 
 #[tokio::test]
+async fn a_stale_holder_cannot_write_between_a_newer_holders_read_and_write() {
+    stale_write_between(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_stale_holder_cannot_write_between_a_newer_holders_read_and_write_on_postgres() {
+    stale_write_between(Backend::Postgres).await;
+}
+
+/// The oversell a fenced write alone lets through: the last unit, a paused former holder that
+/// read it, a newer holder that reads it too, then the paused one writes first. The newer
+/// holder's read claims the item with its token, so the paused one's write is refused and the
+/// unit is sold once.
+async fn stale_write_between(backend: Backend) {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let client = LockClient::connect(&server.connect_string()).await.expect("client");
+    let lock = client.mutex("seckill:1").expect("lock");
+    let first = lock.acquire().await.expect("first hold");
+    let stale = first.fencing_token();
+    first.release().await.expect("release");
+    let second = lock.acquire().await.expect("second hold");
+    let fresh = second.fencing_token();
+
+    let db = TestDb::start(backend).await;
+    let store = db.store().await;
+    store.create_item(1, 1).await.expect("create");
+
+    let seen_by_stale = store.claim(1, Some(stale)).await.expect("stale read").expect("item");
+    let seen_by_fresh = store.claim(1, Some(fresh)).await.expect("fresh read").expect("item");
+    assert_eq!((seen_by_stale.stock, seen_by_fresh.stock), (1, 1));
+    match store.commit_purchase(1, 0, 1, "stale", Some(stale)).await {
+        Err(StoreError::Fenced { offered, accepted, .. }) => {
+            assert_eq!((offered, accepted), (stale.to_string(), fresh.to_string()));
+        }
+        other => panic!("the paused holder's write got in: {other:?}"),
+    }
+    store
+        .commit_purchase(1, 0, 1, "fresh", Some(fresh))
+        .await
+        .expect("the newer holder's write");
+    let orders = store.orders(1).await.expect("orders");
+    assert_eq!(orders.len(), 1, "the last unit was sold twice: {orders:?}");
+    // A read with an older token than the item's is refused at once.
+    assert!(matches!(
+        store.claim(1, Some(stale)).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    drop(second);
+    client.flush().await;
+}
+
+#[tokio::test]
 async fn a_fenced_refusal_is_a_409_json_answer() {
     fenced_refusal(Backend::Sqlite).await;
 }

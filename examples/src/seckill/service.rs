@@ -425,7 +425,7 @@ impl Inventory {
             }
         }
         // Fast refusal without the locks, as for a single buy: stock never grows.
-        if let Err(refused) = self.cart_items(req).await {
+        if let Err(refused) = self.cart_items(req, None).await {
             return match (refused, self.placed_cart(req).await?) {
                 (ApiError::SoldOut { .. }, placed) if !placed.is_empty() => Ok(CartPurchase::AlreadyPlaced(placed)),
                 (refused, _) => Err(refused),
@@ -468,7 +468,7 @@ impl Inventory {
         if !placed.is_empty() {
             return Ok(CartPurchase::AlreadyPlaced(placed));
         }
-        let items = self.cart_items(req).await?;
+        let items = self.cart_items(req, guard).await?;
         let writes: Vec<Write> = req
             .lines
             .iter()
@@ -486,14 +486,16 @@ impl Inventory {
         ))
     }
 
-    /// Reads the item of every line of a cart: the items, in line order, or
-    /// [`ApiError::SoldOut`] for the first line that cannot be filled.
-    async fn cart_items(&self, req: &CartRequest) -> Result<Vec<Item>, ApiError> {
+    /// Reads (claiming each with its lock's token, see `Store::claim`) the item of every line
+    /// of a cart: the items, in line order, or [`ApiError::SoldOut`] for the first line that
+    /// cannot be filled.
+    async fn cart_items(&self, req: &CartRequest, guard: Option<&MultiGuard>) -> Result<Vec<Item>, ApiError> {
         let mut items = Vec::with_capacity(req.lines.len());
         for line in &req.lines {
+            let token = guard.and_then(|g| g.fencing_token(&item_lock(line.item_id)));
             let item = self
                 .store
-                .item(line.item_id)
+                .claim(line.item_id, token)
                 .await?
                 .ok_or(ApiError::NoSuchItem(line.item_id))?;
             if item.stock < line.qty {
@@ -543,7 +545,13 @@ impl Inventory {
         if let Some(order) = self.store.order_for_request(item_id, &req.request_id).await? {
             return Ok(Purchase::AlreadyPlaced(order));
         }
-        let item = self.store.item(item_id).await?.ok_or(ApiError::NoSuchItem(item_id))?;
+        // The read claims the item with the token: a paused holder that lost the lock can no
+        // longer write once this read is done (see `Store::claim`).
+        let item = self
+            .store
+            .claim(item_id, token)
+            .await?
+            .ok_or(ApiError::NoSuchItem(item_id))?;
         if item.stock < req.qty {
             return Err(ApiError::SoldOut {
                 item_id,

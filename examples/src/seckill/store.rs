@@ -8,10 +8,13 @@
 //! not `SET stock = stock - 1`. The distributed lock around the read and the write is what
 //! makes the sequence safe.
 //!
-//! The write is also *fenced*: it carries the lock's [`FencingToken`] and the database refuses
-//! it when the item has already accepted a write with a newer token. A holder that was paused
-//! (GC, swap, a stalled VM) past the loss of its lock, and whose lock was then granted to
-//! someone else who wrote, cannot overwrite that newer write when it wakes up.
+//! The read and the write are both *fenced* by the lock's [`FencingToken`]: the read claims the
+//! item with the token ([`Store::claim`]) and the database refuses the write when the item has
+//! since been claimed with a newer one. A holder that was paused (GC, swap, a stalled VM) past
+//! the loss of its lock, and whose lock was then granted to someone else, cannot write when it
+//! wakes up: the newer holder claimed the item before reading it. Fencing the write alone is not
+//! enough for a read-modify-write: a stale holder that wrote after the newer holder's read but
+//! before its write would get its write in, and both would sell the last unit.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -224,6 +227,44 @@ impl Store {
             })
         })
         .transpose()
+    }
+
+    /// Reads item `id` for a fenced read-check-write: with `token`, claims the item with it in
+    /// the same statement (the item remembers `token` as the newest), so any holder with an
+    /// older token is refused from then on ([`StoreError::Fenced`] if a newer token has
+    /// claimed it already). Without `token`, a plain read. `None` if there is no such item.
+    pub async fn claim(&self, id: i64, token: Option<FencingToken>) -> Result<Option<Item>, StoreError> {
+        let Some(token) = token.map(|t| t.to_string()) else {
+            return self.item(id).await;
+        };
+        let row = sqlx::query(
+            "UPDATE items SET last_token = $1 WHERE id = $2 AND (last_token IS NULL OR last_token <= $3)
+             RETURNING id, stock, initial_stock, last_token",
+        )
+        .bind(token.as_str())
+        .bind(id)
+        .bind(token.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => Ok(Some(Item {
+                id: row.try_get("id")?,
+                stock: row.try_get("stock")?,
+                initial_stock: row.try_get("initial_stock")?,
+                last_token: row.try_get("last_token")?,
+            })),
+            None => match self.item(id).await? {
+                Some(Item {
+                    last_token: Some(accepted),
+                    ..
+                }) => Err(StoreError::Fenced {
+                    item_id: id,
+                    offered: token,
+                    accepted,
+                }),
+                _ => Ok(None),
+            },
+        }
     }
 
     /// All orders of item `id`, oldest first.
