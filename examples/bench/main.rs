@@ -590,7 +590,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 "target": format!("exactly 1 at W = {}", plan.herd_waiters),
                 "met": met,
                 "why": (!met).then(|| format!(
-                    "more watches than watched paths means a path watched twice, and a release that deletes it notifies each watch: {evidence}"
+                    "the holder's node is watched twice: by the waiter behind it and by the holder itself (a hold that lasts 100 ms watches its own node, to learn of deletion or revocation), so a release notifies the waiter and the releasing session; one waiter is woken per release: {evidence}"
                 )),
                 "evidence": evidence,
             })
