@@ -85,6 +85,7 @@ async fn a_refused_operation_applies_nothing_and_is_named_by_index() {
         other => panic!("expected WriteRejected, got {other:?}"),
     }
     assert_eq!(err.zookeeper_error(), Some(&zk::Error::BadVersion));
+    assert!(err.to_string().contains("(operation 1 failed)"), "{err}");
     assert_eq!(data_of(&view, "/fresh").await, None, "an earlier operation was applied");
     assert_eq!(data_of(&view, "/taken").await.as_deref(), Some(&b""[..]));
     guard
@@ -98,6 +99,7 @@ async fn a_refused_operation_applies_nothing_and_is_named_by_index() {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::WriteRejected { index: None, .. }), "{err:?}");
+    assert!(err.to_string().contains("refused while the batch was built"), "{err}");
 }
 
 /// A holder whose node an operator deleted is stale: its batch is refused (by the server's

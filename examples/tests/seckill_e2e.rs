@@ -597,17 +597,25 @@ async fn the_database_refuses_a_write_with_a_stale_fencing_token_on_postgres() {
     stale_token_write(Backend::Postgres).await;
 }
 
-async fn stale_token_write(backend: Backend) {
+/// The fencing tokens of two successive holds of `seckill:1` on a real server: the first (stale
+/// once the second is granted) and the second (fresh).
+async fn successive_tokens() -> (zklock::FencingToken, zklock::FencingToken) {
     let server = ZkServer::start().expect("ZooKeeper");
     let client = LockClient::connect(&server.connect_string()).await.expect("client");
     let lock = client.mutex("seckill:1").expect("lock");
-    // Two successive holders: the second's token is newer.
     let first = lock.acquire().await.expect("first hold");
     let stale = first.fencing_token();
     first.release().await.expect("release");
     let second = lock.acquire().await.expect("second hold");
     let fresh = second.fencing_token();
+    second.release().await.expect("release");
+    client.close().await;
     assert!(stale < fresh);
+    (stale, fresh)
+}
+
+async fn stale_token_write(backend: Backend) {
+    let (stale, fresh) = successive_tokens().await;
 
     let db = TestDb::start(backend).await;
     let store = db.store().await;
@@ -640,8 +648,6 @@ async fn stale_token_write(backend: Backend) {
         orders.iter().map(|o| o.request_id.as_str()).collect::<Vec<_>>(),
         ["new-1", "new-2"]
     );
-    drop(second);
-    client.flush().await;
 }
 
 #[tokio::test]
@@ -659,14 +665,7 @@ async fn a_stale_holder_cannot_write_between_a_newer_holders_read_and_write_on_p
 /// holder's read claims the item with its token, so the paused one's write is refused and the
 /// unit is sold once.
 async fn stale_write_between(backend: Backend) {
-    let server = ZkServer::start().expect("ZooKeeper");
-    let client = LockClient::connect(&server.connect_string()).await.expect("client");
-    let lock = client.mutex("seckill:1").expect("lock");
-    let first = lock.acquire().await.expect("first hold");
-    let stale = first.fencing_token();
-    first.release().await.expect("release");
-    let second = lock.acquire().await.expect("second hold");
-    let fresh = second.fencing_token();
+    let (stale, fresh) = successive_tokens().await;
 
     let db = TestDb::start(backend).await;
     let store = db.store().await;
@@ -692,8 +691,6 @@ async fn stale_write_between(backend: Backend) {
         store.claim(1, Some(stale)).await,
         Err(StoreError::Fenced { .. })
     ));
-    drop(second);
-    client.flush().await;
 }
 
 #[tokio::test]

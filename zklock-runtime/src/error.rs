@@ -111,7 +111,7 @@ pub enum LockError {
     /// A batch of fenced writes ([`LockGuard::fenced_write`](crate::LockGuard::fenced_write))
     /// was refused for one of its own operations (a node that exists, a bad version, an invalid
     /// path); nothing in the batch was applied, and the lock is still held.
-    #[error("fenced write under lock `{name}` was not applied: operation {} failed: {source}", index.map_or("?".to_owned(), |i| i.to_string()))]
+    #[error("fenced write under lock `{name}` was not applied ({}): {source}", index.map_or("refused while the batch was built".to_owned(), |i| format!("operation {i} failed")))]
     WriteRejected {
         /// The lock name.
         name: String,
