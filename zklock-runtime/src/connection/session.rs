@@ -7,10 +7,14 @@
 //! `loss_after`" into a sticky loss count that every guard of the session watches.
 
 use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use futures_util::task::noop_waker_ref;
 use tokio::sync::watch;
 use tracing::{info, warn};
 use zookeeper_client as zk;
@@ -421,5 +425,19 @@ async fn monitor(
                 return;
             }
         }
+    }
+}
+
+/// A request's answer, boxed, to be awaited later.
+pub(crate) type Answer<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Polls `request` once, which puts it on the wire now (the client library sends a request on
+/// the first poll of the future that builds it), and returns its answer to await: the same
+/// future, or the answer itself if it already came. A request sent this way is ordered ahead of
+/// anything the caller sends next on the session.
+pub(crate) fn send_now<T: Send + 'static>(mut request: Answer<T>) -> Answer<T> {
+    match request.as_mut().poll(&mut Context::from_waker(noop_waker_ref())) {
+        Poll::Ready(answered) => Box::pin(std::future::ready(answered)),
+        Poll::Pending => request,
     }
 }

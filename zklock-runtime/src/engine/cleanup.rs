@@ -15,12 +15,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures_util::task::noop_waker_ref;
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
-use crate::connection::session::Session;
+use crate::connection::session::{send_now, Answer, Session};
 use crate::engine::lock_delay::RELEASE_MARK;
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
@@ -206,7 +205,7 @@ pub(crate) fn delete_node(
     }
 }
 
-type Deletion = Pin<Box<dyn Future<Output = Result<(), zk::Error>> + Send>>;
+type Deletion = Answer<Result<(), zk::Error>>;
 
 /// Sends the delete of `path` now (before returning) and returns its answer to await. A
 /// `marked` deletion sets the node's data to the clean-release mark first, in the same
@@ -216,17 +215,12 @@ fn send_delete(zk: Arc<zk::Client>, path: &str, marked: bool) -> Deletion {
         return Box::pin(zk.delete(path, None));
     }
     let path = path.to_owned();
-    let mut deletion: Deletion = Box::pin(async move {
+    send_now(Box::pin(async move {
         let mut batch = zk.new_multi_writer();
         batch.add_set_data(&path, RELEASE_MARK, None)?;
         batch.add_delete(&path, None)?;
         batch.commit().await.map(drop).map_err(zk::Error::from)
-    });
-    // The first poll builds and sends the transaction; only its answer is left to wait for.
-    match deletion.as_mut().poll(&mut Context::from_waker(noop_waker_ref())) {
-        Poll::Ready(answered) => Box::pin(std::future::ready(answered)),
-        Poll::Pending => deletion,
-    }
+    }))
 }
 
 /// Removes the contender an abandoned acquisition may have left in `dir`: the node itself when

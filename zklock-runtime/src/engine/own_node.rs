@@ -21,18 +21,14 @@
 //! is set again once reconnected, and that read is a fresh check of the node: an event can be
 //! missed only if the session ended, which is a loss already.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::task::noop_waker_ref;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
-use crate::connection::session::Session;
+use crate::connection::session::{send_now, Answer, Session};
 use crate::error::{is_session_over, is_transient};
 use crate::ops::holder::REVOKE_MESSAGE;
 
@@ -51,7 +47,7 @@ pub(crate) struct NodeState {
     pub released: bool,
 }
 
-type DataAnswer = Pin<Box<dyn Future<Output = Result<(Vec<u8>, zk::Stat, zk::OneshotWatcher), zk::Error>> + Send>>;
+type DataAnswer = Answer<Result<(Vec<u8>, zk::Stat, zk::OneshotWatcher), zk::Error>>;
 
 /// The watch on one held node, owned by its hold. Dropping it (the hold ends) stops the watch.
 pub(crate) struct OwnNode {
@@ -112,11 +108,7 @@ impl Drop for OwnNode {
 fn arm(session: &Session, path: &str) -> Option<DataAnswer> {
     let zk = session.zk().ok()?;
     let path = path.to_owned();
-    let mut answer: DataAnswer = Box::pin(async move { zk.get_and_watch_data(&path).await });
-    if let Poll::Ready(answered) = answer.as_mut().poll(&mut Context::from_waker(noop_waker_ref())) {
-        return Some(Box::pin(std::future::ready(answered)));
-    }
-    Some(answer)
+    Some(send_now(Box::pin(async move { zk.get_and_watch_data(&path).await })))
 }
 
 /// Awaits the watch's answers and events until the node is gone, the session over, or the hold
