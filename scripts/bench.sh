@@ -7,21 +7,23 @@
 #   ./scripts/bench.sh --quick          about 3 minutes
 #   ./scripts/bench.sh --out DIR        where results.json and chart.svg go
 #   ./scripts/bench.sh --zk HOST:PORT   measure an existing server instead of starting one
-#                                       (the herd check needs 4lw.commands.whitelist=mntr,wchs,...)
+#                                       (the herd check needs 4lw.commands.whitelist=mntr,wchs,wchp)
 #   ./scripts/bench.sh --fsync          start the server with forceSync=yes (default: no)
 #   ./scripts/bench.sh --tick-ms N      tickTime of the server it starts (default 2000)
 #   ./scripts/bench.sh --ensemble 3     three members on loopback, clients on a follower
 #   ./scripts/bench.sh --seckill        only the seckill section (with --quick: about a minute)
-#   ./scripts/bench.sh --scale          only the handoff scale curve (about a minute)
+#   ./scripts/bench.sh --scale          only the scale curves: handoff against contenders, per-key
+#                                       locking against keys, sessions per server (about 3 minutes)
 #
 # Prints a table, writes DIR/results.json (every figure, the server settings, the ratios, the
 # targets), DIR/chart.svg (latency distributions, throughput against contenders),
-# DIR/seckill.svg (the seckill section) and DIR/scale.svg (the handoff scale curve).
+# DIR/seckill.svg (the seckill section) and the scale curves' DIR/handoff.svg, DIR/keys.svg and
+# DIR/sessions.svg.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 case "${1:-}" in
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 ./scripts/install-deps.sh >&2

@@ -1,5 +1,7 @@
-//! A two-panel SVG chart: uncontended cycle latency distributions, and throughput against the
-//! number of contenders. Written by hand to keep the bench free of a plotting stack.
+//! SVG charts, written by hand to keep the bench free of a plotting stack: the main two-panel
+//! chart (uncontended cycle latency distributions, throughput against the number of
+//! contenders), the seckill chart, and the panels and header the scale curves' charts
+//! ([`crate::scale::chart`]) are drawn with.
 
 use std::fmt::Write;
 
@@ -86,13 +88,15 @@ pub fn render(latency: &[Series], throughput: &[Series], subtitle: &str) -> Stri
 }
 
 /// Which axes of a panel are logarithmic.
-struct Scale {
-    log_x: bool,
-    log_y: bool,
+pub struct Scale {
+    pub log_x: bool,
+    pub log_y: bool,
 }
 
+/// Draws one panel with its top-left corner at (`x0`, `y0`): its frame, title, axis labels and
+/// ticks, and a line with a legend entry per series; `y_max` fixes the top of the y axis.
 #[allow(clippy::too_many_arguments)]
-fn panel(
+pub fn panel(
     svg: &mut String,
     x0: f64,
     y0: f64,
@@ -391,76 +395,8 @@ fn bar_frame(svg: &mut String, x0: f64, y0: f64, top: f64, title: &str) {
     }
 }
 
-/// The handoff scale chart: handoff latency (p50 solid, p99 dashed) against the contenders on one
-/// lock, a line per process count (left), and the server's watch notifications per release
-/// (right).
-pub fn handoff(points: &serde_json::Value, subtitle: &str) -> String {
-    const COLORS: [&str; 4] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd"];
-    let points = points.as_array().cloned().unwrap_or_default();
-    let mut procs: Vec<u64> = points.iter().filter_map(|p| p["processes"].as_u64()).collect();
-    procs.sort_unstable();
-    procs.dedup();
-    let line = |procs: u64, key: &str| -> Vec<(f64, f64)> {
-        points
-            .iter()
-            .filter(|p| p["processes"].as_u64() == Some(procs))
-            .filter_map(|p| Some((p["contenders"].as_f64()?, p[key].as_f64()?)))
-            .collect()
-    };
-    let mut latency = Vec::new();
-    let mut notifications = Vec::new();
-    for (i, &n) in procs.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        for (key, what, dashed) in [("handoff_p50_us", "p50", false), ("handoff_p99_us", "p99", true)] {
-            latency.push(Series {
-                label: format!("{n} process(es), {what}"),
-                color,
-                dashed,
-                points: line(n, key),
-            });
-        }
-        notifications.push(Series {
-            label: format!("{n} process(es)"),
-            color,
-            dashed: false,
-            points: line(n, "notifications_per_release"),
-        });
-    }
-    let mut svg = header("zklock: handoff against the contenders on one lock", subtitle);
-    panel(
-        &mut svg,
-        80.0,
-        80.0,
-        "Release to next grant",
-        "contenders on the lock (log scale)",
-        "µs (log scale)",
-        &latency,
-        Scale {
-            log_x: true,
-            log_y: true,
-        },
-        None,
-    );
-    panel(
-        &mut svg,
-        590.0,
-        80.0,
-        "Watch notifications per release (server-counted)",
-        "contenders on the lock (log scale)",
-        "notifications",
-        &notifications,
-        Scale {
-            log_x: true,
-            log_y: false,
-        },
-        None,
-    );
-    svg.push_str("</svg>\n");
-    svg
-}
-
 /// The start of a chart: the document, a white background, the title and the subtitle.
-fn header(title: &str, subtitle: &str) -> String {
+pub fn header(title: &str, subtitle: &str) -> String {
     format!(
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>

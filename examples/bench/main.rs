@@ -12,20 +12,23 @@
 //! (c) in-process contention, (d) watch notifications per release with many waiters queued
 //! (the herd check, counted by the server), (e) the reentrant re-acquire cost and (f) per-key
 //! locking: 64 tasks over 10 000 keys, and the memory a client keeps per distinct key, (d') the
-//! handoff latency against the contenders on one lock and their processes, and (g) the seckill
-//! service under four locks ([`zklock_examples::seckill::bench`]). Writes a
-//! table to the terminal and `DIR/results.json` plus `DIR/chart.svg` and `DIR/seckill.svg`.
+//! scale curves ([`scale`]: handoff against the contenders on one lock, per-key locking against
+//! the keys, latency and server memory against the sessions open), and (g) the seckill
+//! service under four locks ([`zklock_examples::seckill::bench`]). Writes a table to the
+//! terminal and `DIR/results.json` plus `DIR/chart.svg`, `DIR/seckill.svg` and the scale
+//! curves' `DIR/handoff.svg`, `DIR/keys.svg` and `DIR/sessions.svg`.
 
 mod chart;
 mod curator_side;
 mod scale;
 mod server;
 mod stats;
+mod workers;
 mod zkclient_side;
 mod zklock_side;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +36,8 @@ use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
 
 use chart::Series;
-use server::{notifications_sent, Server, Settings};
+use scale::ScalePlan;
+use server::{Server, Settings};
 use stats::{ratio, round, Summary};
 use zklock_examples::seckill::bench::{seckill_section, SeckillPlan};
 use zklock_examples::seckill::driver::Launcher;
@@ -53,7 +57,7 @@ struct Args {
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
     /// Measure an existing server instead of starting one (HOST:PORT[,HOST:PORT...]).
-    /// The herd check needs `4lw.commands.whitelist` to include mntr and wchs.
+    /// The herd check needs `4lw.commands.whitelist` to include mntr, wchs and wchp.
     #[arg(long, value_name = "HOST:PORT")]
     zk: Option<String>,
     /// Start the server with forceSync=yes (fsync of the transaction log on every write).
@@ -72,9 +76,10 @@ struct Args {
     /// --ensemble do not apply to it.
     #[arg(long)]
     seckill: bool,
-    /// Run only the handoff scale curve (handoff latency and notifications per release against
-    /// the contenders on one lock, over 1 to 8 processes), on the server --zk names or one it
-    /// starts.
+    /// Run only the scale curves: handoff latency and notifications per release against the
+    /// contenders on one lock (over 1 to 8 processes), per-key throughput and client memory
+    /// against the distinct keys (1 to 1,000,000), and latency and server memory against the
+    /// sessions open (up to 1,000); on the server --zk names or one it starts.
     #[arg(long, conflicts_with = "seckill")]
     scale: bool,
     #[command(subcommand)]
@@ -98,6 +103,22 @@ enum Worker {
     /// The memory-per-key measurement, in a process of its own (started by the bench itself).
     #[command(hide = true)]
     Rss { connect: String, keys: usize },
+    /// One process of a keys scale point (started by the bench itself).
+    #[command(hide = true)]
+    Keys {
+        connect: String,
+        keys: usize,
+        tasks: usize,
+        phase_ms: u64,
+    },
+    /// One process of a sessions scale point: opens COUNT sessions, a lock held in each, until
+    /// its standard input closes (started by the bench itself).
+    #[command(hide = true)]
+    Sessions {
+        connect: String,
+        count: usize,
+        prefix: String,
+    },
     /// One process of a handoff scale point (started by the bench itself).
     #[command(hide = true)]
     Handoff {
@@ -145,9 +166,8 @@ struct Plan {
     rss_keys: usize,
     /// The seckill section.
     seckill: SeckillPlan,
-    /// The handoff scale curve: (processes, contenders) points, and each point's window.
-    handoff_points: Vec<(usize, usize)>,
-    handoff_window: Duration,
+    /// The scale curves.
+    scale: ScalePlan,
 }
 
 impl Plan {
@@ -172,8 +192,7 @@ impl Plan {
                 distinct_rounds: 1,
                 rss_keys: 10_000,
                 seckill: SeckillPlan::quick(),
-                handoff_points: vec![(1, 1), (1, 10), (2, 10), (1, 100), (2, 100)],
-                handoff_window: Duration::from_secs(2),
+                scale: ScalePlan::quick(),
             }
         } else {
             Plan {
@@ -195,19 +214,7 @@ impl Plan {
                 distinct_rounds: 3,
                 rss_keys: 100_000,
                 seckill: SeckillPlan::full(),
-                handoff_points: vec![
-                    (1, 1),
-                    (1, 10),
-                    (2, 10),
-                    (8, 10),
-                    (1, 100),
-                    (2, 100),
-                    (8, 100),
-                    (1, 1000),
-                    (2, 1000),
-                    (8, 1000),
-                ],
-                handoff_window: Duration::from_secs(5),
+                scale: ScalePlan::full(),
             }
         }
     }
@@ -220,7 +227,7 @@ impl Plan {
             + 2
             + 3
             + 1
-            + self.handoff_points.len()
+            + self.scale.steps()
     }
 }
 
@@ -280,9 +287,27 @@ fn main() -> Result<(), BoxError> {
             start_ms,
             end_ms,
         }) => runtime.block_on(async {
-            println!("{}", scale::worker(connect, name, tasks, start_ms, end_ms).await?);
+            println!(
+                "{}",
+                scale::handoff::worker(connect, name, tasks, start_ms, end_ms).await?
+            );
             Ok(())
         }),
+        Some(Worker::Keys {
+            ref connect,
+            keys,
+            tasks,
+            phase_ms,
+        }) => runtime.block_on(async {
+            let phase = Duration::from_millis(phase_ms);
+            println!("{}", scale::keys::worker(connect, keys, tasks, phase).await?);
+            Ok(())
+        }),
+        Some(Worker::Sessions {
+            ref connect,
+            count,
+            ref prefix,
+        }) => runtime.block_on(scale::sessions::worker(connect, count, prefix)),
         Some(Worker::SeckillServe(ref serve)) => runtime.block_on(service::serve(serve.clone())),
         Some(Worker::Profile {
             ref section,
@@ -361,20 +386,20 @@ async fn run(args: Args) -> Result<(), BoxError> {
     for &tasks in &plan.in_process {
         progress.step(&format!("in-process contention: zklock, {tasks} tasks"));
         let client = zklock_side::client(&connect).await?;
-        let (start, end) = window(Duration::from_millis(300), plan.window);
+        let (start, end) = workers::window(Duration::from_millis(300), plan.window);
         let name = format!("bench-in-process-zklock-{tasks}");
         let z = zklock_side::contended(&client, &name, tasks, start, end).await?;
         drop(client);
         progress.step(&format!("in-process contention: Curator, {tasks} threads"));
         let peer = Arc::new(curator_side::peer(&connect).await?);
-        let (start, end) = window(Duration::from_millis(300), plan.window);
+        let (start, end) = workers::window(Duration::from_millis(300), plan.window);
         let path = format!("/zklock/bench-in-process-curator-{tasks}");
         let c = curator_side::contended(&[peer], &path, tasks, start, end).await?;
         progress.step(&format!(
             "in-process contention: zookeeper-client's recipe, {tasks} tasks"
         ));
         let client = zkclient_side::client(&connect).await?;
-        let (start, end) = window(Duration::from_millis(300), plan.window);
+        let (start, end) = workers::window(Duration::from_millis(300), plan.window);
         let dir = format!("/bench-zkclient/in-process-{tasks}");
         let k = zkclient_side::contended(&client, &dir, tasks, start, end).await?;
         drop(client);
@@ -388,7 +413,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "handoff fairness: {} local tasks and one remote contender, max_local_handoffs {bound}",
             plan.fairness_tasks
         ));
-        let (start, end) = window(Duration::from_millis(300), plan.window);
+        let (start, end) = workers::window(Duration::from_millis(300), plan.window);
         fairness.push(zklock_side::handoff_fairness(&connect, bound, plan.fairness_tasks, start, end).await?);
     }
 
@@ -411,7 +436,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         for _ in 0..procs {
             peers.push(Arc::new(curator_side::peer(&connect).await?));
         }
-        let (start, end) = window(Duration::from_millis(500), plan.window);
+        let (start, end) = workers::window(Duration::from_millis(500), plan.window);
         let path = format!("/zklock/bench-cross-curator-{procs}x{tasks}");
         let c = curator_side::contended(&peers, &path, tasks, start, end).await?;
         drop(peers);
@@ -431,13 +456,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
     progress.step(&format!("herd check: Curator, {} waiters", plan.herd_waiters));
     let cur_herd = curator_side::herd(&connect, plan.herd_waiters, plan.herd_releases).await?;
 
-    // (d') how the handoff grows with the contenders on one lock and their processes.
-    let mut handoff = Vec::new();
-    for &(procs, waiters) in &plan.handoff_points {
-        progress.step(&format!("handoff scale: {waiters} contenders over {procs} processes"));
-        handoff.push(handoff_point(&connect, procs, waiters, plan.handoff_window).await?);
-    }
-    let handoff_growth = scale::growth(&handoff);
+    // (d') how the costs grow: with the contenders on one lock, the keys, the sessions.
+    let curves = scale::run(&server, &plan.scale, &workers::this_binary, &mut |what| {
+        progress.step(what)
+    })
+    .await?;
 
     // (e) reentrancy.
     progress.step("reentrant re-acquire: zklock");
@@ -572,29 +595,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     );
     targets.insert(
         "notifications_per_release".into(),
-        {
-            let met = zk_herd["notifications_per_release"]
-                .as_array()
-                .is_some_and(|v| !v.is_empty() && v.iter().all(|n| n.as_u64() == Some(1)));
-            let evidence = format!(
-                "zklock: {} watches on {} paths before the first release, notifications per release {}; Curator: {} watches on {} paths, {}",
-                zk_herd["watches_before_first_release"],
-                zk_herd["paths_watched_before_first_release"],
-                zk_herd["notifications_per_release"],
-                cur_herd["watches_before_first_release"],
-                cur_herd["paths_watched_before_first_release"],
-                cur_herd["notifications_per_release"]
-            );
-            json!({
-                "value": zk_herd["notifications_per_release"],
-                "target": format!("exactly 1 at W = {}", plan.herd_waiters),
-                "met": met,
-                "why": (!met).then(|| format!(
-                    "the holder's node is watched twice: by the waiter behind it and by the holder itself (a hold that lasts 100 ms watches its own node, to learn of deletion or revocation), so a release notifies the waiter and the releasing session; one waiter is woken per release: {evidence}"
-                )),
-                "evidence": evidence,
-            })
-        },
+        herd_target(&zk_herd, &cur_herd, plan.herd_waiters),
     );
     targets.extend(seckill_targets(&seckill));
     let targets = Value::Object(targets);
@@ -641,10 +642,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "curator_ns_per_cycle": round(cur_re),
         },
         "seckill": seckill,
-        "scale": {
-            "handoff": handoff,
-            "handoff_growth": handoff_growth,
-        },
+        "scale": curves,
         "ratios": ratios,
         "targets": targets,
     });
@@ -664,10 +662,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         ),
     )?;
     print_table(&results);
-    std::fs::write(
-        args.out.join("scale.svg"),
-        chart::handoff(&results["scale"]["handoff"], &subtitle(&results)),
-    )?;
+    scale::write_charts(&results["scale"], &subtitle(&results), &args.out)?;
     let seckill_svg = args.out.join("seckill.svg");
     std::fs::write(&seckill_svg, chart::seckill(&results["seckill"], &subtitle(&results)))?;
     eprintln!(
@@ -677,6 +672,33 @@ async fn run(args: Args) -> Result<(), BoxError> {
         progress.started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The herd target: each release wakes exactly one other session. The releasing session's own
+/// notification (its hold watches its node after 100 ms) is counted apart: it wakes no waiter.
+fn herd_target(zk_herd: &Value, cur_herd: &Value, waiters: usize) -> Value {
+    let others = &zk_herd["notifications_to_other_sessions_per_release"];
+    let met = others
+        .as_array()
+        .is_some_and(|v| !v.is_empty() && v.iter().all(|n| n.as_u64() == Some(1)));
+    let evidence = format!(
+        "zklock: {} watches on {} paths before the first release; notifications per release {}, of which to the releasing session {} and to other sessions {}; Curator (one session): {} watches on {} paths, {}",
+        zk_herd["watches_before_first_release"],
+        zk_herd["paths_watched_before_first_release"],
+        zk_herd["notifications_per_release"],
+        zk_herd["notifications_to_the_releasing_session_per_release"],
+        others,
+        cur_herd["watches_before_first_release"],
+        cur_herd["paths_watched_before_first_release"],
+        cur_herd["notifications_per_release"]
+    );
+    json!({
+        "value": others,
+        "target": format!("exactly 1 notification to another session per release at W = {waiters}"),
+        "met": met,
+        "why": (!met).then(|| format!("a release woke other than one other session: {evidence}")),
+        "evidence": evidence,
+    })
 }
 
 /// One target: the measured `value` against `op bound`, the `evidence` (the figures behind
@@ -820,22 +842,21 @@ async fn seckill_in_steps(plan: &SeckillPlan, progress: &Progress) -> Result<Val
     seckill_section(plan, &*launcher, &mut note).await
 }
 
-/// `--scale`: the handoff scale curve alone, in results.json and scale.svg.
+/// `--scale`: the scale curves alone, in results.json, handoff.svg, keys.svg and sessions.svg.
 async fn run_scale_only(args: Args) -> Result<(), BoxError> {
     let plan = Plan::new(args.quick);
     let mut progress = Progress {
         started: Instant::now(),
         step: 0,
-        total: 1 + plan.handoff_points.len(),
+        total: 1 + plan.scale.steps(),
     };
     std::fs::create_dir_all(&args.out)?;
     progress.step("starting ZooKeeper");
     let server = start_server(&args).await?;
-    let mut handoff = Vec::new();
-    for &(procs, waiters) in &plan.handoff_points {
-        progress.step(&format!("handoff scale: {waiters} contenders over {procs} processes"));
-        handoff.push(handoff_point(&server.connect, procs, waiters, plan.handoff_window).await?);
-    }
+    let curves = scale::run(&server, &plan.scale, &workers::this_binary, &mut |what| {
+        progress.step(what)
+    })
+    .await?;
     let mut server_settings = server.settings.clone();
     server_settings["version"] = json!(server::server_version(&server.connect));
     let results = json!({
@@ -845,17 +866,14 @@ async fn run_scale_only(args: Args) -> Result<(), BoxError> {
         },
         "machine": machine(),
         "server": server_settings,
-        "scale": { "handoff_growth": scale::growth(&handoff), "handoff": handoff },
+        "scale": curves,
     });
     let json_path = args.out.join("results.json");
     std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
-    std::fs::write(
-        args.out.join("scale.svg"),
-        chart::handoff(&results["scale"]["handoff"], &subtitle(&results)),
-    )?;
-    print_handoff(&results);
+    scale::write_charts(&results["scale"], &subtitle(&results), &args.out)?;
+    scale::print(&results["scale"]);
     eprintln!(
-        "wrote {} and scale.svg in {:.0}s",
+        "wrote {}, handoff.svg, keys.svg and sessions.svg in {:.0}s",
         json_path.display(),
         progress.started.elapsed().as_secs_f64()
     );
@@ -918,37 +936,6 @@ async fn run_seckill_only(args: Args) -> Result<(), BoxError> {
         progress.started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// The handoff scale table.
-fn print_handoff(r: &Value) {
-    println!();
-    println!("Handoff against contenders on one lock (release to next grant)");
-    println!(
-        "  {:>10} {:>12} {:>12} {:>12} {:>12} {:>16}",
-        "processes", "contenders", "grants/s", "p50 µs", "p99 µs", "notif./release"
-    );
-    for p in r["scale"]["handoff"].as_array().into_iter().flatten() {
-        println!(
-            "  {:>10} {:>12} {:>12} {:>12} {:>12} {:>16}",
-            p["processes"].to_string(),
-            p["contenders"].to_string(),
-            p["grants_per_sec"].to_string(),
-            p["handoff_p50_us"].to_string(),
-            p["handoff_p99_us"].to_string(),
-            p["notifications_per_release"].to_string()
-        );
-    }
-    for (procs, g) in r["scale"]["handoff_growth"].as_object().into_iter().flatten() {
-        println!(
-            "  {procs}: p50 x{} and p99 x{} from {} to {} contenders: {}",
-            g["p50_factor"],
-            g["p99_factor"],
-            g["contenders"][0],
-            g["contenders"][1],
-            g["p50_grows"].as_str().unwrap_or("?")
-        );
-    }
 }
 
 /// The seckill table.
@@ -1087,12 +1074,6 @@ where
     Ok((cycles, started.elapsed()))
 }
 
-/// A wall-clock window starting `lead` from now.
-fn window(lead: Duration, length: Duration) -> (u64, u64) {
-    let start = zklock_side::epoch_ms() + lead.as_millis() as u64;
-    (start, start + length.as_millis() as u64)
-}
-
 /// Runs `procs` worker processes of this binary, each with `tasks` tasks on its own client:
 /// zklock's, or with `zkclient` zookeeper-client's lock recipe.
 async fn contend_in_processes(
@@ -1103,7 +1084,7 @@ async fn contend_in_processes(
     zkclient: bool,
 ) -> Result<Vec<Value>, BoxError> {
     // Room for the workers to start and open their sessions before the window opens.
-    let (start, end) = window(Duration::from_millis(2000), length);
+    let (start, end) = workers::window(Duration::from_millis(2000), length);
     let who = if zkclient { "zkclient" } else { "zklock" };
     let name = format!("bench-cross-{who}-{procs}x{tasks}");
     let mut workers = Vec::new();
@@ -1115,106 +1096,14 @@ async fn contend_in_processes(
         }
         workers.push(args);
     }
-    collect_workers(spawn_workers(&workers)?, who).await
-}
-
-/// Starts one worker process of this binary per argument list.
-fn spawn_workers(workers: &[Vec<String>]) -> Result<Vec<std::process::Child>, BoxError> {
-    let exe = std::env::current_exe()?;
-    let mut children = Vec::new();
-    for args in workers {
-        children.push(
-            Command::new(&exe)
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()?,
-        );
-    }
-    Ok(children)
-}
-
-/// Waits for `children` and parses the JSON answer each printed.
-async fn collect_workers(children: Vec<std::process::Child>, who: &str) -> Result<Vec<Value>, BoxError> {
-    let outputs =
-        tokio::task::spawn_blocking(move || children.into_iter().map(|c| c.wait_with_output()).collect::<Vec<_>>())
-            .await?;
-    let mut results = Vec::new();
-    for output in outputs {
-        let output = output?;
-        if !output.status.success() {
-            return Err(format!("a {who} worker failed: {}", output.status).into());
-        }
-        results.push(serde_json::from_slice(&output.stdout)?);
-    }
-    Ok(results)
-}
-
-/// One point of the handoff curve: `waiters` contenders over `procs` worker processes (one
-/// session each) loop on one lock for `length`; the handoff latency's p50 and p99, the grants
-/// per second, and the server's watch notifications per release over the window.
-async fn handoff_point(connect: &str, procs: usize, waiters: usize, length: Duration) -> Result<Value, BoxError> {
-    // Room for the workers to start and queue before the window opens.
-    let (start, end) = window(Duration::from_millis(2000), length);
-    let name = format!("bench-handoff-{procs}x{waiters}");
-    let workers: Vec<Vec<String>> = (0..procs)
-        .map(|i| {
-            let tasks = waiters / procs + usize::from(i < waiters % procs);
-            let mut args = vec!["handoff".to_string(), connect.to_string(), name.clone()];
-            args.extend([tasks.to_string(), start.to_string(), end.to_string()]);
-            args
-        })
-        .collect();
-    let children = spawn_workers(&workers)?;
-    let mut sent = Vec::new();
-    for at in [start, end] {
-        tokio::time::sleep(Duration::from_millis(at.saturating_sub(zklock_side::epoch_ms()))).await;
-        let connect = connect.to_owned();
-        sent.push(tokio::task::spawn_blocking(move || notifications_sent(&connect)).await?);
-    }
-    let answers = collect_workers(children, "handoff").await?;
-    let holds: Vec<[u64; 2]> = answers
-        .iter()
-        .flat_map(|a| a["holds"].as_array().cloned().unwrap_or_default())
-        .filter_map(|h| Some([h[0].as_u64()?, h[1].as_u64()?]))
-        .collect();
-    let grants = holds.len();
-    let mut gaps = scale::handoffs(holds)?;
-    gaps.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        gaps.get(((gaps.len() as f64 - 1.0) * q).round() as usize)
-            .map(|v| round(*v))
-    };
-    let notifications = match (&sent[0], &sent[1]) {
-        (Ok(before), Ok(after)) if grants > 0 => Some(round(after.saturating_sub(*before) as f64 / grants as f64)),
-        _ => None,
-    };
-    Ok(json!({
-        "processes": procs,
-        "contenders": waiters,
-        "window_s": length.as_secs_f64(),
-        "grants_per_sec": round(grants as f64 / length.as_secs_f64()),
-        "handoff_p50_us": at(0.5),
-        "handoff_p99_us": at(0.99),
-        "notifications_per_release": notifications,
-    }))
+    workers::collect(workers::spawn(&workers::this_binary, &workers)?, who).await
 }
 
 /// Runs the memory-per-key measurement in a fresh process of this binary.
 async fn rss_worker(connect: &str, keys: usize) -> Result<Value, BoxError> {
-    let exe = std::env::current_exe()?;
-    let child = Command::new(&exe)
-        .args(["rss", connect, &keys.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
-    if !output.status.success() {
-        return Err(format!("the memory worker failed: {}", output.status).into());
-    }
-    Ok(serde_json::from_slice(&output.stdout)?)
+    let args = vec!["rss".to_string(), connect.to_string(), keys.to_string()];
+    let mut answers = workers::collect(workers::spawn(&workers::this_binary, &[args])?, "memory").await?;
+    answers.pop().ok_or_else(|| "the memory worker gave no answer".into())
 }
 
 /// The per-key section: zklock, Curator and the two raw floors, each through a cold and a warm
@@ -1620,7 +1509,12 @@ fn print_table(r: &Value) {
             who, h["waiters"], h["notifications_per_release"], h["watches_before_first_release"]
         );
     }
-    print_handoff(r);
+    println!(
+        "  zklock per release to other sessions {}, to the releasing session (its own-node watch) {}",
+        r["herd"]["zklock"]["notifications_to_other_sessions_per_release"],
+        r["herd"]["zklock"]["notifications_to_the_releasing_session_per_release"]
+    );
+    scale::print(&r["scale"]);
     println!();
     println!("Handoff fairness (local tasks of one client vs one remote contender)");
     println!(

@@ -40,6 +40,32 @@ impl Server {
         (per_second > 0).then(|| Duration::from_secs_f64(ticks as f64 / per_second as f64))
     }
 
+    /// The server process's memory right after a full collection (run through `jcmd`): its
+    /// Java heap in use and its resident set; `null` where unknown (an ensemble, a
+    /// `--zk` server, no `jcmd`).
+    pub async fn memory(&self) -> Value {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return json!({ "rss_mb": null, "heap_used_after_gc_mb": null });
+        };
+        let heap = tokio::task::spawn_blocking(move || heap_used_after_gc_kib(pid))
+            .await
+            .ok()
+            .flatten();
+        // Read after the collection, which may have handed heap back to the system.
+        let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            });
+        let mb = |kib: f64| (kib / 1024.0 * 100.0).round() / 100.0;
+        json!({ "rss_mb": rss.map(mb), "heap_used_after_gc_mb": heap.map(mb) })
+    }
+
     /// Starts a standalone ZooKeeper from the Debian jars on a free port, data in a temp dir.
     pub fn start(settings: &Settings) -> Result<Server, String> {
         let port = TcpListener::bind("127.0.0.1:0")
@@ -222,6 +248,69 @@ pub fn notifications_sent(connect: &str) -> Result<u64, String> {
         );
     }
     Ok(total)
+}
+
+/// The Java heap in use in process `pid` right after a full collection, in KiB: `jcmd GC.run`,
+/// then the `used` figure of the heap line of `jcmd GC.heap_info`.
+fn heap_used_after_gc_kib(pid: u32) -> Option<f64> {
+    let jcmd = |command: &str| {
+        let out = Command::new("jcmd")
+            .arg(pid.to_string())
+            .arg(command)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    jcmd("GC.run")?;
+    let info = jcmd("GC.heap_info")?;
+    let line = info.lines().find(|l| l.contains("heap") && l.contains("used"))?;
+    let used = line.split("used").nth(1)?.trim_start();
+    let digits: String = used.chars().take_while(char::is_ascii_digit).collect();
+    let value: f64 = digits.parse().ok()?;
+    match used[digits.len()..].chars().next()? {
+        'K' => Some(value),
+        'M' => Some(value * 1024.0),
+        'G' => Some(value * 1024.0 * 1024.0),
+        _ => None,
+    }
+}
+
+/// `mntr`: every key the server reports, with its value as written.
+pub fn mntr(connect: &str) -> Result<std::collections::HashMap<String, String>, String> {
+    let answer = four_letter_word(connect, "mntr")?;
+    let pairs: std::collections::HashMap<String, String> = answer
+        .lines()
+        .filter_map(|l| {
+            let (key, value) = l.split_once(char::is_whitespace)?;
+            Some((key.to_owned(), value.trim().to_owned()))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return Err(format!(
+            "mntr gave no figures (4lw.commands.whitelist needs mntr): {answer}"
+        ));
+    }
+    Ok(pairs)
+}
+
+/// `wchp`: the sessions (as `0x...`) with a watch on `path`, one entry per watch.
+pub fn watchers_of(connect: &str, path: &str) -> Result<Vec<String>, String> {
+    let wchp = four_letter_word(connect, "wchp")?;
+    let mut watchers = Vec::new();
+    let mut in_path = false;
+    for line in wchp.lines() {
+        if line.starts_with(char::is_whitespace) {
+            if in_path {
+                watchers.push(line.trim().to_owned());
+            }
+        } else {
+            in_path = line.trim() == path;
+        }
+    }
+    Ok(watchers)
 }
 
 /// `wchs`: (connections watching, paths watched, total watches).

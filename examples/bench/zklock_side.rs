@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use zklock::{zk, Lock, LockClient};
 
-use crate::server::{notifications_sent, watch_summary};
+use crate::server::{notifications_sent, watch_summary, watchers_of};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -319,16 +319,21 @@ pub async fn handoff_fairness(
 /// Herd check: `waiters` contenders queue behind a holder (spread over `sessions` clients;
 /// contenders sharing a client share its contender node, so pass `waiters + 1` for W nodes);
 /// then `releases` times the holder releases and the server's count of watch notifications
-/// sent is compared before and after each hand-over.
+/// sent is compared before and after each hand-over. Each release's count is also split by
+/// session: the releasing holder's own session watches its node once its hold has lasted
+/// 100 ms (to learn of a deletion or a revocation), so of a release's notifications one goes
+/// back to the releasing session and the rest wake others; the split is read from the
+/// server's watch table (`wchp`) right before the release.
 pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usize) -> Result<Value, BoxError> {
     let mut clients = Vec::new();
     for _ in 0..sessions.max(1) {
         clients.push(client(connect).await?);
     }
     let name = "bench-herd-zklock";
-    let (granted_tx, mut granted) = mpsc::unbounded_channel::<usize>();
+    let (granted_tx, mut granted) = mpsc::unbounded_channel::<(usize, String)>();
     let mut release_txs: Vec<Option<oneshot::Sender<()>>> = Vec::new();
     let mut tasks = Vec::new();
+    let mut holder = None;
     for i in 0..=waiters {
         let lock = clients[i % clients.len()].mutex(name)?;
         let (tx, rx) = oneshot::channel::<()>();
@@ -336,16 +341,18 @@ pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usiz
         let granted_tx = granted_tx.clone();
         tasks.push(tokio::spawn(async move {
             let guard = lock.acquire().await?;
-            let _ = granted_tx.send(i);
+            let _ = granted_tx.send((i, guard.node_path().to_owned()));
             let _ = rx.await;
             guard.release().await
         }));
         if i == 0 {
             // The holder first, so every other contender queues behind it.
             let first = granted.recv().await.ok_or("holder task ended")?;
-            assert_eq!(first, 0);
+            assert_eq!(first.0, 0);
+            holder = Some(first);
         }
     }
+    let (mut holder, mut holder_node) = holder.ok_or("no holder")?;
     let view = clients[0].zookeeper().await?;
     let dir = clients[0].mutex(name)?.path().to_owned();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -359,16 +366,24 @@ pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usiz
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (_, paths_before, watches_before) = watch_summary(connect)?;
     let mut per_release = Vec::new();
-    let mut holder = 0;
+    let mut to_others = Vec::new();
+    let mut to_releaser = Vec::new();
     for _ in 0..releases.min(waiters) {
+        let session = clients[holder % clients.len()]
+            .session_id()
+            .map(|id| format!("{id:#x}"));
+        let own = own_node_watches(connect, &holder_node, session.as_deref()).await?;
         let before = notifications_sent(connect)?;
-        release_txs[holder].take().unwrap().send(()).ok();
-        holder = tokio::time::timeout(Duration::from_secs(30), granted.recv())
+        release_txs[holder].take().ok_or("released twice")?.send(()).ok();
+        (holder, holder_node) = tokio::time::timeout(Duration::from_secs(30), granted.recv())
             .await?
             .ok_or("waiter tasks ended")?;
         // Let any stray notifications of this hand-over reach the counters.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        per_release.push(notifications_sent(connect)? - before);
+        let sent = notifications_sent(connect)? - before;
+        per_release.push(sent);
+        to_releaser.push(own);
+        to_others.push(sent.saturating_sub(own));
     }
     for tx in release_txs.iter_mut().filter_map(Option::take) {
         let _ = tx.send(());
@@ -385,7 +400,25 @@ pub async fn herd(connect: &str, waiters: usize, sessions: usize, releases: usiz
         "paths_watched_before_first_release": paths_before,
         "notifications_per_release": per_release,
         "max_notifications_per_release": per_release.iter().max(),
+        "notifications_to_the_releasing_session_per_release": to_releaser,
+        "notifications_to_other_sessions_per_release": to_others,
     }))
+}
+
+/// How many watches the holder's `session` has on its own `node`: waits (up to 2 s) for the
+/// own-node watch a hold arms after 100 ms, so the release that follows is counted with it.
+async fn own_node_watches(connect: &str, node: &str, session: Option<&str>) -> Result<u64, BoxError> {
+    let Some(session) = session else {
+        return Err("the holder's client has no session".into());
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let own = watchers_of(connect, node)?.iter().filter(|s| *s == session).count() as u64;
+        if own > 0 || Instant::now() > deadline {
+            return Ok(own);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Per-key locking, the seckill shape: `tasks` tasks of one client each pick a random key out
@@ -487,13 +520,18 @@ pub async fn rss_growth(connect: &str, keys: usize) -> Result<Value, BoxError> {
 }
 
 /// This process's resident set size (`VmRSS` in /proc/self/status), in KiB.
-fn rss_kib() -> Result<u64, BoxError> {
+pub fn rss_kib() -> Result<u64, BoxError> {
+    status_kib("VmRSS")
+}
+
+/// A memory figure of this process from /proc/self/status (`VmRSS`, `VmHWM`, ...), in KiB.
+pub fn status_kib(field: &str) -> Result<u64, BoxError> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| "no VmRSS in /proc/self/status".into())
+        .ok_or_else(|| format!("no {field} in /proc/self/status").into())
 }
 
 /// A small deterministic generator for picking keys.

@@ -1,5 +1,5 @@
-//! A scale curve: how the handoff of one lock grows with the contenders queued on it and the
-//! processes they are spread over. Each point runs `procs` worker processes of the bench (one
+//! The handoff curve: how the handoff of one lock grows with the contenders queued on it and
+//! the processes they are spread over. Each point runs `procs` worker processes of the bench (one
 //! session each) whose tasks, `waiters` in all, loop acquire / release on one lock through a
 //! window; every grant and release is stamped with the wall clock, and the handoff latency is
 //! the time from one holder's release to the next holder's grant. The server's own count of
@@ -7,10 +7,13 @@
 //! release.
 
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use crate::server::notifications_sent;
+use crate::stats::round;
+use crate::workers;
 use crate::zklock_side::{self, epoch_ms};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -73,10 +76,65 @@ pub fn handoffs(mut holds: Vec<[u64; 2]>) -> Result<Vec<f64>, String> {
     Ok(gaps)
 }
 
+/// One point of the curve: `waiters` contenders over `procs` worker processes (one session
+/// each) loop on one lock for `length`; the handoff latency's p50 and p99, the grants per
+/// second, and the server's watch notifications per release over the window.
+pub async fn point(
+    launch: &workers::Launch,
+    connect: &str,
+    procs: usize,
+    waiters: usize,
+    length: Duration,
+) -> Result<Value, BoxError> {
+    // Room for the workers to start and queue before the window opens.
+    let (start, end) = workers::window(Duration::from_millis(2000), length);
+    let name = format!("bench-handoff-{procs}x{waiters}");
+    let args: Vec<Vec<String>> = (0..procs)
+        .map(|i| {
+            let tasks = waiters / procs + usize::from(i < waiters % procs);
+            let mut args = vec!["handoff".to_string(), connect.to_string(), name.clone()];
+            args.extend([tasks.to_string(), start.to_string(), end.to_string()]);
+            args
+        })
+        .collect();
+    let children = workers::spawn(launch, &args)?;
+    let mut sent = Vec::new();
+    for at in [start, end] {
+        tokio::time::sleep(Duration::from_millis(at.saturating_sub(epoch_ms()))).await;
+        let connect = connect.to_owned();
+        sent.push(tokio::task::spawn_blocking(move || notifications_sent(&connect)).await?);
+    }
+    let answers = workers::collect(children, "handoff").await?;
+    let holds: Vec<[u64; 2]> = answers
+        .iter()
+        .flat_map(|a| a["holds"].as_array().cloned().unwrap_or_default())
+        .filter_map(|h| Some([h[0].as_u64()?, h[1].as_u64()?]))
+        .collect();
+    let grants = holds.len();
+    let mut gaps = handoffs(holds)?;
+    gaps.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        gaps.get(((gaps.len() as f64 - 1.0) * q).round() as usize)
+            .map(|v| round(*v))
+    };
+    let notifications = match (&sent[0], &sent[1]) {
+        (Ok(before), Ok(after)) if grants > 0 => Some(round(after.saturating_sub(*before) as f64 / grants as f64)),
+        _ => None,
+    };
+    Ok(json!({
+        "processes": procs,
+        "contenders": waiters,
+        "window_s": length.as_secs_f64(),
+        "grants_per_sec": round(grants as f64 / length.as_secs_f64()),
+        "handoff_p50_us": at(0.5),
+        "handoff_p99_us": at(0.99),
+        "notifications_per_release": notifications,
+    }))
+}
+
 /// How the handoff grows with the contenders, per process count: the p50 and p99 at the fewest
 /// and at the most contenders measured, the factors between them, and a word for the p50's
-/// growth against the growth in contenders: `flat` (under 2 x), `sublinear` (under the square
-/// root of the contenders' factor), `linear or steeper` otherwise.
+/// growth against the growth in contenders (see [`super::grows`]).
 pub fn growth(points: &[Value]) -> Value {
     let mut by_procs: Vec<u64> = points.iter().filter_map(|p| p["processes"].as_u64()).collect();
     by_procs.sort_unstable();
@@ -98,12 +156,7 @@ pub fn growth(points: &[Value]) -> Value {
         let contenders =
             last["contenders"].as_f64().unwrap_or(1.0) / first["contenders"].as_f64().unwrap_or(1.0).max(1.0);
         let p50 = factor("handoff_p50_us");
-        let word = match p50 {
-            None => "unknown",
-            Some(f) if f < 2.0 => "flat",
-            Some(f) if f < contenders.sqrt() => "sublinear",
-            Some(_) => "linear or steeper",
-        };
+        let word = super::grows(p50, contenders);
         out.insert(
             format!("{procs} processes"),
             json!({
