@@ -21,6 +21,7 @@ use zookeeper_client as zk;
 
 use crate::connection::connect_string::Contact;
 use crate::connection::driver::Driver;
+use crate::connection::pulse::{keep_beating, Pulse};
 use crate::engine::alone::Alone;
 
 /// The pause before a request that failed on the connection is sent again.
@@ -113,6 +114,9 @@ pub(crate) struct Session {
     ///
     /// [`server_now_ms`]: Self::server_now_ms
     server_time: Mutex<Option<(i64, Instant)>>,
+    /// The driver's beat, which tells whether this process may have been paused long enough
+    /// for the session to expire unnoticed ([`crate::connection::pulse`]).
+    pulse: Arc<Pulse>,
     /// Dropping the session drops this and so ends its monitor task.
     _stop: tokio::sync::oneshot::Sender<()>,
     /// Keeps the driver running while the session lives (dropped last: after the handle, so
@@ -160,6 +164,7 @@ impl Session {
             held: Mutex::default(),
             marked: Mutex::default(),
             server_time: Mutex::default(),
+            pulse: Arc::new(Pulse::new(timeout)),
             alone: Arc::new(Mutex::new(Alone::new(fast_path_dirs))),
             _stop: stop,
             _driver: driver,
@@ -174,9 +179,16 @@ impl Session {
             health: sender.clone(),
             on_change: on_change.clone(),
         };
+        // While in doubt, the pulse asks the server whether the session is still there.
+        let weak = Arc::downgrade(&session);
+        let beating = keep_beating(session.pulse.clone(), move || {
+            let asked = weak.upgrade()?.zk().ok()?.check_stat("/");
+            Some(async move { asked.await.is_ok() })
+        });
         session.runtime.spawn(async move {
             tokio::select! {
                 _ = monitor(id, states, sender, loss_after, on_change, alone, contact) => {}
+                _ = beating => {}
                 _ = stopped => {}
             }
             sentinel.disarm();
@@ -283,6 +295,14 @@ impl Session {
 
     pub fn subscribe(&self) -> watch::Receiver<Health> {
         self.health.subscribe()
+    }
+
+    /// Whether a grant may trust this session without asking the server: it is connected, and
+    /// this process has not been paused (or its driver starved) long enough since the server
+    /// last vouched for it for the session to have expired unnoticed
+    /// ([`crate::connection::pulse`]).
+    pub fn vouched_for(&self) -> bool {
+        self.health().status.is_connected() && self.pulse.steady()
     }
 
     /// Whether new work may still be started in this session.

@@ -76,13 +76,14 @@ impl Holding {
     }
 
     /// Whether ending the hold should hand the node to the next task of this process: someone
-    /// is waiting, the node has not used up its handoffs, the session is connected and was
-    /// never reported lost since the grant, and nobody asked for the lock (a revoked node goes
-    /// back to ZooKeeper's queue, where the revoker waits).
+    /// is waiting, the node has not used up its handoffs, the session is connected and vouched
+    /// for (no pause of the process since the server last answered that could have let it
+    /// expire) and was never reported lost since the grant, and nobody asked for the lock (a
+    /// revoked node goes back to ZooKeeper's queue, where the revoker waits).
     fn can_hand_off(&self) -> bool {
         self.turn.as_ref().is_some_and(|t| t.has_waiters())
             && self.token.generation() < self.max_handoffs
-            && self.session.health().status.is_connected()
+            && self.session.vouched_for()
             && !self.is_lost()
             && !self.own_node.state().revoked
     }

@@ -75,11 +75,11 @@ impl Warm {
     }
 
     /// Takes the node over for the next grant, if it can still be trusted (the session is
-    /// connected and was not reported lost since the node was granted); otherwise drops it,
-    /// which deletes it.
+    /// connected, was not reported lost since the node was granted, and this process was not
+    /// paused long enough since for it to expire unnoticed: [`Session::vouched_for`]);
+    /// otherwise drops it, which deletes it, and the next grant goes through ZooKeeper.
     pub fn claim(mut self) -> Option<Claimed> {
-        let health = self.session.health();
-        if !health.status.is_connected() || health.invalidates(self.losses_at_grant) {
+        if !self.session.vouched_for() || self.session.health().invalidates(self.losses_at_grant) {
             return None;
         }
         let claimed = Claimed {
@@ -274,5 +274,84 @@ impl Gates {
         let gate = Arc::new(Gate::default());
         map.gates.insert(key, Arc::downgrade(&gate));
         Some(gate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use futures_util::FutureExt;
+    use zklock_testing::ZkServer;
+    use zookeeper_client as zk;
+
+    use crate::client::LockClient;
+
+    /// A process that was not running for longer than its session timeout (here its driver
+    /// thread, where the connection lives, is blocked: to the session that is a paused process)
+    /// still reads its session as connected. The server expired the session meanwhile and
+    /// deleted the holder's node; a release must not hand that node to the task queued behind
+    /// it. The waiter may get the lock only through ZooKeeper, in a session the server knows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_paused_process_hands_no_node_over_in_a_session_that_may_have_expired() {
+        let server = ZkServer::start().unwrap();
+        let client = LockClient::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(1))
+            .connect()
+            .await
+            .unwrap();
+        let view = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(&server.connect_string())
+            .await
+            .unwrap();
+        let lock = client.mutex("paused").unwrap();
+        let holder = lock.acquire().await.unwrap();
+        let node = holder.node_path().to_owned();
+        // The waiter's first poll puts it in the process's queue, behind the holder.
+        let mut waiting = Box::pin({
+            let lock = lock.clone();
+            async move { lock.acquire().await }
+        });
+        assert!((&mut waiting).now_or_never().is_none(), "the lock is held");
+        let waiter = tokio::spawn(waiting);
+
+        // Pause the driver until told, and wait for the server to expire the session.
+        let session = client.latest().unwrap();
+        let (paused_tx, paused) = std::sync::mpsc::channel();
+        let (thaw, thawed) = std::sync::mpsc::channel::<()>();
+        session.runtime.spawn(async move {
+            paused_tx.send(()).unwrap();
+            let _ = thawed.recv_timeout(Duration::from_secs(30));
+        });
+        tokio::task::spawn_blocking(move || paused.recv().unwrap())
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while view.check_stat(&node).await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the server never expired the paused session");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            session.health().status.is_connected(),
+            "the paused process cannot know yet"
+        );
+
+        let released = tokio::spawn(holder.release());
+        thaw.send(()).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("the waiter is answered once the process runs again")
+            .unwrap();
+        if let Ok(guard) = &outcome {
+            let stat = view.check_stat(guard.node_path()).await.unwrap();
+            assert!(
+                stat.is_some_and(|s| s.ephemeral_owner != session.id),
+                "granted {} in the expired session (the old node was {node})",
+                guard.node_path()
+            );
+        }
+        let _ = released.await.unwrap();
+        drop(outcome);
     }
 }
