@@ -254,3 +254,81 @@ async fn curator_readers_join_and_curator_writers_wait() {
     peer.wait_acquired("w", SOON).await.unwrap();
     peer.release("w").await.unwrap();
 }
+
+/// A downgrade cancelled at any point — before its first request, with the read node's create
+/// in flight, while the write node's delete is on its way, or not at all — leaves a guard that
+/// is one hold or the other, never both and never neither: once the background cleanup has run
+/// the directory holds exactly the guard's node, the server vouches for it, and releasing it
+/// empties the directory. Each round is cancelled by a timeout, by losing a `select!` or by
+/// aborting its task, after a random delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_cancelled_anywhere_leaves_one_hold_and_nothing_else() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let write = holder.write_lock("dg-cancel").unwrap();
+    let dir = write.path().to_owned();
+    let mut rng = support::Rng::from_clock();
+    let (mut downgraded, mut kept) = (0, 0);
+    for round in 0..36 {
+        let guard = write.acquire().await.unwrap();
+        let after = Duration::from_micros(rng.below(3000));
+        let guard = match round % 3 {
+            0 => {
+                let mut guard = guard;
+                let _ = tokio::time::timeout(after, write.downgrade(&mut guard)).await;
+                guard
+            }
+            1 => {
+                let mut guard = guard;
+                tokio::select! {
+                    _ = write.downgrade(&mut guard) => {}
+                    _ = tokio::time::sleep(after) => {}
+                }
+                guard
+            }
+            _ => {
+                let (back, returned) = tokio::sync::oneshot::channel();
+                let task = tokio::spawn({
+                    let write = write.clone();
+                    async move {
+                        // Hands the guard back however the downgrade ends, also when aborted.
+                        struct Give(Option<LockGuard>, Option<tokio::sync::oneshot::Sender<LockGuard>>);
+                        impl Drop for Give {
+                            fn drop(&mut self) {
+                                if let (Some(g), Some(tx)) = (self.0.take(), self.1.take()) {
+                                    let _ = tx.send(g);
+                                }
+                            }
+                        }
+                        let mut give = Give(Some(guard), Some(back));
+                        let guard = give.0.as_mut().expect("the guard");
+                        let _ = write.downgrade(guard).await;
+                    }
+                });
+                tokio::time::sleep(after).await;
+                task.abort();
+                let _ = task.await;
+                returned.await.expect("the guard comes back")
+            }
+        };
+        let node = guard.node_path().rsplit('/').next().unwrap().to_owned();
+        if node.contains("__READ__") {
+            downgraded += 1;
+        } else {
+            kept += 1;
+        }
+        assert_eq!(
+            wait_for_nodes(&view, &dir, 1).await,
+            vec![node.clone()],
+            "round {round}"
+        );
+        guard
+            .ensure_held()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {node}: {e}"));
+        guard.release().await.unwrap();
+        wait_for_nodes(&view, &dir, 0).await;
+    }
+    eprintln!("{downgraded} rounds downgraded, {kept} kept the write hold");
+}

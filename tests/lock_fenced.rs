@@ -178,3 +178,61 @@ async fn a_deposed_leader_cannot_write() {
     assert_eq!(err.kind(), zklock::ErrorKind::Lost, "{err:?}");
     assert_eq!(data_of(&view, "/epoch").await.as_deref(), Some(&b"1"[..]));
 }
+
+/// A fenced write cancelled at any point applies its batch whole or not at all (nothing when it
+/// was dropped before its first poll), and leaves the hold as it was; two fenced writes of one
+/// guard run side by side in `join!` and both apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_fenced_write_applies_whole_or_not_at_all_and_keeps_the_hold() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    view.create("/fw-cancel", b"", &persistent()).await.unwrap();
+    let guard = holder.mutex("fw-cancel").unwrap().acquire().await.unwrap();
+    let mut rng = support::Rng::from_clock();
+    let mut applied = 0;
+    for round in 0..40 {
+        let (a, b) = (format!("/fw-cancel/a-{round}"), format!("/fw-cancel/b-{round}"));
+        let write = guard.fenced_write(|batch| {
+            batch.add_create(&a, b"", &persistent())?;
+            batch.add_create(&b, b"", &persistent())
+        });
+        let after = Duration::from_micros(rng.below(800));
+        match round % 3 {
+            // Dropped before its first poll: nothing was sent, so nothing may apply.
+            0 => drop(write),
+            1 => drop(tokio::time::timeout(after, write).await),
+            _ => tokio::select! {
+                _ = write => {}
+                _ = tokio::time::sleep(after) => {}
+            },
+        }
+        // The outcome settles on the server: both nodes or neither, never one.
+        let settled = eventually(SOON, || async {
+            data_of(&view, &a).await.is_some() == data_of(&view, &b).await.is_some()
+        })
+        .await;
+        assert!(settled, "round {round}: half a batch applied");
+        let here = data_of(&view, &a).await.is_some();
+        assert!(
+            !(round % 3 == 0 && here),
+            "round {round}: a batch never polled was applied"
+        );
+        applied += usize::from(here);
+        guard
+            .ensure_held()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+    }
+    eprintln!("{applied} of 40 cancelled batches applied");
+
+    let (one, two) = tokio::join!(
+        guard.fenced_write(|batch| batch.add_create("/fw-cancel/joined-1", b"", &persistent())),
+        guard.fenced_write(|batch| batch.add_create("/fw-cancel/joined-2", b"", &persistent())),
+    );
+    one.unwrap();
+    two.unwrap();
+    assert!(data_of(&view, "/fw-cancel/joined-1").await.is_some());
+    assert!(data_of(&view, "/fw-cancel/joined-2").await.is_some());
+    guard.release().await.unwrap();
+}
