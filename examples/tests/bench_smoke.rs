@@ -175,6 +175,8 @@ fn shape_tells_flat_logarithmic_and_linear_apart() {
     let curve =
         |f: &dyn Fn(f64) -> f64| -> Vec<(f64, f64)> { [1.0, 10.0, 100.0, 1000.0].iter().map(|&x| (x, f(x))).collect() };
     assert_eq!(scale::shape(&curve(&|x| 100.0 + x / 100.0)), "flat");
+    let hump = [(1.0, 10.0), (10.0, 25.0), (100.0, 12.0)];
+    assert_eq!(scale::shape(&hump), "flat", "bounded: back under 2 x at the end");
     assert_eq!(scale::shape(&curve(&|x| 10.0 + 5.0 * x.ln())), "logarithmic");
     assert_eq!(scale::shape(&curve(&|x| 10.0 + 2.0 * x)), "linear");
     assert_eq!(scale::shape(&curve(&|x| 1000.0 / x)), "falls");

@@ -121,6 +121,7 @@ pub fn growth(points: &[Value]) -> Value {
     };
     let cost_curve = curve(&|p| rate(p).filter(|r| *r > 0.0).map(|r| 1.0 / r));
     let memory_curve = curve(&|p| p["rss_after_mb"].as_f64());
+    let peak = memory_curve.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1));
     json!({
         "keys": [first["keys"], last["keys"]],
         "warm_acquisitions_per_sec": [first["warm_acquisitions_per_sec"], last["warm_acquisitions_per_sec"]],
@@ -129,5 +130,6 @@ pub fn growth(points: &[Value]) -> Value {
         "rss_after_mb": [first["rss_after_mb"], last["rss_after_mb"]],
         "rss_factor": memory,
         "rss_grows": super::shape(&memory_curve),
+        "rss_peak": { "keys": peak.map(|p| p.0), "rss_after_mb": peak.map(|p| p.1) },
     })
 }

@@ -148,11 +148,12 @@ pub fn grows(factor: Option<f64>, x_factor: f64) -> &'static str {
     }
 }
 
-/// A word for the shape of a cost over a curve of (size, cost) points, sorted by size:
-/// `flat` when no point's cost is 2 x the first's or more (nor under half of it); `falls` when
-/// the last is under half the first; otherwise `logarithmic` or `linear`, whichever of
-/// cost = a + b ln(size) and cost = a + b size fits the points better (least squares). With
-/// fewer than three points the two fits cannot be told apart, and [`grows`] decides.
+/// A word for the shape of a cost over a curve of (size, cost) points, sorted by size: `falls`
+/// when the last cost is under half the first; `flat` when it is under twice the first (a
+/// bounded cost may peak in between: see the curve's figures); otherwise `logarithmic` or
+/// `linear`, whichever of cost = a + b ln(size) and cost = a + b size fits the points better
+/// (least squares). With fewer than three points the two fits cannot be told apart, and
+/// [`grows`] decides.
 pub fn shape(points: &[(f64, f64)]) -> &'static str {
     let (Some(&(x0, y0)), Some(&(x1, y1))) = (points.first(), points.last()) else {
         return "unknown";
@@ -160,11 +161,11 @@ pub fn shape(points: &[(f64, f64)]) -> &'static str {
     if y0 <= 0.0 {
         return "unknown";
     }
-    if points.iter().all(|&(_, y)| y < 2.0 * y0 && y > 0.5 * y0) {
-        return "flat";
-    }
     if y1 < 0.5 * y0 {
         return "falls";
+    }
+    if y1 < 2.0 * y0 {
+        return "flat";
     }
     if points.len() < 3 {
         return grows(Some(y1 / y0), x1 / x0.max(1e-9));
@@ -275,13 +276,15 @@ fn print_keys(scale: &Value) {
     }
     let g = &scale["keys_growth"];
     println!(
-        "  from {} to {} keys: warm cost x{} ({}), client memory x{} ({})",
+        "  from {} to {} keys: warm cost x{} ({}), client memory x{} ({}, peak {} MB at {} keys)",
         g["keys"][0],
         g["keys"][1],
         g["warm_cost_factor"],
         word(&g["warm_cost_grows"]),
         g["rss_factor"],
-        word(&g["rss_grows"])
+        word(&g["rss_grows"]),
+        g["rss_peak"]["rss_after_mb"],
+        g["rss_peak"]["keys"]
     );
 }
 

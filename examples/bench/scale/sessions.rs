@@ -45,8 +45,8 @@ pub async fn worker(connect: &str, count: usize, prefix: &str) -> Result<(), Box
 
 /// One point: `sessions` sessions over `procs` worker processes, then the measurements while
 /// they are open: the server's CPU and the requests it received over `idle` with only their
-/// pings, `probe_cycles` lock
-/// cycles (acquire + release) from one more session, and the server's memory and counts.
+/// pings, `probe_cycles` lock cycles (acquire + release) from one more session, and the
+/// server's memory and counts.
 pub async fn point(
     launch: &workers::Launch,
     server: &Server,
