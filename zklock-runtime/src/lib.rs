@@ -56,6 +56,8 @@ mod ops;
 mod recipes;
 #[cfg(feature = "scheduler")]
 pub mod scheduler;
+#[cfg(test)]
+mod test_server;
 
 pub use client::{LockClient, LockClientBuilder};
 #[cfg(feature = "tls")]

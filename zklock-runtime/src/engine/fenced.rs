@@ -114,26 +114,18 @@ fn rejected(name: &str, index: Option<usize>, source: zk::Error) -> LockError {
 mod tests {
     use std::time::Duration;
 
-    use zklock_testing::ZkServer;
-
     use super::*;
-    use crate::client::LockClient;
+    use crate::test_server::{setup, Setup};
 
     /// The server's check is a fence of its own: with the local look at the hold's state left
     /// out, a batch of a holder whose node is gone is still refused whole.
     #[tokio::test]
     async fn the_servers_check_alone_refuses_a_stale_batch() {
-        let server = ZkServer::start().unwrap();
-        let client = LockClient::builder(server.connect_string())
-            .session_timeout(Duration::from_secs(4))
-            .connect()
-            .await
-            .unwrap();
-        let view = zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(4))
-            .connect(&server.connect_string())
-            .await
-            .unwrap();
+        let Setup {
+            server: _server,
+            client,
+            view,
+        } = setup(Duration::from_secs(4)).await;
         let guard = client.mutex("fence").unwrap().acquire().await.unwrap();
         view.delete(guard.node_path(), None).await.unwrap();
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());

@@ -282,10 +282,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use futures_util::FutureExt;
-    use zklock_testing::ZkServer;
-    use zookeeper_client as zk;
 
-    use crate::client::LockClient;
+    use crate::test_server::{setup, Setup};
 
     /// A process that was not running for longer than its session timeout (here its driver
     /// thread, where the connection lives, is blocked: to the session that is a paused process)
@@ -294,17 +292,11 @@ mod tests {
     /// it. The waiter may get the lock only through ZooKeeper, in a session the server knows.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_paused_process_hands_no_node_over_in_a_session_that_may_have_expired() {
-        let server = ZkServer::start().unwrap();
-        let client = LockClient::builder(server.connect_string())
-            .session_timeout(Duration::from_secs(1))
-            .connect()
-            .await
-            .unwrap();
-        let view = zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(4))
-            .connect(&server.connect_string())
-            .await
-            .unwrap();
+        let Setup {
+            server: _server,
+            client,
+            view,
+        } = setup(Duration::from_secs(1)).await;
         let lock = client.mutex("paused").unwrap();
         let holder = lock.acquire().await.unwrap();
         let node = holder.node_path().to_owned();

@@ -466,26 +466,19 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::client::LockClient;
-    use zklock_testing::ZkServer;
+    use crate::test_server::{setup, Setup};
 
     /// CURATOR-604: after a reconnect with a new session, a node of the old session carrying
     /// our protected prefix must not be adopted as ours.
     #[tokio::test]
     async fn curator_604_node_of_another_session_is_never_ours() {
-        let server = ZkServer::start().unwrap();
-        let client = LockClient::builder(server.connect_string())
-            .session_timeout(Duration::from_secs(4))
-            .connect()
-            .await
-            .unwrap();
+        let Setup {
+            server: _server,
+            client,
+            view: other,
+        } = setup(Duration::from_secs(4)).await;
         let lock = client.mutex("adopt").unwrap();
         // Another session (standing in for our previous one) owns a node with our prefix.
-        let other = zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(4))
-            .connect(&server.connect_string())
-            .await
-            .unwrap();
         let protect = format!("_c_{}-", uuid::Uuid::new_v4());
         other
             .mkdir(
