@@ -190,6 +190,59 @@ mod tests {
         assert!(p.steady_at(3010));
     }
 
+    /// A stall of the driver shorter than the session timeout: the session survives, but while
+    /// the driver is stalled past the gap it is not vouched for, and once it runs again the
+    /// server's answer to the pulse's request vouches for it again, in the same session.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_short_stall_is_doubted_until_the_server_answers_again() {
+        use crate::test_server::{setup, Setup};
+        let Setup {
+            server: _server,
+            client,
+            ..
+        } = setup(Duration::from_secs(4)).await;
+        // A request first, so the session exists.
+        client
+            .mutex("stall")
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let session = client.latest().unwrap();
+        assert!(session.vouched_for());
+        let (stalled_tx, stalled) = std::sync::mpsc::channel();
+        let (thaw, thawed) = std::sync::mpsc::channel::<()>();
+        session.runtime.spawn(async move {
+            stalled_tx.send(()).unwrap();
+            let _ = thawed.recv_timeout(Duration::from_secs(30));
+        });
+        tokio::task::spawn_blocking(move || stalled.recv().unwrap())
+            .await
+            .unwrap();
+        let until = |vouched: bool| {
+            let session = session.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while session.vouched_for() != vouched {
+                    assert!(Instant::now() < deadline, "never vouched_for() == {vouched}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        // Past a third of the 4 s timeout without a beat.
+        until(false).await;
+        thaw.send(()).unwrap();
+        until(true).await;
+        assert_eq!(
+            client.latest().unwrap().id,
+            session.id,
+            "the session survived the stall"
+        );
+    }
+
     #[test]
     fn short_timeouts_keep_the_gap_above_two_beats() {
         let p = Pulse::new(Duration::from_millis(60));
