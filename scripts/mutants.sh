@@ -38,9 +38,11 @@ FILES[holds]="engine/reentrancy.rs engine/guard.rs"
 TESTS[holds]="--lib --test lock_reentrancy --test lock_mutex --test multi_guard --test lock_lifecycle --test macro_server --test never_falsely_held"
 FILES[multi]="recipes/multi.rs"
 TESTS[multi]="--lib --test multi_guard --test lock_multi --test never_falsely_held --test macro_server"
+FILES[pulse]="connection/pulse.rs"
+TESTS[pulse]="--lib"
 FILES[jobs]="scheduler/run.rs scheduler/record.rs"
 TESTS[jobs]="--lib --test scheduler"
-ORDER=(rules queue handoff holds multi jobs)
+ORDER=(rules queue handoff holds multi pulse jobs)
 
 groups=("$@")
 [[ ${#groups[@]} -eq 0 ]] && groups=("${ORDER[@]}")

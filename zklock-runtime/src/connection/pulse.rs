@@ -158,6 +158,44 @@ mod tests {
         assert!(p.steady_at(1333));
         // The process was paused: the grant runs before the driver beats again.
         assert!(!p.steady_at(1334));
+        // A beat exactly one gap after the last one is not a gap; one a millisecond later is.
+        p.beat_at(1333);
+        assert!(p.steady_at(1334));
+        p.beat_at(1667);
+        assert!(!p.steady_at(1668));
+    }
+
+    /// The beat asks the server only while in doubt, once per doubt, and a `true` answer ends
+    /// the doubt: no further requests while the beats stay regular.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_beat_asks_the_server_only_while_in_doubt() {
+        use std::sync::atomic::AtomicUsize;
+        // A beat every 250 ms, in doubt only after 10 s without one.
+        let pulse = Arc::new(Pulse::new(Duration::from_secs(30)));
+        let asked = Arc::new(AtomicUsize::new(0));
+        let beating = tokio::spawn(keep_beating(pulse.clone(), {
+            let asked = asked.clone();
+            move || {
+                asked.fetch_add(1, Ordering::SeqCst);
+                Some(async { true })
+            }
+        }));
+        let beats_of = |n: u32| tokio::time::sleep(pulse.every * n);
+        beats_of(4).await;
+        assert_eq!(asked.load(Ordering::SeqCst), 0, "asked without a doubt");
+        assert!(pulse.steady());
+
+        // A gap seen long ago: the next beat asks, the answer clears it.
+        pulse.doubt_since_ms.store(1, Ordering::SeqCst);
+        assert!(!pulse.steady());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !pulse.steady() {
+            assert!(Instant::now() < deadline, "the doubt was never cleared");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        beats_of(4).await;
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "one request per doubt");
+        beating.abort();
     }
 
     #[test]
