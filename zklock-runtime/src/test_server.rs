@@ -7,6 +7,7 @@ use zklock_testing::ZkServer;
 use zookeeper_client as zk;
 
 use crate::client::LockClient;
+use crate::connection::session::Session;
 
 /// A server, a lock client whose sessions ask for `session_timeout`, and a raw view.
 pub(crate) struct Setup {
@@ -29,4 +30,31 @@ pub(crate) async fn setup(session_timeout: Duration) -> Setup {
         .await
         .expect("the raw client connects");
     Setup { server, client, view }
+}
+
+/// A session's driver thread, blocked: to the session that is a paused process (no beat, no
+/// connection traffic). It runs again when this is dropped (its sender gone, the blocked
+/// receive returns), also when the test panics.
+pub(crate) struct Stalled {
+    _thaw: std::sync::mpsc::Sender<()>,
+}
+
+impl Stalled {
+    /// Lets the driver run again.
+    pub fn thaw(self) {}
+}
+
+/// Blocks `session`'s driver thread; returns once the block has begun.
+pub(crate) async fn stall_driver(session: &Session) -> Stalled {
+    let (begun, blocked) = std::sync::mpsc::channel();
+    let (thaw, thawed) = std::sync::mpsc::channel::<()>();
+    session.runtime.spawn(async move {
+        let _ = begun.send(());
+        let _ = thawed.recv();
+    });
+    tokio::task::spawn_blocking(move || blocked.recv())
+        .await
+        .expect("join")
+        .expect("the driver blocks");
+    Stalled { _thaw: thaw }
 }

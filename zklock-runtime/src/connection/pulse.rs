@@ -234,7 +234,7 @@ mod tests {
     /// server's answer to the pulse's request vouches for it again, in the same session.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_short_stall_is_doubted_until_the_server_answers_again() {
-        use crate::test_server::{setup, Setup};
+        use crate::test_server::{setup, stall_driver, Setup};
         let Setup {
             server: _server,
             client,
@@ -252,15 +252,7 @@ mod tests {
             .unwrap();
         let session = client.latest().unwrap();
         assert!(session.vouched_for());
-        let (stalled_tx, stalled) = std::sync::mpsc::channel();
-        let (thaw, thawed) = std::sync::mpsc::channel::<()>();
-        session.runtime.spawn(async move {
-            stalled_tx.send(()).unwrap();
-            let _ = thawed.recv_timeout(Duration::from_secs(30));
-        });
-        tokio::task::spawn_blocking(move || stalled.recv().unwrap())
-            .await
-            .unwrap();
+        let stalled = stall_driver(&session).await;
         let until = |vouched: bool| {
             let session = session.clone();
             async move {
@@ -273,7 +265,7 @@ mod tests {
         };
         // Past a third of the 4 s timeout without a beat.
         until(false).await;
-        thaw.send(()).unwrap();
+        stalled.thaw();
         until(true).await;
         assert_eq!(
             client.latest().unwrap().id,

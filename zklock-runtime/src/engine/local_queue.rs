@@ -283,7 +283,7 @@ mod tests {
 
     use futures_util::FutureExt;
 
-    use crate::test_server::{setup, Setup};
+    use crate::test_server::{setup, stall_driver, Setup};
 
     /// A process that was not running for longer than its session timeout (here its driver
     /// thread, where the connection lives, is blocked: to the session that is a paused process)
@@ -310,15 +310,7 @@ mod tests {
 
         // Pause the driver until told, and wait for the server to expire the session.
         let session = client.latest().unwrap();
-        let (paused_tx, paused) = std::sync::mpsc::channel();
-        let (thaw, thawed) = std::sync::mpsc::channel::<()>();
-        session.runtime.spawn(async move {
-            paused_tx.send(()).unwrap();
-            let _ = thawed.recv_timeout(Duration::from_secs(30));
-        });
-        tokio::task::spawn_blocking(move || paused.recv().unwrap())
-            .await
-            .unwrap();
+        let paused = stall_driver(&session).await;
         let deadline = Instant::now() + Duration::from_secs(20);
         while view.check_stat(&node).await.unwrap().is_some() {
             assert!(Instant::now() < deadline, "the server never expired the paused session");
@@ -330,7 +322,7 @@ mod tests {
         );
 
         let released = tokio::spawn(holder.release());
-        thaw.send(()).unwrap();
+        paused.thaw();
         let outcome = tokio::time::timeout(Duration::from_secs(20), waiter)
             .await
             .expect("the waiter is answered once the process runs again")
