@@ -576,8 +576,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "ratios": ratios,
         "targets": targets,
     });
-    let json_path = args.out.join("results.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
+    let json_path = write_results(&args.out, &results)?;
     let svg_path = args.out.join("chart.svg");
     std::fs::write(
         &svg_path,
@@ -647,8 +646,7 @@ async fn run_scale_only(args: Args) -> Result<(), BoxError> {
         "server": server_settings,
         "scale": curves,
     });
-    let json_path = args.out.join("results.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
+    let json_path = write_results(&args.out, &results)?;
     scale::write_charts(&results["scale"], &subtitle(&results), &args.out)?;
     scale::print(&results["scale"]);
     eprintln!(
@@ -657,6 +655,13 @@ async fn run_scale_only(args: Args) -> Result<(), BoxError> {
         progress.started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Writes `results` as `DIR/results.json`; returns its path.
+fn write_results(dir: &std::path::Path, results: &Value) -> Result<PathBuf, BoxError> {
+    let path = dir.join("results.json");
+    std::fs::write(&path, serde_json::to_string_pretty(results)? + "\n")?;
+    Ok(path)
 }
 
 /// The server the run measures: the one --zk names, or one (or an ensemble) it starts.
@@ -702,8 +707,7 @@ async fn run_seckill_only(args: Args) -> Result<(), BoxError> {
         "seckill": seckill,
         "targets": targets::seckill_targets(&seckill),
     });
-    let json_path = args.out.join("results.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
+    let json_path = write_results(&args.out, &results)?;
     let svg_path = args.out.join("seckill.svg");
     std::fs::write(&svg_path, chart::seckill(&results["seckill"], &subtitle(&results)))?;
     print_seckill(&results["seckill"]);
