@@ -28,10 +28,13 @@
 //! of the semaphore NAME with `--semaphore N`, or, with `--leader`, while leading the election
 //! group NAME (as `--participant-id ID`, default `zklock-exec`), with `ZKLOCK_LOCK_NAME`,
 //! `ZKLOCK_FENCING_TOKEN` and `ZKLOCK_NODE` (and for a leader `ZKLOCK_PARTICIPANT_ID`) in its
-//! environment, and releases the lock (relinquishes leadership) once CMD has exited. SIGINT,
-//! SIGTERM and SIGHUP are passed on to CMD (received while waiting for the lock, they end the
-//! wait with 128 + N). When the lock or leadership is lost while CMD runs, CMD gets SIGTERM,
-//! then SIGKILL after `--grace`. It exits with CMD's exit code, or 128 + N when CMD died of
+//! environment, in a process group of its own, and releases the lock (relinquishes leadership)
+//! once CMD has exited and nothing is left of its group. SIGINT, SIGTERM and SIGHUP are passed
+//! on to the group (received while waiting for the lock, they end the wait with 128 + N). When
+//! the lock or leadership is lost while CMD runs, the group gets SIGKILL at once if another
+//! holder may be in already, else SIGTERM, then SIGKILL after `--grace` (capped by what is left
+//! of the session). `--status-file FILE` records whether the exit code is CMD's own. It exits
+//! with CMD's exit code, or 128 + N when CMD died of
 //! signal N; 124 when the lock or leadership was not acquired within `--wait`; 125 when it was
 //! lost while CMD ran and CMD was stopped; 123 when a revocation was requested while CMD ran
 //! and CMD was stopped the same way (the lock was sound until then); 126 when CMD could not be
@@ -164,7 +167,7 @@ enum Command {
     /// wait for it, run CMD with the fencing token in its environment, give it up when CMD
     /// exits, and stop CMD if it is lost.
     #[command(after_help = EXEC_HELP)]
-    Exec(exec::ExecArgs),
+    Exec(exec::args::ExecArgs),
 }
 
 /// What `zklock exec --help` says after the options.
@@ -175,10 +178,15 @@ CMD sees in its environment:
   ZKLOCK_NODE            the path of the holder's (or leader's) node in ZooKeeper
   ZKLOCK_PARTICIPANT_ID  with --leader: the participant id zklock leads as
 
-SIGINT, SIGTERM and SIGHUP sent to zklock are passed on to CMD; zklock then waits for CMD.
-Received while zklock still waits for the lock, they end the wait (exit code 128+N) and CMD
-does not run. When the lock (or leadership) is lost while CMD runs, or a revocation of the lock is
-requested (zklock revoke, Curator's Revoker), CMD gets SIGTERM, then SIGKILL after --grace.
+CMD runs in a process group of its own (with the terminal, if zklock has it), and the group is
+the command: SIGINT, SIGTERM and SIGHUP sent to zklock are passed on to the group; when CMD
+exits, what it left running in the group gets SIGTERM, then SIGKILL after --grace, and the lock
+is released once nothing of the group is left; if zklock is killed, the group is killed too.
+Signals received while zklock still waits for the lock end the wait (exit code 128+N) and CMD
+does not run. When the lock (or leadership) is lost while CMD runs, the group gets SIGKILL at
+once if another holder may already be in (the node was deleted, the session ended), else
+SIGTERM, then SIGKILL after --grace or once the server may expire the session, whichever comes
+first. A revocation (zklock revoke, Curator's Revoker) gets SIGTERM and the whole --grace.
 
 Exit codes:
   CMD's own   CMD exited
@@ -189,7 +197,9 @@ Exit codes:
   126         CMD could not be executed
   127         CMD was not found
   1, 2, 3     before CMD started: ZooKeeper refused a request, bad arguments, ZooKeeper
-              cannot be reached within --timeout";
+              cannot be reached within --timeout
+CMD's own code can equal one of zklock's: --status-file FILE writes a JSON object whose
+\"outcome\" is \"exited\" exactly when the exit code is CMD's own.";
 
 /// Why the command failed, with the exit code it maps to.
 struct Failure {
@@ -213,6 +223,9 @@ impl From<LockError> for Failure {
 }
 
 fn main() -> ExitCode {
+    if exec::watchdog::asked(std::env::args_os().nth(1).as_deref()) {
+        return exec::watchdog::run();
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -232,10 +245,27 @@ fn main() -> ExitCode {
 
 /// Runs the command; its exit code (0 but for `exec`).
 async fn run(cli: Cli) -> Result<u8, Failure> {
+    let mut report = exec::report::Report::default();
+    let outcome = run_command(&cli, &mut report).await;
+    if let Command::Exec(args) = &cli.command {
+        if let Some(path) = &args.status_file {
+            let (code, message) = match &outcome {
+                Ok(code) => (*code, None),
+                Err(failure) => (failure.code, Some(failure.message.as_str())),
+            };
+            if let Err(err) = report.write(path, code, message) {
+                eprintln!("zklock: cannot write --status-file {}: {err}", path.display());
+            }
+        }
+    }
+    outcome
+}
+
+async fn run_command(cli: &Cli, report: &mut exec::report::Report) -> Result<u8, Failure> {
     if let Command::Exec(args) = &cli.command {
         args.check()?;
     }
-    let client = connect(&cli).await?;
+    let client = connect(cli).await?;
     let outcome = match &cli.command {
         Command::Locks { prefix } => locks(&client, prefix, cli.json).await.map(|()| 0),
         Command::Show { name } => show(&client, name, cli.json).await.map(|()| 0),
@@ -244,7 +274,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Jobs { action } => jobs::run(&client, action.as_ref().unwrap_or(&jobs::JobsAction::List), cli.json)
             .await
             .map(|()| 0),
-        Command::Exec(args) => exec::run(&client, args, cli.timeout).await,
+        Command::Exec(args) => exec::run(&client, args, cli.timeout, report).await,
     };
     // Bounded: a client cut off from ZooKeeper (an `exec` whose lock was lost) would wait for
     // its deletions until it is back; the server ends the session by itself.

@@ -6,216 +6,20 @@
 //!
 //! The commands are `sh -c` scripts that leave marker files in a temporary directory; the tests
 //! wait for those files and for nodes in the lock directories, never for a while. A script that
-//! waits for the test waits for a `go` file, for 30 seconds at most. Every `zklock` runs in a
-//! process group of its own (its command stays in it), which is killed when the test ends.
+//! waits for the test waits for a `go` file, for 30 seconds at most, and fails loudly past that.
+//! Every `zklock` runs in a process group of its own, killed when the test ends; its command's
+//! group dies with it (`exec_group.rs` shows that).
 
-use std::io::{Read, Write};
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+mod exec_support;
+
+use std::io::Write;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rustix::process::{kill_process, kill_process_group, Pid, Signal};
+use exec_support::*;
+use rustix::process::{kill_process, Pid, Signal};
 use zklock_runtime::LockClient;
 use zklock_testing::{FaultProxy, ZkServer};
-
-/// Generous bound for anything that should happen promptly on a loaded machine.
-const SOON: Duration = Duration::from_secs(20);
-/// The longest a `zklock exec` may run.
-const RUN_LIMIT: Duration = Duration::from_secs(40);
-
-/// Every variable the command reads its options from.
-const ZKLOCK_VARS: [&str; 6] = [
-    "ZKLOCK_ZK",
-    "ZKLOCK_DIGEST",
-    "ZKLOCK_TLS_CA",
-    "ZKLOCK_TLS_CERT",
-    "ZKLOCK_TLS_KEY",
-    "ZKLOCK_SASL",
-];
-
-/// Shell: wait (at most 30 s) until the test creates `$DIR/go`.
-const WAIT_GO: &str = r#"i=0; while [ ! -e "$DIR/go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
-
-/// `zklock --zk <zk> --timeout 10s <args>`, without the `ZKLOCK_*` variables of the test's
-/// environment, with `DIR` set to `dir` for the command's scripts.
-fn zklock(zk: &str, dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zklock"));
-    for var in ZKLOCK_VARS {
-        cmd.env_remove(var);
-    }
-    cmd.env("DIR", dir).args(["--zk", zk]);
-    if !args.contains(&"--timeout") {
-        cmd.args(["--timeout", "10s"]);
-    }
-    cmd.args(args);
-    cmd
-}
-
-/// `zklock ... exec <name> [options] -- sh -c <script>`.
-fn exec_sh(zk: &str, dir: &Path, name: &str, options: &[&str], script: &str) -> Command {
-    let mut args = vec!["exec", name];
-    args.extend_from_slice(options);
-    args.extend_from_slice(&["--", "sh", "-c", script]);
-    zklock(zk, dir, &args)
-}
-
-/// A running `zklock`, in a process group of its own with its command. Dropped while running
-/// (a failed test), the whole group is killed.
-struct Running {
-    child: Child,
-    stdout: Option<JoinHandle<Vec<u8>>>,
-    stderr: Option<JoinHandle<Vec<u8>>>,
-}
-
-/// What a finished `zklock` left.
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-}
-
-impl Finished {
-    /// Fails unless it exited with `code`; says what it printed.
-    fn assert_exit(&self, code: i32) {
-        assert_eq!(
-            self.status.code(),
-            Some(code),
-            "stdout: {}\nstderr: {}",
-            self.stdout,
-            self.stderr
-        );
-    }
-}
-
-impl Running {
-    fn start(cmd: &mut Command) -> Running {
-        Running::start_with_stdin(cmd, Stdio::null())
-    }
-
-    fn start_with_stdin(cmd: &mut Command, stdin: Stdio) -> Running {
-        use std::os::unix::process::CommandExt;
-        let mut child = cmd
-            .process_group(0)
-            .stdin(stdin)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start zklock");
-        let stdout = Some(drain(child.stdout.take().unwrap()));
-        let stderr = Some(drain(child.stderr.take().unwrap()));
-        Running { child, stdout, stderr }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32).expect("a pid")
-    }
-
-    /// Waits for the process to exit; fails the test if it still runs after RUN_LIMIT.
-    async fn finish(mut self) -> Finished {
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("poll zklock") {
-                break status;
-            }
-            if started.elapsed() > RUN_LIMIT {
-                let stderr = self.stop_and_read_stderr();
-                panic!("zklock still running after {RUN_LIMIT:?}; stderr: {stderr}");
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let took = started.elapsed();
-        let read = |h: Option<JoinHandle<Vec<u8>>>| String::from_utf8_lossy(&h.unwrap().join().unwrap()).into_owned();
-        Finished {
-            status,
-            stdout: read(self.stdout.take()),
-            stderr: read(self.stderr.take()),
-            took,
-        }
-    }
-
-    /// Kills the process group and returns what was printed on stderr.
-    fn stop_and_read_stderr(&mut self) -> String {
-        self.kill_group();
-        self.stderr
-            .take()
-            .map(|h| String::from_utf8_lossy(&h.join().unwrap()).into_owned())
-            .unwrap_or_default()
-    }
-
-    fn kill_group(&mut self) {
-        // Only while the process is not reaped: its pid, which names the group, is still its.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = kill_process_group(self.pid(), Signal::KILL);
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.kill_group();
-    }
-}
-
-/// Reads all of `from` on a thread of its own.
-fn drain(mut from: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut all = Vec::new();
-        let _ = from.read_to_end(&mut all);
-        all
-    })
-}
-
-async fn raw(connect: &str) -> zookeeper_client::Client {
-    zookeeper_client::Client::connect(connect).await.expect("raw client")
-}
-
-/// Polls `check` until it gives a value; fails saying `what` after SOON.
-async fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + SOON;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "never {what} within {SOON:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The contents of `path` once it exists and ends with a newline (written whole).
-async fn file(path: &Path) -> String {
-    until(&format!("a complete {}", path.display()), || {
-        std::fs::read_to_string(path).ok().filter(|s| s.ends_with('\n'))
-    })
-    .await
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The children of `dir` once there are `n` of them.
-async fn children(raw: &zookeeper_client::Client, dir: &str, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + SOON;
-    loop {
-        let now = raw.list_children(dir).await.unwrap_or_default();
-        if now.len() == n {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "{dir} never had {n} children: {now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn go(dir: &Path) {
-    std::fs::write(dir.join("go"), b"").unwrap();
-}
 
 /// Three `zklock exec` on one mutex, started together: while the first command runs the other
 /// two wait in the queue and have not started, and the commands' start and end lines strictly
@@ -469,7 +273,7 @@ async fn a_lost_lock_stops_the_command_with_sigterm() {
     let said = |what: &str| stopped.stderr.contains(what);
     assert!(
         said("lock `fragile` was lost")
-            && said("sending the command SIGTERM")
+            && said("sending the command (its whole process group) SIGTERM")
             && said("the command was stopped because lock \"fragile\" was lost; it exited with code 0"),
         "{}",
         stopped.stderr
@@ -493,13 +297,9 @@ async fn a_revocation_stops_the_command_with_sigterm() {
     let run = Running::start(&mut exec_sh(&zk, dir.path(), "revocable", &[], &script));
     file(&dir.path().join("started")).await;
 
-    let revoked = zklock(&zk, dir.path(), &["revoke", "revocable"]).output().unwrap();
-    assert_eq!(
-        revoked.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&revoked.stderr)
-    );
+    output(&mut zklock(&zk, dir.path(), &["revoke", "revocable"]))
+        .await
+        .assert_exit(0);
     let stopped = run.finish().await;
     stopped.assert_exit(123);
     assert_eq!(std::fs::read_to_string(dir.path().join("term")).unwrap(), "term\n");
@@ -515,30 +315,27 @@ async fn a_revocation_stops_the_command_with_sigterm() {
     go(dir.path());
 }
 
-/// A command that ignores SIGTERM is killed once `--grace` has passed after the loss; `zklock
-/// exec` still exits with 125.
+/// A command that ignores SIGTERM is killed once `--grace` has passed after a revocation (the
+/// lock is sound until it is released, so the whole grace is given); `zklock exec` still exits
+/// with 123.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let server = ZkServer::start().expect("ZooKeeper");
-    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let zk = server.connect_string();
     let dir = tempfile::tempdir().unwrap();
     let script = format!(r#"trap '' TERM; echo "$$" > "$DIR/started"; {WAIT_GO}; touch "$DIR/finished""#);
-    let run = Running::start(&mut exec_sh(
-        &proxy.connect_string(),
-        dir.path(),
-        "stubborn",
-        &["--session-timeout", "2s", "--timeout", "3s", "--grace", "1s"],
-        &script,
-    ));
+    let run = Running::start(&mut exec_sh(&zk, dir.path(), "stubborn", &["--grace", "1s"], &script));
     let pid: i32 = file(&dir.path().join("started")).await.trim().parse().unwrap();
-    proxy.blackhole();
+    output(&mut zklock(&zk, dir.path(), &["revoke", "stubborn"]))
+        .await
+        .assert_exit(0);
 
     let stopped = run.finish().await;
-    stopped.assert_exit(125);
+    stopped.assert_exit(123);
     assert!(
         stopped
             .stderr
-            .contains("did not exit within 1s of SIGTERM; sending it SIGKILL")
+            .contains("did not exit within 1s of SIGTERM; sending its process group SIGKILL")
             && stopped.stderr.contains("it was killed"),
         "{}",
         stopped.stderr
@@ -549,6 +346,43 @@ async fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
         kill_process(Pid::from_raw(pid).unwrap(), Signal::CONT).is_err(),
         "the command {pid} still runs"
     );
+    go(dir.path());
+}
+
+/// Cut off from ZooKeeper, a holder is told of the loss while the server may still keep its
+/// session for a while: a command that ignores SIGTERM gets SIGKILL once that while is over
+/// (3/5 of the 2 s session timeout less the 500 ms `loss_after`: 700 ms), not after the whole
+/// `--grace` of a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_loss_the_grace_is_capped_by_what_is_left_of_the_session() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(r#"trap '' TERM; echo "$$" > "$DIR/started"; {WAIT_GO}; touch "$DIR/finished""#);
+    let run = Running::start(&mut exec_sh(
+        &proxy.connect_string(),
+        dir.path(),
+        "stubborn",
+        &["--session-timeout", "2s", "--timeout", "3s", "--grace", "1m"],
+        &script,
+    ));
+    let pid: i32 = file(&dir.path().join("started")).await.trim().parse().unwrap();
+    proxy.blackhole();
+
+    let stopped = run.finish().await;
+    stopped.assert_exit(125);
+    assert!(
+        stopped.stderr.contains("SIGKILL in 700ms if it has not exited")
+            && stopped
+                .stderr
+                .contains("did not exit within 700ms of SIGTERM; sending its process group SIGKILL")
+            && stopped.stderr.contains("it was killed"),
+        "{}",
+        stopped.stderr
+    );
+    assert!(stopped.took < Duration::from_secs(60), "waited the whole grace");
+    assert!(!dir.path().join("finished").exists(), "the command ran to its end");
+    assert!(!alive(pid), "the command {pid} still runs");
     go(dir.path());
 }
 
@@ -841,7 +675,7 @@ async fn lost_leadership_stops_the_command_with_sigterm() {
     assert!(!dir.path().join("finished").exists(), "the command ran to its end");
     let said = |what: &str| stopped.stderr.contains(what);
     assert!(
-        said("sending the command SIGTERM")
+        said("sending the command (its whole process group) SIGTERM")
             && said(
                 r#"the command was stopped because leadership of group "fragile-leader" was lost; it exited with code 0"#
             ),
