@@ -15,6 +15,14 @@
 //! session and the leader is killed; its last line is a JSON object with `runs`, `ticks`,
 //! `duplicates`, `gaps`, `missed_reported`, `lost_reported` and `history_disagreements`.
 //!
+//! `chaos exec --duration 10m` runs the `zklock exec` workload: slots run `zklock exec` on one
+//! lock again and again, their commands writing from a child process to one log, while the
+//! holder is SIGKILLed, a waiter is SIGKILLed, the holder's node is deleted, a revocation is
+//! requested and the holder is partitioned past its session; its last line is a JSON object
+//! with `execs`, `grants`, `lines`, `faults`, `outcomes`, `overlaps` and `tokens_out_of_order`.
+//! It runs the `zklock` binary beside this one (`cargo build --release -p zklock-cli`) or the
+//! one `--zklock` names.
+//!
 //! `chaos leader --duration 10m` runs the leader-election workload: member processes serve one
 //! election and the leader writes to a fenced register with its term's token while the leader
 //! is killed, partitioned past its session, paused past it, or shut down gracefully, and the
@@ -67,6 +75,38 @@ enum Cmd {
     /// Internal: one election member process, configured through the environment.
     #[command(hide = true)]
     LeaderMember,
+    /// The `zklock exec` workload: commands under `zklock exec` write from a child process to
+    /// one log while holders and waiters are killed, nodes deleted, holders revoked and
+    /// partitioned.
+    Exec(ExecArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct ExecArgs {
+    /// How long to keep injecting faults (at least one round of every kind).
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Slots, each running one `zklock exec` after another.
+    #[arg(long, default_value_t = 3)]
+    slots: usize,
+    /// Session timeout of every `zklock exec` (at most 20 ticks).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    session_timeout: Duration,
+    /// Server tickTime.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    tick: Duration,
+    /// Lock-delay every `zklock exec` gives the lock.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    lock_delay: Duration,
+    /// The `zklock` binary (default: the one beside this program's directory).
+    #[arg(long)]
+    zklock: Option<PathBuf>,
+    /// Seed for the fault order and the commands' lengths (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -163,6 +203,7 @@ fn main() {
         Some(Cmd::LeaderMember) => std::process::exit(chaos::leader::member_main_from_env()),
         Some(Cmd::Leader(args)) => std::process::exit(run_leader(&args)),
         Some(Cmd::LeaderCheck { history }) => std::process::exit(recheck_leader(&history)),
+        Some(Cmd::Exec(args)) => std::process::exit(run_exec(&args)),
         Some(Cmd::Run(args)) => args,
         None => cli.run,
     };
@@ -220,6 +261,53 @@ fn main() {
     println!("{}", outcome.report.json_line());
     if !outcome.report.passed() {
         std::process::exit(1);
+    }
+}
+
+fn run_exec(args: &ExecArgs) -> i32 {
+    if args.slots < 2 {
+        eprintln!("chaos exec: need --slots >= 2");
+        return 2;
+    }
+    // target/<profile>/examples/chaos -> target/<profile>/zklock
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("zklock")));
+    let Some(zklock) = args.zklock.clone().or(beside) else {
+        eprintln!("chaos exec: cannot find the zklock binary; name it with --zklock");
+        return 2;
+    };
+    let seed = args.seed.unwrap_or_else(chaos::clock::now_ns);
+    let config = chaos::exec::ExecConfig {
+        duration: args.duration,
+        slots: args.slots,
+        session_timeout: args.session_timeout,
+        tick_time: args.tick,
+        lock_delay: args.lock_delay,
+        zklock,
+        seed,
+        verbose: !args.quiet,
+    };
+    eprintln!(
+        "chaos exec: duration {:?}, {} slots, seed {seed}",
+        config.duration, config.slots
+    );
+    match chaos::exec::run_exec(&config) {
+        Ok(report) => {
+            for overlap in report.overlaps.iter().chain(&report.tokens_out_of_order) {
+                println!("  violation: {overlap}");
+            }
+            println!("{}", report.json_line());
+            if report.passed() {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("chaos exec: the run failed: {e}");
+            2
+        }
     }
 }
 

@@ -24,13 +24,19 @@
 //! excepted); liveness (another leader writes within a bound after each fault) and progress
 //! (enough writes and terms, every fault with its effect) are reported apart.
 //!
+//! The `zklock exec` workload ([`exec`]) runs `zklock exec` processes on one lock whose
+//! commands write from a child process to one log, while holders are SIGKILLed, waiters are
+//! SIGKILLed, the holder's node is deleted, a revocation is requested and the holder is
+//! partitioned past its session; a grant that writes after the next one began is a violation.
+//!
 //! Used by the `chaos` example (`./scripts/chaos.sh --duration 10m`; `chaos jobs`, `chaos
-//! leader`) and by `examples/tests/chaos.rs`, `chaos_jobs.rs` and `chaos_leader.rs` (the
-//! CI-sized runs).
+//! leader`, `chaos exec`) and by `examples/tests/chaos.rs`, `chaos_jobs.rs`, `chaos_leader.rs`
+//! and `chaos_exec.rs` (the CI-sized runs).
 
 pub mod checker;
 pub mod clock;
 pub mod contender;
+pub mod exec;
 pub mod history;
 pub mod jobs;
 pub mod leader;
