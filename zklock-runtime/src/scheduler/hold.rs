@@ -130,9 +130,11 @@ impl Hold<'_> {
     }
 
     /// A record left `running` by a run that never reported back: we hold the lock, so that run
-    /// is not going on under it any more. Records it as lost. Returns false when the hold
-    /// cannot go on.
-    pub async fn settle_orphan(&mut self) -> bool {
+    /// is not going on under it any more. Records it as lost. A record that was not `proven`
+    /// as read (restored or edited) is rewritten without a version stamp, so that it proves
+    /// no more to later holds than it did to this one. Returns false when the hold cannot go
+    /// on.
+    pub async fn settle_orphan(&mut self, proven: bool) -> bool {
         let shared = self.shared;
         // Under `Allow` runs go on without the lock: `running` is no sign of a dead run.
         let orphan = self
@@ -143,7 +145,10 @@ impl Hold<'_> {
             return true;
         };
         let session = orphan.session.map_or_else(|| "none".to_owned(), |s| format!("{s:#x}"));
-        let lost = TickRecord::next(Some(orphan), orphan.tick, RunState::Lost, orphan.session, self.version);
+        let mut lost = TickRecord::next(Some(orphan), orphan.tick, RunState::Lost, orphan.session, self.version);
+        if !proven {
+            lost.version = None;
+        }
         let entry = shared.entry(Some(orphan.tick), Outcome::Lost).because(format!(
             "the run by session {session} never reported back (its node died or lost the lock)"
         ));
@@ -285,7 +290,7 @@ impl Hold<'_> {
         shared.stats.ran(Some(tick));
         if shared.policy == Policy::Replace {
             // Requests for this tick or earlier are served by this run.
-            shared.store.clear_replaced_up_to(self.zk, tick).await;
+            shared.store.clear_replaced_up_to(self.zk, &shared.ticks, tick).await;
         }
         debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
             token = %guard.fencing_token(), "running");
@@ -304,7 +309,7 @@ impl Hold<'_> {
             match shared.policy {
                 Policy::Replace => tokio::select! {
                     () = shared.replace.notified() => {}
-                    () = shared.store.replaced_after(self.zk, tick) => {}
+                    () = shared.store.replaced_after(self.zk, &shared.ticks, tick) => {}
                 },
                 _ => std::future::pending().await,
             }

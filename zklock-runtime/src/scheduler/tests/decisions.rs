@@ -99,6 +99,44 @@ async fn a_deleted_or_rolled_back_record_runs_no_tick_twice() {
     assert_eq!(ticks, vec![(0, 0), (0, 1), (0, 2), (0, 3), (1, 4), (0, 5), (1, 6)]);
 }
 
+/// A record restored while its tick was still running (a backup taken mid-run) proves no more
+/// than a restored finished one: the node that settles it as lost does not run the ticks after
+/// it, which ran already, and neither does a node after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_running_record_runs_no_tick_twice() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let a = Arc::new(Node::start(&server, 0, "restored", Policy::OncePerTick, &log).await);
+    let b = Node::start(&server, 1, "restored", Policy::OncePerTick, &log).await;
+    let c = Node::start(&server, 2, "restored", Policy::OncePerTick, &log).await;
+    let path = record_path("restored");
+    let t = an_hour_ago();
+    a.fire_at(t).await;
+    b.fire_at(t).await; // taken: b has handled up to t
+    c.fire_at(t).await; // and c too
+                        // The backup is taken while a runs t+1.
+    a.then(Act::Hold);
+    a.at.store(t + SECOND, Ordering::SeqCst);
+    let running = tokio::spawn(fire(a.shared.clone()));
+    wait_until("a's run of t+1 started", || runs(&log).len() == 2).await;
+    let (backup, _) = zk.get_data(&path).await.unwrap();
+    let state = TickRecord::decode(&backup).unwrap().unwrap().state;
+    assert_eq!(state, RunState::Running, "the backup shows the run going on");
+    a.release.notify_one();
+    running.await.unwrap();
+    a.fire_at(t + 2 * SECOND).await;
+    a.fire_at(t + 3 * SECOND).await;
+    zk.set_data(&path, &backup, None).await.unwrap();
+    b.fire_at(t + 4 * SECOND).await;
+    c.fire_at(t + 5 * SECOND).await;
+    let ticks: Vec<(usize, i64)> = runs(&log)
+        .iter()
+        .map(|(node, tick)| (*node, (tick - t) / SECOND))
+        .collect();
+    assert_eq!(ticks, vec![(0, 0), (0, 1), (0, 2), (0, 3), (1, 4), (2, 5)]);
+}
+
 /// A node whose clock reads decades ahead takes the ticks due by ZooKeeper's clock, not its
 /// own; and a record pushed far ahead by such a node (of an older version) stops no one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
