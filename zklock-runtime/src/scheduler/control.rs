@@ -236,7 +236,9 @@ pub async fn job_history(client: &LockClient, job: &str) -> Result<Vec<HistoryEn
 /// Pauses `job` on every node: no tick of it runs anywhere until [`resume_job`]; each tick that
 /// passes meanwhile is recorded as skipped (once) and never replayed. A run already going is
 /// not stopped; run-now requests are still served. Returns whether the job was running before
-/// (`false`: it was paused already).
+/// (`false`: it was paused already), or `None` when there is no job of that name (no node has
+/// run it, and [`create_job`] did not make it): nothing is changed then, so a mistyped name
+/// leaves no job behind.
 ///
 /// # Cancel safety
 ///
@@ -247,25 +249,56 @@ pub async fn job_history(client: &LockClient, job: &str) -> Result<Vec<HistoryEn
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
 /// use zklock_runtime::scheduler::{pause_job, resume_job};
-/// pause_job(&client, "nightly-report").await?;
+/// if pause_job(&client, "nightly-report").await?.is_none() {
+///     eprintln!("no such job");
+/// }
 /// // ... maintenance ...
 /// resume_job(&client, "nightly-report").await?;
 /// # Ok(()) }
 /// ```
-pub async fn pause_job(client: &LockClient, job: &str) -> Result<bool, LockError> {
+pub async fn pause_job(client: &LockClient, job: &str) -> Result<Option<bool>, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "pause job").await?;
     let acls = client.inner.config.acls();
     let note = format!("by={} at={}", client.identity().replace(' ', "_"), now_ms());
     let options = zk::CreateMode::Persistent.with_acls(acls);
-    loop {
-        match zk.create(&store.child(PAUSED), note.as_bytes(), &options).await {
-            Ok(_) => return Ok(true),
-            Err(zk::Error::NodeExists) => return Ok(false),
-            Err(zk::Error::NoNode) => store.create(&zk, acls).await.map_err(zk_error("pause job"))?,
-            Err(err) => return Err(LockError::zk("pause job", err)),
-        }
+    match zk.create(&store.child(PAUSED), note.as_bytes(), &options).await {
+        Ok(_) => Ok(Some(true)),
+        Err(zk::Error::NodeExists) => Ok(Some(false)),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(err) => Err(LockError::zk("pause job", err)),
     }
+}
+
+/// Makes `job` known to operators before any node has run it: creates its znode (the nodes
+/// that run the job later use it as theirs), so that [`pause_job`] and [`trigger_job`] accept
+/// its name, for pausing a job before its first deploy, say. Returns whether it was created
+/// (`false`: it existed).
+///
+/// # Cancel safety
+///
+/// Dropped before it returns, the job may or may not exist; calling it again settles it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// use zklock_runtime::scheduler::{create_job, pause_job};
+/// create_job(&client, "new-report").await?;
+/// pause_job(&client, "new-report").await?;
+/// # Ok(()) }
+/// ```
+pub async fn create_job(client: &LockClient, job: &str) -> Result<bool, LockError> {
+    let store = store_of(client, job)?;
+    let zk = session_zk(client, "create job").await?;
+    if exists(&zk, &store.path, "create job").await? {
+        return Ok(false);
+    }
+    store
+        .create(&zk, client.inner.config.acls())
+        .await
+        .map_err(zk_error("create job"))?;
+    Ok(true)
 }
 
 /// Resumes a job paused with [`pause_job`]: its next tick runs as usual; the ticks that passed
@@ -295,7 +328,9 @@ pub async fn resume_job(client: &LockClient, job: &str) -> Result<bool, LockErro
 /// Asks for one run of `job` now, on exactly one node that runs the job (within about a second
 /// when the job is idle; after the current run otherwise), also while the job is paused. The run
 /// does not touch the schedule's tick record; its history entry has no tick. Returns the
-/// request's name (`trigger-<n>`); it disappears once a node takes it.
+/// request's name (`trigger-<n>`); it disappears once a node takes it. Returns `None`, and asks
+/// for nothing, when there is no job of that name (no node has run it, and [`create_job`] did
+/// not make it): a request under a mistyped name would wait forever.
 ///
 /// # Cancel safety
 ///
@@ -309,18 +344,16 @@ pub async fn resume_job(client: &LockClient, job: &str) -> Result<bool, LockErro
 /// let request = zklock_runtime::scheduler::trigger_job(&client, "nightly-report").await?;
 /// # Ok(()) }
 /// ```
-pub async fn trigger_job(client: &LockClient, job: &str) -> Result<String, LockError> {
+pub async fn trigger_job(client: &LockClient, job: &str) -> Result<Option<String>, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "trigger job").await?;
     let acls = client.inner.config.acls();
     let note = format!("by={} at={}", client.identity().replace(' ', "_"), now_ms());
     let options = zk::CreateMode::PersistentSequential.with_acls(acls);
-    loop {
-        match zk.create(&store.child(TRIGGER_PREFIX), note.as_bytes(), &options).await {
-            Ok((_, sequence)) => return Ok(format!("{TRIGGER_PREFIX}{sequence}")),
-            Err(zk::Error::NoNode) => store.create(&zk, acls).await.map_err(zk_error("trigger job"))?,
-            Err(err) => return Err(LockError::zk("trigger job", err)),
-        }
+    match zk.create(&store.child(TRIGGER_PREFIX), note.as_bytes(), &options).await {
+        Ok((_, sequence)) => Ok(Some(format!("{TRIGGER_PREFIX}{sequence}"))),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(err) => Err(LockError::zk("trigger job", err)),
     }
 }
 

@@ -163,7 +163,7 @@ use std::future::Future;
 pub use chrono_tz;
 pub use clock::{Clock, OffsetClock, SystemClock};
 pub use control::{
-    job_history, job_records, pause_job, remove_job, reset_job, resume_job, trigger_job, JobRecord, JobSpec,
+    create_job, job_history, job_records, pause_job, remove_job, reset_job, resume_job, trigger_job, JobRecord, JobSpec,
 };
 pub use history::{HistoryEntry, Outcome};
 pub use job::{RunResult, SchedulerError, SingletonJob};
