@@ -401,7 +401,9 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
 
 /// Deletes everything `job` keeps in ZooKeeper (tick record, history, pause, requests,
 /// registration), under the job's lock (waiting at most `wait`), for a job no node runs any
-/// more. A node still running it starts afresh at its next tick. Returns whether it existed.
+/// more. A node still running it starts afresh at its next tick. Returns whether it existed;
+/// an error when it could not be deleted (requests kept coming between the listing and the
+/// delete, or a child has children of its own that this does not delete).
 ///
 /// # Cancel safety
 ///
@@ -423,44 +425,46 @@ pub async fn remove_job(client: &LockClient, job: &str, wait: Duration) -> Resul
         return Ok(false);
     }
     let guard = client.mutex(job)?.acquire_timeout(wait).await?;
-    // A request created between the listing and the delete makes the multi fail: list again.
-    let mut outcome = Ok(true);
-    for _ in 0..5 {
+    let outcome = delete_job_tree(&zk, &store, guard.node_path()).await;
+    guard.release().await?;
+    outcome.map(|()| true)
+}
+
+/// Deletes the job's node and its children in one multi-operation fenced by our lock node
+/// `lock_node`. A request created between the listing and the delete makes the multi fail:
+/// lists again, [`REMOVE_ATTEMPTS`] times at most, then answers the last failure.
+async fn delete_job_tree(zk: &zk::Client, store: &RecordStore, lock_node: &str) -> Result<(), LockError> {
+    let mut last = zk::Error::NotEmpty;
+    for _ in 0..REMOVE_ATTEMPTS {
         let children = match zk.list_children(&store.path).await {
             Ok(children) => children,
-            Err(zk::Error::NoNode) => break,
-            Err(err) => {
-                outcome = Err(LockError::zk("remove job", err));
-                break;
-            }
+            // Removed meanwhile.
+            Err(zk::Error::NoNode) => return Ok(()),
+            Err(err) => return Err(LockError::zk("remove job", err)),
         };
         let mut multi = zk.new_multi_writer();
         let mut add = || -> Result<(), zk::Error> {
-            multi.add_check_version(guard.node_path(), -1)?;
+            multi.add_check_version(lock_node, -1)?;
             for child in &children {
                 multi.add_delete(&store.child(child), None)?;
             }
             multi.add_delete(&store.path, None)
         };
-        if let Err(err) = add() {
-            outcome = Err(LockError::zk("remove job", err));
-            break;
-        }
+        add().map_err(zk_error("remove job"))?;
         match multi.commit().await {
-            Ok(_) => break,
+            Ok(_) => return Ok(()),
             Err(zk::MultiWriteError::OperationFailed {
-                source: zk::Error::NotEmpty | zk::Error::NoNode,
+                source: source @ (zk::Error::NotEmpty | zk::Error::NoNode),
                 ..
-            }) => continue,
-            Err(err) => {
-                outcome = Err(LockError::zk("remove job", err.into()));
-                break;
-            }
+            }) => last = source,
+            Err(err) => return Err(LockError::zk("remove job", err.into())),
         }
     }
-    guard.release().await?;
-    outcome
+    Err(LockError::zk("remove job", last))
 }
+
+/// How many times [`remove_job`] lists and deletes before it gives up.
+const REMOVE_ATTEMPTS: usize = 5;
 
 async fn exists(zk: &zk::Client, path: &str, op: &'static str) -> Result<bool, LockError> {
     match zk.check_stat(path).await {
