@@ -301,70 +301,96 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
         return None;
     }
 
-    let clocks = plan::Clocks {
-        local: ms_of(shared.clock.now()),
-        server: guard.server_now_ms(),
-    };
-    let own = cap_by_server_clock(shared, clocks.server, own)?;
-    let recorded = match &hold.record {
-        Some(record) => {
-            shared.stats.saw_recorded(record.tick);
-            taken_up_to(shared, record, state.stat.mtime)
-        }
-        None => None,
-    };
-    let beat = plan::Beat {
-        ticks: &shared.ticks,
-        policy: shared.policy,
-        catch_up: shared.catch_up,
-        starting_deadline: shared.starting_deadline,
-        clocks,
-        own,
-        since: handled.last,
-        recorded,
-        proven,
-        paused: state.paused,
-    };
-    let (due, missed, floor) = match plan::plan(&beat) {
-        Plan::Taken { recorded } => {
-            shared.stats.skipped();
-            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), recorded = %show(recorded), "skipped: tick already taken");
-            return Some(own);
-        }
-        Plan::Paused => {
-            hold.skip_paused(own).await;
-            return Some(own);
-        }
-        Plan::Run {
-            due,
-            missed,
-            floor,
-            unproven,
-        } => {
-            if unproven {
-                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
-                    "the tick record was not written by a scheduler node (edited or restored?); not running late ticks");
+    let own = cap_by_server_clock(shared, guard.server_now_ms(), own)?;
+    let (mut paused, mut written) = (state.paused, state.stat.mtime);
+    let (mut proven, mut first) = (proven, true);
+    // The latest tick this hold is done with.
+    let mut done = None;
+    // One tick at a time: between the runs of a backlog the state is read again and the plan
+    // made again, so a pause or a starting deadline that passed during a run is honoured.
+    loop {
+        let recorded = match &hold.record {
+            Some(record) => {
+                shared.stats.saw_recorded(record.tick);
+                taken_up_to(shared, record, written)
             }
-            (due, missed, floor)
+            None => None,
+        };
+        let beat = plan::Beat {
+            ticks: &shared.ticks,
+            policy: shared.policy,
+            catch_up: shared.catch_up,
+            starting_deadline: shared.starting_deadline,
+            clocks: plan::Clocks {
+                local: ms_of(shared.clock.now()),
+                server: guard.server_now_ms(),
+            },
+            own,
+            since: handled.last.max(done),
+            recorded,
+            proven,
+            paused,
+        };
+        let (due, missed, floor) = match plan::plan(&beat) {
+            Plan::Taken { recorded } => {
+                if first {
+                    shared.stats.skipped();
+                    debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), recorded = %show(recorded), "skipped: tick already taken");
+                }
+                return Some(own);
+            }
+            Plan::Paused => {
+                hold.skip_paused(own).await;
+                return Some(own);
+            }
+            Plan::Run {
+                due,
+                missed,
+                floor,
+                unproven,
+            } => {
+                if unproven {
+                    warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
+                        "the tick record was not written by a scheduler node (edited or restored?); not running late ticks");
+                }
+                (due, missed, floor)
+            }
+        };
+        done = done.max(floor);
+        if let Some(Missed { first, last, count }) = missed {
+            shared.stats.gave_up(count);
+            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
+                count, "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
+            let entry = shared.entry(Some(last), Outcome::Missed).because(format!(
+                "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
+                show(first),
+                show(last),
+                shared.catch_up,
+                shared.starting_deadline
+            ));
+            hold.pending.push(entry);
+            done = done.max(Some(last));
         }
-    };
-    let Some(Missed { first, last, count }) = missed else {
-        return hold.run_due(&due, handled).await.max(floor);
-    };
-    shared.stats.gave_up(count);
-    warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
-        count, "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
-    let entry = shared.entry(Some(last), Outcome::Missed).because(format!(
-        "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
-        show(first),
-        show(last),
-        shared.catch_up,
-        shared.starting_deadline
-    ));
-    hold.pending.push(entry);
-    if due.is_empty() {
-        // Nothing runs: take the last missed tick, so that no node runs it.
-        hold.take_missed(last).await;
+        let Some(&next) = due.first() else {
+            // Nothing runs: take the last missed tick, so that no node runs it.
+            if let Some(last) = missed.map(|m| m.last) {
+                hold.take_missed(last).await;
+            }
+            return done;
+        };
+        let ran = hold.run_tick(next, handled).await;
+        if ran.taken {
+            done = done.max(Some(next));
+        }
+        if !ran.go_on || due.len() == 1 {
+            return done;
+        }
+        let Some(state) = hold.reread().await else {
+            return done;
+        };
+        paused = state.paused;
+        written = state.stat.mtime;
+        proven = hold.record.as_ref().is_some_and(|r| r.intact(hold.version));
+        first = false;
     }
-    hold.run_due(&due, handled).await.max(Some(last))
 }

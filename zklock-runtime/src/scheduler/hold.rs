@@ -202,28 +202,60 @@ impl Hold<'_> {
         }
     }
 
-    /// Claims and runs `due` in order. Returns the latest tick taken, if any.
-    pub async fn run_due(&mut self, due: &[i64], handled: &mut Handled) -> Option<i64> {
-        let mut decided = None;
-        for &tick in due {
-            // Take the tick before running it: from here on no node runs it again, whatever
-            // happens to this run. The write is fenced, so it also proves the lock is still ours.
-            let claim = TickRecord::next(
-                self.record.as_ref(),
-                tick,
-                RunState::Running,
-                self.shared.client.session_id(),
-                self.version,
-            );
-            if !self.claim(&claim, handled).await {
-                return decided;
+    /// Claims and runs `tick`. Returns whether the tick was taken (claimed), and whether the
+    /// hold may go on to later ticks (false when the lock was lost, a write failed, or the run
+    /// made way for a later tick).
+    pub async fn run_tick(&mut self, tick: i64, handled: &mut Handled) -> Ran {
+        // Take the tick before running it: from here on no node runs it again, whatever
+        // happens to this run. The write is fenced, so it also proves the lock is still ours.
+        let claim = TickRecord::next(
+            self.record.as_ref(),
+            tick,
+            RunState::Running,
+            self.shared.client.session_id(),
+            self.version,
+        );
+        if !self.claim(&claim, handled).await {
+            return Ran {
+                taken: false,
+                go_on: false,
+            };
+        }
+        Ran {
+            taken: true,
+            go_on: self.run_claimed(claim).await,
+        }
+    }
+
+    /// Reads the job's state again (between the runs of a backlog), so that the next decision
+    /// sees a pause or a record written meanwhile. `None` when it cannot be read.
+    pub async fn reread(&mut self) -> Option<super::store::JobState> {
+        let shared = self.shared;
+        let state = match shared
+            .store
+            .read_state(self.zk, shared.client.inner.config.acls())
+            .await
+        {
+            Ok(state) => state,
+            Err(err) => {
+                shared.stats.failed();
+                warn!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not read the tick record again");
+                return None;
             }
-            decided = Some(tick);
-            if !self.run_claimed(claim).await {
-                return decided;
+        };
+        match &state.record {
+            Ok(record) => {
+                self.record = record.clone();
+                self.version = state.stat.version;
+                self.history = state.history.clone();
+                Some(state)
+            }
+            Err(reason) => {
+                shared.stats.failed();
+                warn!(target: "zklock::scheduler", job = %shared.name, %reason, "the tick record became unreadable");
+                None
             }
         }
-        decided
     }
 
     /// Writes `claim` over the record. Returns whether it is known to be applied.
@@ -320,6 +352,14 @@ impl Hold<'_> {
         let made_way = ended.outcome == Outcome::Replaced;
         self.report(Some(tick), ended).await.is_some() && !made_way
     }
+}
+
+/// What [`Hold::run_tick`] did.
+pub(crate) struct Ran {
+    /// The tick was claimed: no node runs it again.
+    pub taken: bool,
+    /// Later ticks may follow in this hold.
+    pub go_on: bool,
 }
 
 /// Counts how a run ended and makes its history entry; with the state the run leaves in the

@@ -113,7 +113,10 @@
 //! event names the first and last of them, they are counted in [`JobStats::missed`] and written
 //! to the history, and the record moves past them. A beat reads the clock when it starts, so a
 //! job whose runs keep taking longer than its period runs its latest ticks, not an
-//! ever-growing backlog.
+//! ever-growing backlog. Between the runs of a backlog the job's state is read again and the
+//! decision made again: a pause made during a run starts no further run (the beat's tick is
+//! taken as skipped), and a tick whose starting deadline passed while an earlier one ran is
+//! given up.
 //!
 //! # Failed runs, lost locks, dead nodes
 //!

@@ -313,6 +313,61 @@ async fn ticks_missed_while_the_cluster_was_down_follow_the_catch_up_policy() {
     );
 }
 
+/// Starts a backlog on `node`: it ran `t`, and its beat at `t+4` has the late ticks t+1 to t+3
+/// and its own to run; the run of t+1 holds until released. Returns the beat's task once that
+/// run has started.
+async fn backlog_started(node: &Arc<Node>, t: i64, log: &Log) -> tokio::task::JoinHandle<()> {
+    node.fire_at(t).await;
+    node.then(Act::Hold);
+    node.at.store(t + 4 * SECOND, Ordering::SeqCst);
+    let beat = tokio::spawn(fire(node.shared.clone()));
+    wait_until("the backlog's first run started", || runs(log).len() == 2).await;
+    beat
+}
+
+/// A pause that comes while a backlog of late ticks runs stops the backlog: no run starts after
+/// the pause is made, and the beat's own tick is taken as skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_during_a_backlog_starts_no_further_run() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let node = Arc::new(Node::start(&server, 0, "backlog-paused", Policy::OncePerTick, &log).await);
+    let t = an_hour_ago();
+    let beat = backlog_started(&node, t, &log).await;
+    assert_eq!(
+        pause_job(&node.shared.client, "backlog-paused").await.unwrap(),
+        Some(true)
+    );
+    node.release.notify_one();
+    beat.await.unwrap();
+    let ticks: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    assert_eq!(ticks, vec![0, 1], "nothing ran after the pause");
+    let shown = job_records(&node.shared.client).await.unwrap();
+    assert_eq!(
+        (shown[0].tick_ms, shown[0].state.as_str()),
+        (Some(t + 4 * SECOND), "skipped")
+    );
+}
+
+/// The starting deadline is judged when each tick of a backlog starts, not once for the whole
+/// backlog: a tick whose deadline passed while an earlier one ran is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_tick_whose_deadline_passed_during_an_earlier_run_is_missed() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let deadline = |job: SingletonJob| job.starting_deadline(Duration::from_secs(5));
+    let node = Arc::new(Node::custom(&server, 0, "backlog-deadline", &log, 0, "* * * * * *", deadline).await);
+    let t = an_hour_ago();
+    let beat = backlog_started(&node, t, &log).await;
+    // The run of t+1 ends at t+8: t+2 is more than 5 s late by then; t+3 and t+4 are not.
+    node.at.store(t + 8 * SECOND, Ordering::SeqCst);
+    node.release.notify_one();
+    beat.await.unwrap();
+    let ticks: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    assert_eq!(ticks, vec![0, 1, 3, 4]);
+    assert_eq!(node.shared.stats.missed(), 1, "t+2 was given up");
+}
+
 /// Under `BufferOne`, the ticks that come while the job runs collapse into one run right after
 /// it; the others are recorded as missed, in the counters and the history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
