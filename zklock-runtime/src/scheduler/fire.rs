@@ -27,7 +27,14 @@ use zookeeper_client as zk;
 /// Entry point of every beat.
 pub(crate) async fn fire(shared: Arc<Shared>) {
     let _in_flight = shared.stats.fire_started();
-    let now_tick = shared.ticks.tick_at(shared.clock.now());
+    // This node's tick, but none past those due by ZooKeeper's clock (as last learnt): a node
+    // whose clock runs ahead must not see a new tick, and stop its own run for it under
+    // `Replace`, before the tick comes for the others.
+    let server_now = shared.client.latest().and_then(|session| session.server_now_ms());
+    let now_tick = shared
+        .ticks
+        .tick_at(shared.clock.now())
+        .and_then(|own| plan::takeable(&shared.ticks, own, server_now));
     // One beat at a time on this node: one under way (waiting for the lock, or running) reads
     // the clock again when it is done, so beats that come meanwhile have nothing to add. Under
     // the skip policy, a tick that comes while this node is still running is skipped.

@@ -91,3 +91,47 @@ async fn a_clock_ahead_runs_its_ticks_within_the_starting_deadline() {
     assert!(ran[0].1 <= now_ms() + SECOND, "a tick due now, not {}", ran[0].1);
     assert_eq!(ahead.shared.stats.missed(), 0, "no tick was given up");
 }
+
+/// Under `Replace`, a node whose clock runs ahead of ZooKeeper's does not stop its own run when
+/// its clock reaches the next tick: the next tick comes by ZooKeeper's clock, as the tick the
+/// run is for did. (Otherwise every run of a job longer than the skew is cut short.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_ahead_does_not_cut_its_own_replace_run_short() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let job = "ahead-own-run";
+    // Five seconds ahead on a ten-second schedule: from the middle of each period on, this
+    // node's clock is in the next one while ZooKeeper's is not.
+    let ahead = Arc::new(
+        Node::custom(&server, 0, job, &log, 5 * SECOND, "*/10 * * * * *", |job| {
+            job.policy(Policy::Replace)
+        })
+        .await,
+    );
+    wait_until("the real clock is at the start of a period", || {
+        now_ms() % (10 * SECOND) < 2 * SECOND
+    })
+    .await;
+    ahead.then(Act::Sleep(Duration::from_millis(7500)));
+    let running = tokio::spawn({
+        let ahead = ahead.clone();
+        async move { ahead.fire_at(REAL).await }
+    });
+    wait_until("the run started", || runs(&log).len() == 1).await;
+    let tick = runs(&log)[0].1;
+    assert!(tick <= now_ms(), "the tick due by ZooKeeper's clock: {tick}");
+    // Past the middle of the period: this node's clock reads the next tick; ZooKeeper's does
+    // not, and the run has more than a second to go.
+    wait_until("the node's clock is in the next period", || {
+        now_ms() >= tick + 5 * SECOND + 500
+    })
+    .await;
+    ahead.fire_at(REAL).await;
+    running.await.unwrap();
+    let history = job_history(&ahead.shared.client, job).await.unwrap();
+    assert_eq!(
+        (history[0].tick, &history[0].outcome),
+        (Some(tick), &Outcome::Ok),
+        "the run was not stopped by its own node: {history:?}"
+    );
+}
