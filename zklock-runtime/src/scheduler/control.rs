@@ -29,7 +29,7 @@ pub struct JobSpec {
     pub schedule: String,
     /// The IANA time zone its times are read in.
     pub time_zone: String,
-    /// The overlap policy (`once_per_tick`, `skip`).
+    /// The overlap policy (`once_per_tick`, `buffer_one`, `replace`, `allow`, `skip`).
     pub policy: String,
     /// The identity of the node that wrote this.
     pub node: String,
@@ -50,8 +50,9 @@ pub struct JobRecord {
     pub job: String,
     /// The last tick taken, in milliseconds since the Unix epoch; `None` before the first.
     pub tick_ms: Option<i64>,
-    /// How that tick's run ended: `running`, `done`, `failed`, `lost` or `skipped` (or a state
-    /// written by a later version); `unreadable` when the record cannot be parsed, `forbidden`
+    /// How that tick's run ended: `running`, `done`, `failed`, `lost`, `replaced` (made way
+    /// for a later tick), or not run: `skipped` (paused) or `missed` (given up); or a state
+    /// written by a later version. `unreadable` when the record cannot be parsed, `forbidden`
     /// when its ACL does not let this client read it, `none` before the first tick.
     pub state: String,
     /// The ZooKeeper session of the node that took the tick.
