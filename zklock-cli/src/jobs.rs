@@ -27,6 +27,10 @@ pub(crate) enum JobsAction {
     Pause {
         /// The job name.
         name: String,
+        /// Make the job if no node has run it yet (to pause it before its first deploy);
+        /// without it an unknown name is an error.
+        #[arg(long)]
+        create: bool,
     },
     /// Run the job again on its schedule; the ticks that passed while paused are not replayed.
     Resume {
@@ -37,6 +41,10 @@ pub(crate) enum JobsAction {
     Trigger {
         /// The job name.
         name: String,
+        /// Make the job if no node has run it yet (the request then waits for the first
+        /// node); without it an unknown name is an error.
+        #[arg(long)]
+        create: bool,
     },
     /// Clear the job's tick record and history (under the job's lock).
     Reset {
@@ -66,8 +74,9 @@ pub(crate) async fn run(client: &LockClient, action: &JobsAction, as_json: bool)
     match action {
         JobsAction::List => list(client, as_json).await,
         JobsAction::History { name, limit } => history(client, name, *limit, as_json).await,
-        JobsAction::Pause { name } => {
-            let changed = scheduler::pause_job(client, name).await?;
+        JobsAction::Pause { name, create } => {
+            make(client, name, *create).await?;
+            let changed = known(scheduler::pause_job(client, name).await?, "pause", name)?;
             say(
                 as_json,
                 json!({"job": name, "paused": true, "changed": changed}),
@@ -90,8 +99,9 @@ pub(crate) async fn run(client: &LockClient, action: &JobsAction, as_json: bool)
             );
             Ok(())
         }
-        JobsAction::Trigger { name } => {
-            let request = scheduler::trigger_job(client, name).await?;
+        JobsAction::Trigger { name, create } => {
+            make(client, name, *create).await?;
+            let request = known(scheduler::trigger_job(client, name).await?, "trigger", name)?;
             say(as_json, json!({"job": name, "request": request}), || {
                 format!("{name}: {request} made; one node runs the job once, as soon as it is idle")
             });
@@ -144,6 +154,26 @@ fn found(existed: bool, name: &str) -> Result<(), Failure> {
             message: format!("no job {name:?} in this namespace"),
         }),
     }
+}
+
+/// With `--create`, makes the job known before acting on it.
+async fn make(client: &LockClient, name: &str, create: bool) -> Result<(), Failure> {
+    if create {
+        scheduler::create_job(client, name).await?;
+    }
+    Ok(())
+}
+
+/// The answer of an action on a job, or "no such job" when the name is unknown (a typo, most
+/// likely: an action on it would create a job no node runs).
+fn known<T>(answer: Option<T>, what: &str, name: &str) -> Result<T, Failure> {
+    answer.ok_or_else(|| Failure {
+        code: EXIT_NO_SUCH_LOCK,
+        message: format!(
+            "no job {name:?} in this namespace (no node has run it); check the name with `zklock jobs`, \
+             or add --create to {what} it before any node runs it"
+        ),
+    })
 }
 
 fn outcome_name(outcome: &Outcome) -> String {

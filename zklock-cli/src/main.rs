@@ -19,7 +19,8 @@
 //! `--tls-ca FILE` (with `--tls-cert FILE --tls-key FILE` for a client certificate) and `--sasl
 //! user:password` (DIGEST-MD5). Exit codes: 0 done; 1 ZooKeeper refused a request; 2 bad
 //! arguments; 3 ZooKeeper cannot be reached; 4 no such lock (`show`, `revoke`), nobody holds it
-//! (`revoke`), or no such job (`jobs reset`, `jobs remove`).
+//! (`revoke`), or no such job (`jobs pause`, `jobs trigger` without `--create`, `jobs reset`,
+//! `jobs remove`).
 //!
 //! `revoke` asks the holders of a lock to release it (Curator's revocation: `__REVOKE__` is
 //! written into each holder node); holders that listen are told, nothing is enforced.
@@ -55,8 +56,8 @@ mod jobs;
 const EXIT_FAILED: u8 = 1;
 /// Exit code: ZooKeeper could not be reached within `--timeout`.
 const EXIT_UNREACHABLE: u8 = 3;
-/// Exit code: `show` named a lock that has no directory, or `jobs reset|remove` a job that does
-/// not exist.
+/// Exit code: `show` named a lock that has no directory, or `jobs pause|trigger|reset|remove` a
+/// job that does not exist.
 const EXIT_NO_SUCH_LOCK: u8 = 4;
 /// Exit code of `exec`: a revocation of the lock was requested while the command ran, and the
 /// command was stopped (as on a loss, but the lock was sound until then).

@@ -423,6 +423,71 @@ async fn jobs_actions_reach_the_nodes_running_the_job() {
     client.close().await;
 }
 
+/// `jobs trigger` and `jobs pause` of a name no node runs (a typo) fail with "no such job"
+/// (exit 4) and leave nothing behind; with `--create` they make the job, for a job about to be
+/// deployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_trigger_and_pause_of_an_unknown_job_fail_unless_created() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    for action in ["trigger", "pause"] {
+        let out = zklock(&zk, &["jobs", action, "swepe"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "jobs {action} of an unknown job: {stderr}");
+        assert!(
+            stderr.contains("no job \"swepe\"") && stderr.contains("--create"),
+            "jobs {action} says why and how: {stderr}"
+        );
+        assert_eq!(
+            json_of(&zklock(&zk, &["jobs", "--json"])),
+            serde_json::json!([]),
+            "jobs {action} of an unknown job left no phantom job"
+        );
+    }
+    let paused = json_of(&zklock(&zk, &["jobs", "pause", "nightly", "--create", "--json"]));
+    assert_eq!(paused["paused"], true);
+    let request = json_of(&zklock(&zk, &["jobs", "trigger", "nightly", "--create", "--json"]));
+    assert!(
+        request["request"].as_str().unwrap().starts_with("trigger-"),
+        "{request}"
+    );
+    let listed = json_of(&zklock(&zk, &["jobs", "--json"]));
+    assert_eq!(
+        (&listed[0]["job"], &listed[0]["paused"], &listed[0]["triggers_pending"]),
+        (&Value::from("nightly"), &Value::from(true), &Value::from(1))
+    );
+    // Known now: no --create needed.
+    json_of(&zklock(&zk, &["jobs", "trigger", "nightly", "--json"]));
+}
+
+/// `jobs remove` that cannot delete the job (a node of someone else's under one of its
+/// children keeps failing the delete) reports the failure and does not say "removed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_remove_that_cannot_delete_the_job_reports_failure() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let raw = raw(&zk).await;
+    let open = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for path in [
+        "/zklock.jobs",
+        "/zklock.jobs/stuck",
+        "/zklock.jobs/stuck/history",
+        "/zklock.jobs/stuck/history/stray",
+    ] {
+        raw.create(path, b"", &open).await.unwrap();
+    }
+    let out = zklock(&zk, &["jobs", "remove", "stuck", "--yes"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "remove reported success: {stdout}");
+    assert!(!stdout.contains("removed"), "{stdout}");
+    assert!(stderr.contains("remove job"), "the failure is named: {stderr}");
+    let listed = json_of(&zklock(&zk, &["jobs", "--json"]));
+    assert_eq!(listed[0]["job"], "stuck", "the job is still there");
+}
+
 /// Records `zklock jobs` cannot show as usual still list: a tick past year 9999, a record
 /// whose ACL this client does not pass; the other jobs are listed beside them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,7 @@ pub struct JobSpec {
     pub schedule: String,
     /// The IANA time zone its times are read in.
     pub time_zone: String,
-    /// The overlap policy (`once_per_tick`, `skip`).
+    /// The overlap policy (`once_per_tick`, `buffer_one`, `replace`, `allow`, `skip`).
     pub policy: String,
     /// The identity of the node that wrote this.
     pub node: String,
@@ -50,8 +50,9 @@ pub struct JobRecord {
     pub job: String,
     /// The last tick taken, in milliseconds since the Unix epoch; `None` before the first.
     pub tick_ms: Option<i64>,
-    /// How that tick's run ended: `running`, `done`, `failed`, `lost` or `skipped` (or a state
-    /// written by a later version); `unreadable` when the record cannot be parsed, `forbidden`
+    /// How that tick's run ended: `running`, `done`, `failed`, `lost`, `replaced` (made way
+    /// for a later tick), or not run: `skipped` (paused) or `missed` (given up); or a state
+    /// written by a later version. `unreadable` when the record cannot be parsed, `forbidden`
     /// when its ACL does not let this client read it, `none` before the first tick.
     pub state: String,
     /// The ZooKeeper session of the node that took the tick.
@@ -236,7 +237,9 @@ pub async fn job_history(client: &LockClient, job: &str) -> Result<Vec<HistoryEn
 /// Pauses `job` on every node: no tick of it runs anywhere until [`resume_job`]; each tick that
 /// passes meanwhile is recorded as skipped (once) and never replayed. A run already going is
 /// not stopped; run-now requests are still served. Returns whether the job was running before
-/// (`false`: it was paused already).
+/// (`false`: it was paused already), or `None` when there is no job of that name (no node has
+/// run it, and [`create_job`] did not make it): nothing is changed then, so a mistyped name
+/// leaves no job behind.
 ///
 /// # Cancel safety
 ///
@@ -247,25 +250,56 @@ pub async fn job_history(client: &LockClient, job: &str) -> Result<Vec<HistoryEn
 /// ```no_run
 /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
 /// use zklock_runtime::scheduler::{pause_job, resume_job};
-/// pause_job(&client, "nightly-report").await?;
+/// if pause_job(&client, "nightly-report").await?.is_none() {
+///     eprintln!("no such job");
+/// }
 /// // ... maintenance ...
 /// resume_job(&client, "nightly-report").await?;
 /// # Ok(()) }
 /// ```
-pub async fn pause_job(client: &LockClient, job: &str) -> Result<bool, LockError> {
+pub async fn pause_job(client: &LockClient, job: &str) -> Result<Option<bool>, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "pause job").await?;
     let acls = client.inner.config.acls();
     let note = format!("by={} at={}", client.identity().replace(' ', "_"), now_ms());
     let options = zk::CreateMode::Persistent.with_acls(acls);
-    loop {
-        match zk.create(&store.child(PAUSED), note.as_bytes(), &options).await {
-            Ok(_) => return Ok(true),
-            Err(zk::Error::NodeExists) => return Ok(false),
-            Err(zk::Error::NoNode) => store.create(&zk, acls).await.map_err(zk_error("pause job"))?,
-            Err(err) => return Err(LockError::zk("pause job", err)),
-        }
+    match zk.create(&store.child(PAUSED), note.as_bytes(), &options).await {
+        Ok(_) => Ok(Some(true)),
+        Err(zk::Error::NodeExists) => Ok(Some(false)),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(err) => Err(LockError::zk("pause job", err)),
     }
+}
+
+/// Makes `job` known to operators before any node has run it: creates its znode (the nodes
+/// that run the job later use it as theirs), so that [`pause_job`] and [`trigger_job`] accept
+/// its name, for pausing a job before its first deploy, say. Returns whether it was created
+/// (`false`: it existed).
+///
+/// # Cancel safety
+///
+/// Dropped before it returns, the job may or may not exist; calling it again settles it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+/// use zklock_runtime::scheduler::{create_job, pause_job};
+/// create_job(&client, "new-report").await?;
+/// pause_job(&client, "new-report").await?;
+/// # Ok(()) }
+/// ```
+pub async fn create_job(client: &LockClient, job: &str) -> Result<bool, LockError> {
+    let store = store_of(client, job)?;
+    let zk = session_zk(client, "create job").await?;
+    if exists(&zk, &store.path, "create job").await? {
+        return Ok(false);
+    }
+    store
+        .create(&zk, client.inner.config.acls())
+        .await
+        .map_err(zk_error("create job"))?;
+    Ok(true)
 }
 
 /// Resumes a job paused with [`pause_job`]: its next tick runs as usual; the ticks that passed
@@ -295,7 +329,9 @@ pub async fn resume_job(client: &LockClient, job: &str) -> Result<bool, LockErro
 /// Asks for one run of `job` now, on exactly one node that runs the job (within about a second
 /// when the job is idle; after the current run otherwise), also while the job is paused. The run
 /// does not touch the schedule's tick record; its history entry has no tick. Returns the
-/// request's name (`trigger-<n>`); it disappears once a node takes it.
+/// request's name (`trigger-<n>`); it disappears once a node takes it. Returns `None`, and asks
+/// for nothing, when there is no job of that name (no node has run it, and [`create_job`] did
+/// not make it): a request under a mistyped name would wait forever.
 ///
 /// # Cancel safety
 ///
@@ -309,18 +345,16 @@ pub async fn resume_job(client: &LockClient, job: &str) -> Result<bool, LockErro
 /// let request = zklock_runtime::scheduler::trigger_job(&client, "nightly-report").await?;
 /// # Ok(()) }
 /// ```
-pub async fn trigger_job(client: &LockClient, job: &str) -> Result<String, LockError> {
+pub async fn trigger_job(client: &LockClient, job: &str) -> Result<Option<String>, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "trigger job").await?;
     let acls = client.inner.config.acls();
     let note = format!("by={} at={}", client.identity().replace(' ', "_"), now_ms());
     let options = zk::CreateMode::PersistentSequential.with_acls(acls);
-    loop {
-        match zk.create(&store.child(TRIGGER_PREFIX), note.as_bytes(), &options).await {
-            Ok((_, sequence)) => return Ok(format!("{TRIGGER_PREFIX}{sequence}")),
-            Err(zk::Error::NoNode) => store.create(&zk, acls).await.map_err(zk_error("trigger job"))?,
-            Err(err) => return Err(LockError::zk("trigger job", err)),
-        }
+    match zk.create(&store.child(TRIGGER_PREFIX), note.as_bytes(), &options).await {
+        Ok((_, sequence)) => Ok(Some(format!("{TRIGGER_PREFIX}{sequence}"))),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(err) => Err(LockError::zk("trigger job", err)),
     }
 }
 
@@ -368,7 +402,9 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
 
 /// Deletes everything `job` keeps in ZooKeeper (tick record, history, pause, requests,
 /// registration), under the job's lock (waiting at most `wait`), for a job no node runs any
-/// more. A node still running it starts afresh at its next tick. Returns whether it existed.
+/// more. A node still running it starts afresh at its next tick. Returns whether it existed;
+/// an error when it could not be deleted (requests kept coming between the listing and the
+/// delete, or a child has children of its own that this does not delete).
 ///
 /// # Cancel safety
 ///
@@ -390,44 +426,46 @@ pub async fn remove_job(client: &LockClient, job: &str, wait: Duration) -> Resul
         return Ok(false);
     }
     let guard = client.mutex(job)?.acquire_timeout(wait).await?;
-    // A request created between the listing and the delete makes the multi fail: list again.
-    let mut outcome = Ok(true);
-    for _ in 0..5 {
+    let outcome = delete_job_tree(&zk, &store, guard.node_path()).await;
+    guard.release().await?;
+    outcome.map(|()| true)
+}
+
+/// Deletes the job's node and its children in one multi-operation fenced by our lock node
+/// `lock_node`. A request created between the listing and the delete makes the multi fail:
+/// lists again, [`REMOVE_ATTEMPTS`] times at most, then answers the last failure.
+async fn delete_job_tree(zk: &zk::Client, store: &RecordStore, lock_node: &str) -> Result<(), LockError> {
+    let mut last = zk::Error::NotEmpty;
+    for _ in 0..REMOVE_ATTEMPTS {
         let children = match zk.list_children(&store.path).await {
             Ok(children) => children,
-            Err(zk::Error::NoNode) => break,
-            Err(err) => {
-                outcome = Err(LockError::zk("remove job", err));
-                break;
-            }
+            // Removed meanwhile.
+            Err(zk::Error::NoNode) => return Ok(()),
+            Err(err) => return Err(LockError::zk("remove job", err)),
         };
         let mut multi = zk.new_multi_writer();
         let mut add = || -> Result<(), zk::Error> {
-            multi.add_check_version(guard.node_path(), -1)?;
+            multi.add_check_version(lock_node, -1)?;
             for child in &children {
                 multi.add_delete(&store.child(child), None)?;
             }
             multi.add_delete(&store.path, None)
         };
-        if let Err(err) = add() {
-            outcome = Err(LockError::zk("remove job", err));
-            break;
-        }
+        add().map_err(zk_error("remove job"))?;
         match multi.commit().await {
-            Ok(_) => break,
+            Ok(_) => return Ok(()),
             Err(zk::MultiWriteError::OperationFailed {
-                source: zk::Error::NotEmpty | zk::Error::NoNode,
+                source: source @ (zk::Error::NotEmpty | zk::Error::NoNode),
                 ..
-            }) => continue,
-            Err(err) => {
-                outcome = Err(LockError::zk("remove job", err.into()));
-                break;
-            }
+            }) => last = source,
+            Err(err) => return Err(LockError::zk("remove job", err.into())),
         }
     }
-    guard.release().await?;
-    outcome
+    Err(LockError::zk("remove job", last))
 }
+
+/// How many times [`remove_job`] lists and deletes before it gives up.
+const REMOVE_ATTEMPTS: usize = 5;
 
 async fn exists(zk: &zk::Client, path: &str, op: &'static str) -> Result<bool, LockError> {
     match zk.check_stat(path).await {

@@ -7,7 +7,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use tracing::{debug, error, warn};
@@ -16,10 +15,11 @@ use super::control::{JobSpec, SPEC_CONFLICT};
 use super::history::Outcome;
 use super::hold::Hold;
 use super::node::{ms_of, Handled, Shared};
+use super::plan::{self, Plan};
 use super::policy::Policy;
 use super::record::TickRecord;
 use super::store::{SPEC, TRIGGER_PREFIX};
-use super::ticks::{due_ticks, past_deadline, show, tick_time, Missed};
+use super::ticks::{show, Missed};
 use crate::engine::guard::LockGuard;
 use crate::error::LockError;
 use zookeeper_client as zk;
@@ -27,7 +27,14 @@ use zookeeper_client as zk;
 /// Entry point of every beat.
 pub(crate) async fn fire(shared: Arc<Shared>) {
     let _in_flight = shared.stats.fire_started();
-    let now_tick = shared.ticks.tick_at(shared.clock.now());
+    // This node's tick, but none past those due by ZooKeeper's clock (as last learnt): a node
+    // whose clock runs ahead must not see a new tick, and stop its own run for it under
+    // `Replace`, before the tick comes for the others.
+    let server_now = shared.client.latest().and_then(|session| session.server_now_ms());
+    let now_tick = shared
+        .ticks
+        .tick_at(shared.clock.now())
+        .and_then(|own| plan::takeable(&shared.ticks, own, server_now));
     // One beat at a time on this node: one under way (waiting for the lock, or running) reads
     // the clock again when it is done, so beats that come meanwhile have nothing to add. Under
     // the skip policy, a tick that comes while this node is still running is skipped.
@@ -113,7 +120,11 @@ async fn take_or_replace(shared: &Shared, own: i64) -> Option<LockGuard> {
         return Some(guard);
     }
     let asked = async {
-        let zk = shared.client.session(None).await.ok()?.zk().ok()?;
+        let session = shared.client.session(None).await.ok()?;
+        // Ask for no tick past those due by ZooKeeper's clock (readers cap it too, by the
+        // request's creation time, for requests of nodes that do not).
+        let own = plan::takeable(&shared.ticks, own, session.server_now_ms())?;
+        let zk = session.zk().ok()?;
         shared
             .store
             .ask_to_replace(&zk, shared.client.inner.config.acls(), own)
@@ -207,44 +218,32 @@ async fn register(shared: &Shared, zk: &zk::Client, acls: zk::Acls<'_>) -> bool 
     true
 }
 
-/// How far ahead of the ensemble's clock a tick may be and still be taken. A node whose clock
-/// runs further ahead takes the ticks that are due by ZooKeeper's clock instead of its own, so
-/// it cannot push the record past ticks the other nodes have yet to run.
-pub(crate) const CLOCK_AHEAD_LIMIT: Duration = Duration::from_secs(1);
-
-/// The latest tick that may be taken now: this node's `own` tick, unless the ensemble's clock
-/// says that is more than [`CLOCK_AHEAD_LIMIT`] in the future.
-fn cap_by_server_clock(shared: &Shared, guard: &LockGuard, own: i64) -> Option<i64> {
-    let Some(server_now) = guard.server_now_ms() else {
-        return Some(own);
-    };
-    let limit = server_now.saturating_add(CLOCK_AHEAD_LIMIT.as_millis() as i64);
-    if own <= limit {
-        return Some(own);
-    }
-    if !shared.clock_ahead_reported.swap(true, Ordering::Relaxed) {
-        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), server_time = %show(server_now),
+/// The latest tick that may be taken now ([`plan::takeable`]); warns once when this node's
+/// clock runs so far ahead of ZooKeeper's that its own tick may not be taken.
+fn cap_by_server_clock(shared: &Shared, server_now: Option<i64>, own: i64) -> Option<i64> {
+    let capped = plan::takeable(&shared.ticks, own, server_now);
+    if capped != Some(own) && !shared.clock_ahead_reported.swap(true, Ordering::Relaxed) {
+        warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), server_time = ?server_now.map(show),
             "this node's clock is ahead of ZooKeeper's; it takes only ticks due by ZooKeeper's clock (sync the clocks)");
     }
-    shared.ticks.tick_at(tick_time(limit))
+    capped
 }
 
-/// The tick a record proves taken: its own, unless it was written more than
-/// [`CLOCK_AHEAD_LIMIT`] before that tick by the ensemble's clock (`written_ms`), which only a
-/// node with a clock far ahead does; such a claim covers the ticks due when it was written.
+/// The tick a record proves taken ([`plan::credible`] by its write time `written_ms`); warns
+/// when the record claims more, as only a node with a clock far ahead writes.
 fn taken_up_to(shared: &Shared, record: &TickRecord, written_ms: i64) -> Option<i64> {
-    let limit = written_ms.saturating_add(CLOCK_AHEAD_LIMIT.as_millis() as i64);
-    if record.tick <= limit {
-        return Some(record.tick);
+    let credible = plan::credible(&shared.ticks, record.tick, written_ms);
+    if credible != Some(record.tick) {
+        warn!(target: "zklock::scheduler", job = %shared.name, recorded = %show(record.tick), written = %show(written_ms),
+            "the record claims a tick far ahead of when it was written (a node's clock ran ahead); honouring only the ticks due by then");
     }
-    warn!(target: "zklock::scheduler", job = %shared.name, recorded = %show(record.tick), written = %show(written_ms),
-        "the record claims a tick far ahead of when it was written (a node's clock ran ahead); honouring only the ticks due by then");
-    shared.ticks.tick_at(tick_time(limit))
+    credible
 }
 
 /// Under one hold of the job's lock: serves run-now requests, settles what the record says
 /// about earlier runs, then runs in order every tick after `handled.last` up to `own` that
-/// nobody took yet (only `own` when the record cannot prove which earlier ticks are untaken).
+/// nobody took yet (only `own` when the record cannot prove which earlier ticks are untaken),
+/// as [`plan::plan`] decides.
 ///
 /// Returns the latest tick this node is done with (run, found taken, or given up), or `None`
 /// when it could not decide anything; ticks after the returned one are offered again later.
@@ -276,6 +275,9 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
             return None;
         }
     };
+    // Whether the record proves which ticks after its own are untaken is judged on the record
+    // as read, before this hold writes anything over it.
+    let proven = record.as_ref().is_some_and(|r| r.intact(state.stat.version));
     let mut hold = Hold {
         shared,
         guard,
@@ -302,74 +304,100 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
             }
         }
     }
-    if !hold.settle_orphan().await {
+    if !hold.settle_orphan(proven).await {
         return None;
     }
 
-    let own = cap_by_server_clock(shared, guard, own)?;
-    let recorded = match &hold.record {
-        Some(record) => {
-            shared.stats.saw_recorded(record.tick);
-            taken_up_to(shared, record, state.stat.mtime)
+    let own = cap_by_server_clock(shared, guard.server_now_ms(), own)?;
+    let (mut paused, mut written) = (state.paused, state.stat.mtime);
+    let (mut proven, mut first) = (proven, true);
+    // The latest tick this hold is done with.
+    let mut done = None;
+    // One tick at a time: between the runs of a backlog the state is read again and the plan
+    // made again, so a pause or a starting deadline that passed during a run is honoured.
+    loop {
+        let recorded = match &hold.record {
+            Some(record) => {
+                shared.stats.saw_recorded(record.tick);
+                taken_up_to(shared, record, written)
+            }
+            None => None,
+        };
+        let beat = plan::Beat {
+            ticks: &shared.ticks,
+            policy: shared.policy,
+            catch_up: shared.catch_up,
+            starting_deadline: shared.starting_deadline,
+            clocks: plan::Clocks {
+                local: ms_of(shared.clock.now()),
+                server: guard.server_now_ms(),
+            },
+            own,
+            since: handled.last.max(done),
+            recorded,
+            proven,
+            paused,
+        };
+        let (due, missed, floor) = match plan::plan(&beat) {
+            Plan::Taken { recorded } => {
+                if first {
+                    shared.stats.skipped();
+                    debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), recorded = %show(recorded), "skipped: tick already taken");
+                }
+                return Some(own);
+            }
+            Plan::Paused => {
+                hold.skip_paused(own).await;
+                return Some(own);
+            }
+            Plan::Run {
+                due,
+                missed,
+                floor,
+                unproven,
+            } => {
+                if unproven {
+                    warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
+                        "the tick record was not written by a scheduler node (edited or restored?); not running late ticks");
+                }
+                (due, missed, floor)
+            }
+        };
+        done = done.max(floor);
+        if let Some(Missed { first, last, count }) = missed {
+            shared.stats.gave_up(count);
+            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
+                count, "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
+            let entry = shared.entry(Some(last), Outcome::Missed).because(format!(
+                "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
+                show(first),
+                show(last),
+                shared.catch_up,
+                shared.starting_deadline
+            ));
+            hold.pending.push(entry);
+            done = done.max(Some(last));
         }
-        None => None,
-    };
-    if let Some(recorded) = recorded.filter(|recorded| *recorded >= own) {
-        shared.stats.skipped();
-        debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), recorded = %show(recorded), "skipped: tick already taken");
-        return Some(own);
-    }
-    if state.paused {
-        hold.skip_paused(own).await;
-        return Some(own);
-    }
-
-    // Ticks at or before the record were taken; ticks at or before `since` were handled here.
-    // Ticks in between are run late only when the record proves it was written by the node
-    // that took the last of them: a deleted, hand-edited or rolled-back record says nothing
-    // of the ticks after it, which may have run. A skip-policy beat offers only its own tick.
-    let (since, late) = match shared.policy {
-        Policy::OncePerTick | Policy::Allow => (handled.last, shared.catch_up.late()),
-        Policy::BufferOne | Policy::Replace => (handled.last, 0),
-        Policy::Skip => (None, 0),
-    };
-    let proven = hold.record.as_ref().is_some_and(|r| r.intact(hold.version));
-    // A node's first beat (`since` is none) catches up from the record alone.
-    let floor = if proven && shared.policy != Policy::Skip {
-        since.max(recorded)
-    } else {
-        if since.is_some() && hold.record.is_some() {
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
-                "the tick record was not written by a scheduler node (edited or restored?); not running late ticks");
+        let Some(&next) = due.first() else {
+            // Nothing runs: take the last missed tick, so that no node runs it.
+            if let Some(last) = missed.map(|m| m.last) {
+                hold.take_missed(last).await;
+            }
+            return done;
+        };
+        let ran = hold.run_tick(next, handled).await;
+        if ran.taken {
+            done = done.max(Some(next));
         }
-        since.max(recorded).max(shared.ticks.before(own))
-    };
-    let Some(floor) = floor else {
-        // The schedule has no tick before `own`: `own` is its first.
-        return hold.run_due(&[own], handled).await;
-    };
-    let (mut due, mut missed) = due_ticks(&shared.ticks, floor, own, late);
-    if let Some(deadline) = shared.starting_deadline {
-        let now = ms_of(shared.clock.now());
-        past_deadline(&mut due, &mut missed, now.saturating_sub(deadline.as_millis() as i64));
+        if !ran.go_on || due.len() == 1 {
+            return done;
+        }
+        let Some(state) = hold.reread().await else {
+            return done;
+        };
+        paused = state.paused;
+        written = state.stat.mtime;
+        proven = hold.record.as_ref().is_some_and(|r| r.intact(hold.version));
+        first = false;
     }
-    let Some(Missed { first, last, count }) = missed else {
-        return hold.run_due(&due, handled).await.max(Some(floor));
-    };
-    shared.stats.gave_up(count);
-    warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
-        count, late, "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
-    let entry = shared.entry(Some(last), Outcome::Missed).because(format!(
-        "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
-        show(first),
-        show(last),
-        shared.catch_up,
-        shared.starting_deadline
-    ));
-    hold.pending.push(entry);
-    if due.is_empty() {
-        // Nothing runs: take the last missed tick, so that no node runs it.
-        hold.take_missed(last).await;
-    }
-    hold.run_due(&due, handled).await.max(Some(last))
 }

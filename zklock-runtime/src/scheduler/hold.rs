@@ -130,9 +130,11 @@ impl Hold<'_> {
     }
 
     /// A record left `running` by a run that never reported back: we hold the lock, so that run
-    /// is not going on under it any more. Records it as lost. Returns false when the hold
-    /// cannot go on.
-    pub async fn settle_orphan(&mut self) -> bool {
+    /// is not going on under it any more. Records it as lost. A record that was not `proven`
+    /// as read (restored or edited) is rewritten without a version stamp, so that it proves
+    /// no more to later holds than it did to this one. Returns false when the hold cannot go
+    /// on.
+    pub async fn settle_orphan(&mut self, proven: bool) -> bool {
         let shared = self.shared;
         // Under `Allow` runs go on without the lock: `running` is no sign of a dead run.
         let orphan = self
@@ -143,7 +145,10 @@ impl Hold<'_> {
             return true;
         };
         let session = orphan.session.map_or_else(|| "none".to_owned(), |s| format!("{s:#x}"));
-        let lost = TickRecord::next(Some(orphan), orphan.tick, RunState::Lost, orphan.session, self.version);
+        let mut lost = TickRecord::next(Some(orphan), orphan.tick, RunState::Lost, orphan.session, self.version);
+        if !proven {
+            lost.version = None;
+        }
         let entry = shared.entry(Some(orphan.tick), Outcome::Lost).because(format!(
             "the run by session {session} never reported back (its node died or lost the lock)"
         ));
@@ -197,28 +202,60 @@ impl Hold<'_> {
         }
     }
 
-    /// Claims and runs `due` in order. Returns the latest tick taken, if any.
-    pub async fn run_due(&mut self, due: &[i64], handled: &mut Handled) -> Option<i64> {
-        let mut decided = None;
-        for &tick in due {
-            // Take the tick before running it: from here on no node runs it again, whatever
-            // happens to this run. The write is fenced, so it also proves the lock is still ours.
-            let claim = TickRecord::next(
-                self.record.as_ref(),
-                tick,
-                RunState::Running,
-                self.shared.client.session_id(),
-                self.version,
-            );
-            if !self.claim(&claim, handled).await {
-                return decided;
+    /// Claims and runs `tick`. Returns whether the tick was taken (claimed), and whether the
+    /// hold may go on to later ticks (false when the lock was lost, a write failed, or the run
+    /// made way for a later tick).
+    pub async fn run_tick(&mut self, tick: i64, handled: &mut Handled) -> Ran {
+        // Take the tick before running it: from here on no node runs it again, whatever
+        // happens to this run. The write is fenced, so it also proves the lock is still ours.
+        let claim = TickRecord::next(
+            self.record.as_ref(),
+            tick,
+            RunState::Running,
+            self.shared.client.session_id(),
+            self.version,
+        );
+        if !self.claim(&claim, handled).await {
+            return Ran {
+                taken: false,
+                go_on: false,
+            };
+        }
+        Ran {
+            taken: true,
+            go_on: self.run_claimed(claim).await,
+        }
+    }
+
+    /// Reads the job's state again (between the runs of a backlog), so that the next decision
+    /// sees a pause or a record written meanwhile. `None` when it cannot be read.
+    pub async fn reread(&mut self) -> Option<super::store::JobState> {
+        let shared = self.shared;
+        let state = match shared
+            .store
+            .read_state(self.zk, shared.client.inner.config.acls())
+            .await
+        {
+            Ok(state) => state,
+            Err(err) => {
+                shared.stats.failed();
+                warn!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not read the tick record again");
+                return None;
             }
-            decided = Some(tick);
-            if !self.run_claimed(claim).await {
-                return decided;
+        };
+        match &state.record {
+            Ok(record) => {
+                self.record = record.clone();
+                self.version = state.stat.version;
+                self.history = state.history.clone();
+                Some(state)
+            }
+            Err(reason) => {
+                shared.stats.failed();
+                warn!(target: "zklock::scheduler", job = %shared.name, %reason, "the tick record became unreadable");
+                None
             }
         }
-        decided
     }
 
     /// Writes `claim` over the record. Returns whether it is known to be applied.
@@ -285,7 +322,7 @@ impl Hold<'_> {
         shared.stats.ran(Some(tick));
         if shared.policy == Policy::Replace {
             // Requests for this tick or earlier are served by this run.
-            shared.store.clear_replaced_up_to(self.zk, tick).await;
+            shared.store.clear_replaced_up_to(self.zk, &shared.ticks, tick).await;
         }
         debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), session = %shared.session(),
             token = %guard.fencing_token(), "running");
@@ -304,7 +341,7 @@ impl Hold<'_> {
             match shared.policy {
                 Policy::Replace => tokio::select! {
                     () = shared.replace.notified() => {}
-                    () = shared.store.replaced_after(self.zk, tick) => {}
+                    () = shared.store.replaced_after(self.zk, &shared.ticks, tick) => {}
                 },
                 _ => std::future::pending().await,
             }
@@ -315,6 +352,14 @@ impl Hold<'_> {
         let made_way = ended.outcome == Outcome::Replaced;
         self.report(Some(tick), ended).await.is_some() && !made_way
     }
+}
+
+/// What [`Hold::run_tick`] did.
+pub(crate) struct Ran {
+    /// The tick was claimed: no node runs it again.
+    pub taken: bool,
+    /// Later ticks may follow in this hold.
+    pub go_on: bool,
 }
 
 /// Counts how a run ended and makes its history entry; with the state the run leaves in the

@@ -87,14 +87,17 @@
 //! up; and a record that was deleted, edited by hand or restored from a backup proves nothing
 //! about the ticks after it (the record carries the znode version it was written at), so a
 //! node then offers only its own tick: ticks in between that never ran are lost, none runs
-//! twice.
+//! twice. This holds whatever state the record shows: a record restored while its run was
+//! going on is settled as `lost` and still proves nothing to the nodes after it.
 //!
 //! Clocks that disagree by more than the period are caught where it matters: a node never
 //! takes a tick more than one second ahead of ZooKeeper's clock (it takes the ticks due by
 //! ZooKeeper's clock instead, and warns once), and a record claiming a tick far beyond its own
-//! write time, as only such a node could have written, is honoured only up to that time. A
-//! node with a clock set to 2100 thus runs the job's current ticks, not the ticks of 2100, and
-//! cannot stop the others.
+//! write time, as only such a node could have written, is honoured only up to that time; so is
+//! a [`Policy::Replace`] request, by its creation time. The starting deadline is judged by the
+//! same capped time, so the ticks such a node takes are on time, not missed. A node with a
+//! clock set to 2100 thus runs the job's current ticks, not the ticks of 2100, and cannot stop
+//! the others.
 //!
 //! # Late ticks
 //!
@@ -110,7 +113,10 @@
 //! event names the first and last of them, they are counted in [`JobStats::missed`] and written
 //! to the history, and the record moves past them. A beat reads the clock when it starts, so a
 //! job whose runs keep taking longer than its period runs its latest ticks, not an
-//! ever-growing backlog.
+//! ever-growing backlog. Between the runs of a backlog the job's state is read again and the
+//! decision made again: a pause made during a run starts no further run (the beat's tick is
+//! taken as skipped), and a tick whose starting deadline passed while an earlier one ran is
+//! given up.
 //!
 //! # Failed runs, lost locks, dead nodes
 //!
@@ -143,6 +149,7 @@ mod history;
 mod hold;
 mod job;
 mod node;
+mod plan;
 mod policy;
 mod record;
 mod run;
@@ -159,7 +166,7 @@ use std::future::Future;
 pub use chrono_tz;
 pub use clock::{Clock, OffsetClock, SystemClock};
 pub use control::{
-    job_history, job_records, pause_job, remove_job, reset_job, resume_job, trigger_job, JobRecord, JobSpec,
+    create_job, job_history, job_records, pause_job, remove_job, reset_job, resume_job, trigger_job, JobRecord, JobSpec,
 };
 pub use history::{HistoryEntry, Outcome};
 pub use job::{RunResult, SchedulerError, SingletonJob};

@@ -1,4 +1,5 @@
-//! What a node does when a job fires: the two cluster policies and the reaction to a lost lock.
+//! What a node does when a job fires: the overlap policies, the catch-up of late ticks, and
+//! the reaction to a lost lock.
 
 /// How the nodes of a cluster share the fires of one singleton job.
 ///

@@ -10,8 +10,9 @@
 //! | `history`    | the latest runs, JSON ([`super::history`])                        | the lock holder |
 //! | `paused`     | exists while the job is paused                                    | operators |
 //! | `trigger-N`  | one request to run the job now (sequential)                       | operators; deleted by the node that runs it |
-//! | `replace-N`  | a later tick asking the running run to make way (`Policy::Replace`) | nodes; deleted by the node that made way or took a tick |
+//! | `replace-N`  | a later tick asking the running run to make way (`Policy::Replace`); a tick past ZooKeeper's clock at its creation counts as the tick due then | nodes; deleted by the node that runs that tick or a later one |
 //! | `spec`       | the schedule, time zone and policy the first node registered     | the first node |
+//! | `spec-conflict` | a differing registration, as the latest node to differ wrote it | nodes whose registration differs |
 //!
 //! The lock holder's writes are fenced: one multi-operation checks that its lock contender node
 //! still exists (and the record its version), so a node that lost the lock changes nothing.
@@ -21,7 +22,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::history;
+use super::plan;
 use super::record::TickRecord;
+use super::ticks::Ticks;
 use crate::error::is_transient;
 use zookeeper_client as zk;
 
@@ -234,8 +237,11 @@ impl RecordStore {
             .map(|_| ())
     }
 
-    /// The replace requests among `children`, with the tick each asks for (unreadable: 0).
-    async fn replace_requests(&self, zk: &zk::Client, children: &[String]) -> Vec<(String, i64)> {
+    /// The replace requests among `children`, with the tick each can stand for: the tick it
+    /// asks for (unreadable: 0), but none past the ticks due by ZooKeeper's clock when it was
+    /// created ([`plan::credible`]), so that a request of a node whose clock runs ahead neither
+    /// stops every run until its clock's tick comes nor outlives the runs that serve it.
+    async fn replace_requests(&self, zk: &zk::Client, ticks: &Ticks, children: &[String]) -> Vec<(String, i64)> {
         let paths: Vec<String> = children
             .iter()
             .filter(|c| c.starts_with(REPLACE_PREFIX))
@@ -246,14 +252,12 @@ impl RecordStore {
             .into_iter()
             .zip(reads)
             .filter_map(|(path, read)| {
-                let tick = match read {
-                    Ok((data, _)) => String::from_utf8(data)
-                        .ok()
-                        .and_then(|text| text.strip_prefix("tick=").and_then(|t| t.trim().parse().ok()))
-                        .unwrap_or(0),
-                    Err(_) => return None,
-                };
-                Some((path, tick))
+                let (data, stat) = read.ok()?;
+                let asked = String::from_utf8(data)
+                    .ok()
+                    .and_then(|text| text.strip_prefix("tick=").and_then(|t| t.trim().parse().ok()))
+                    .unwrap_or(0);
+                Some((path, plan::credible(ticks, asked, stat.ctime).unwrap_or(asked)))
             })
             .collect()
     }
@@ -261,12 +265,12 @@ impl RecordStore {
     /// Resolves once a request asks to replace a run of a tick before `running` (requests of
     /// that tick or earlier are stale and ignored); never, when the job's node cannot be
     /// watched.
-    pub async fn replaced_after(&self, zk: &zk::Client, running: i64) {
+    pub async fn replaced_after(&self, zk: &zk::Client, ticks: &Ticks, running: i64) {
         loop {
             let Ok((children, watch)) = zk.list_and_watch_children(&self.path).await else {
                 return std::future::pending().await;
             };
-            let requests = self.replace_requests(zk, &children).await;
+            let requests = self.replace_requests(zk, ticks, &children).await;
             if requests.iter().any(|(_, tick)| *tick > running) {
                 return;
             }
@@ -275,12 +279,12 @@ impl RecordStore {
     }
 
     /// Deletes the replace requests for `tick` or earlier: they are served.
-    pub async fn clear_replaced_up_to(&self, zk: &zk::Client, tick: i64) {
+    pub async fn clear_replaced_up_to(&self, zk: &zk::Client, ticks: &Ticks, tick: i64) {
         let Ok(children) = zk.list_children(&self.path).await else {
             return;
         };
         let served: Vec<String> = self
-            .replace_requests(zk, &children)
+            .replace_requests(zk, ticks, &children)
             .await
             .into_iter()
             .filter(|(_, asked)| *asked <= tick)

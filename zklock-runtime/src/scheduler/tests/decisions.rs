@@ -99,6 +99,44 @@ async fn a_deleted_or_rolled_back_record_runs_no_tick_twice() {
     assert_eq!(ticks, vec![(0, 0), (0, 1), (0, 2), (0, 3), (1, 4), (0, 5), (1, 6)]);
 }
 
+/// A record restored while its tick was still running (a backup taken mid-run) proves no more
+/// than a restored finished one: the node that settles it as lost does not run the ticks after
+/// it, which ran already, and neither does a node after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_running_record_runs_no_tick_twice() {
+    let server = ZkServer::start().unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let a = Arc::new(Node::start(&server, 0, "restored", Policy::OncePerTick, &log).await);
+    let b = Node::start(&server, 1, "restored", Policy::OncePerTick, &log).await;
+    let c = Node::start(&server, 2, "restored", Policy::OncePerTick, &log).await;
+    let path = record_path("restored");
+    let t = an_hour_ago();
+    a.fire_at(t).await;
+    b.fire_at(t).await; // taken: b has handled up to t
+    c.fire_at(t).await; // and c too
+                        // The backup is taken while a runs t+1.
+    a.then(Act::Hold);
+    a.at.store(t + SECOND, Ordering::SeqCst);
+    let running = tokio::spawn(fire(a.shared.clone()));
+    wait_until("a's run of t+1 started", || runs(&log).len() == 2).await;
+    let (backup, _) = zk.get_data(&path).await.unwrap();
+    let state = TickRecord::decode(&backup).unwrap().unwrap().state;
+    assert_eq!(state, RunState::Running, "the backup shows the run going on");
+    a.release.notify_one();
+    running.await.unwrap();
+    a.fire_at(t + 2 * SECOND).await;
+    a.fire_at(t + 3 * SECOND).await;
+    zk.set_data(&path, &backup, None).await.unwrap();
+    b.fire_at(t + 4 * SECOND).await;
+    c.fire_at(t + 5 * SECOND).await;
+    let ticks: Vec<(usize, i64)> = runs(&log)
+        .iter()
+        .map(|(node, tick)| (*node, (tick - t) / SECOND))
+        .collect();
+    assert_eq!(ticks, vec![(0, 0), (0, 1), (0, 2), (0, 3), (1, 4), (2, 5)]);
+}
+
 /// A node whose clock reads decades ahead takes the ticks due by ZooKeeper's clock, not its
 /// own; and a record pushed far ahead by such a node (of an older version) stops no one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,6 +311,61 @@ async fn ticks_missed_while_the_cluster_was_down_follow_the_catch_up_policy() {
         after_downtime("none", |job| job.catch_up(CatchUp::Skip)).await,
         (vec![5], 4)
     );
+}
+
+/// Starts a backlog on `node`: it ran `t`, and its beat at `t+4` has the late ticks t+1 to t+3
+/// and its own to run; the run of t+1 holds until released. Returns the beat's task once that
+/// run has started.
+async fn backlog_started(node: &Arc<Node>, t: i64, log: &Log) -> tokio::task::JoinHandle<()> {
+    node.fire_at(t).await;
+    node.then(Act::Hold);
+    node.at.store(t + 4 * SECOND, Ordering::SeqCst);
+    let beat = tokio::spawn(fire(node.shared.clone()));
+    wait_until("the backlog's first run started", || runs(log).len() == 2).await;
+    beat
+}
+
+/// A pause that comes while a backlog of late ticks runs stops the backlog: no run starts after
+/// the pause is made, and the beat's own tick is taken as skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_during_a_backlog_starts_no_further_run() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let node = Arc::new(Node::start(&server, 0, "backlog-paused", Policy::OncePerTick, &log).await);
+    let t = an_hour_ago();
+    let beat = backlog_started(&node, t, &log).await;
+    assert_eq!(
+        pause_job(&node.shared.client, "backlog-paused").await.unwrap(),
+        Some(true)
+    );
+    node.release.notify_one();
+    beat.await.unwrap();
+    let ticks: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    assert_eq!(ticks, vec![0, 1], "nothing ran after the pause");
+    let shown = job_records(&node.shared.client).await.unwrap();
+    assert_eq!(
+        (shown[0].tick_ms, shown[0].state.as_str()),
+        (Some(t + 4 * SECOND), "skipped")
+    );
+}
+
+/// The starting deadline is judged when each tick of a backlog starts, not once for the whole
+/// backlog: a tick whose deadline passed while an earlier one ran is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_tick_whose_deadline_passed_during_an_earlier_run_is_missed() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let deadline = |job: SingletonJob| job.starting_deadline(Duration::from_secs(5));
+    let node = Arc::new(Node::custom(&server, 0, "backlog-deadline", &log, 0, "* * * * * *", deadline).await);
+    let t = an_hour_ago();
+    let beat = backlog_started(&node, t, &log).await;
+    // The run of t+1 ends at t+8: t+2 is more than 5 s late by then; t+3 and t+4 are not.
+    node.at.store(t + 8 * SECOND, Ordering::SeqCst);
+    node.release.notify_one();
+    beat.await.unwrap();
+    let ticks: Vec<i64> = runs(&log).iter().map(|(_, tick)| (tick - t) / SECOND).collect();
+    assert_eq!(ticks, vec![0, 1, 3, 4]);
+    assert_eq!(node.shared.stats.missed(), 1, "t+2 was given up");
 }
 
 /// Under `BufferOne`, the ticks that come while the job runs collapse into one run right after

@@ -188,5 +188,6 @@ fn runs(log: &Log) -> Vec<(usize, i64)> {
     log.lock().unwrap().clone()
 }
 
+mod clocks;
 mod decisions;
 mod operators;

@@ -19,8 +19,12 @@ async fn a_paused_job_runs_nowhere_and_resumes_without_replaying() {
     let b = Node::start(&server, 1, "paused", Policy::Skip, &log).await;
     let t = an_hour_ago();
     a.fire_at(t).await;
-    assert!(pause_job(&a.shared.client, "paused").await.unwrap());
-    assert!(!pause_job(&a.shared.client, "paused").await.unwrap(), "paused already");
+    assert_eq!(pause_job(&a.shared.client, "paused").await.unwrap(), Some(true));
+    assert_eq!(
+        pause_job(&a.shared.client, "paused").await.unwrap(),
+        Some(false),
+        "paused already"
+    );
     for second in 1..=3 {
         a.fire_at(t + second * SECOND).await;
         b.fire_at(t + second * SECOND).await;
@@ -94,7 +98,10 @@ async fn a_trigger_runs_once_on_one_node_also_while_paused() {
             .unwrap()
     };
     let before = tick_record().await;
-    let request = trigger_job(&a.shared.client, "now").await.unwrap();
+    let request = trigger_job(&a.shared.client, "now")
+        .await
+        .unwrap()
+        .expect("a known job");
     assert!(request.starts_with("trigger-"), "{request}");
     assert_eq!(job_records(&a.shared.client).await.unwrap()[0].triggers_pending, 1);
     let first = beat_until_served([&a, &b], t, &log).await;
@@ -189,6 +196,10 @@ async fn reset_and_remove_clear_a_job() {
     assert!(zk.check_stat(&record_path("cleared")).await.unwrap().is_none());
     assert!(job_records(&client).await.unwrap().is_empty());
     assert!(!remove_job(&client, "cleared", wait).await.unwrap(), "gone already");
+    // Gone: pausing or triggering it changes nothing and says so.
+    assert_eq!(pause_job(&client, "cleared").await.unwrap(), None);
+    assert_eq!(trigger_job(&client, "cleared").await.unwrap(), None);
+    assert!(zk.check_stat(&record_path("cleared")).await.unwrap().is_none());
     assert!(!reset_job(&client, "cleared", wait).await.unwrap());
     node.fire_at(t + 5 * SECOND).await;
     node.fire_at(t + 6 * SECOND).await;

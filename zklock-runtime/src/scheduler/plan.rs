@@ -1,0 +1,430 @@
+//! What a beat decides under the job's lock, as pure functions of what it knows: the record as
+//! read, this node's clock and ZooKeeper's, the ticks it handled, the job's policy, catch-up
+//! and starting deadline. Nothing here talks to ZooKeeper or reads a clock: the store reads and
+//! writes ([`super::store`]), the hold carries the plan out ([`super::hold`]), and every
+//! decision is tested here without a server.
+//!
+//! Two clocks meet in a beat. This node's clock maps the beat to a tick; ZooKeeper's clock
+//! (the commit time of the session's latest write, plus the time since) bounds it: a node may
+//! act at most [`CLOCK_AHEAD_LIMIT`] ahead of ZooKeeper. Every time a decision compares with a
+//! tick (the tick to take, the ticks a record or a replace request can stand for, the starting
+//! deadline) is read through that same bound, so a node whose clock runs ahead by any amount
+//! decides as a node whose clock is right would.
+
+use std::time::Duration;
+
+use super::policy::{CatchUp, Policy};
+use super::ticks::{due_ticks, past_deadline, tick_time, Missed, Ticks};
+
+/// How far ahead of the ensemble's clock a tick may be and still be taken. A node whose clock
+/// runs further ahead takes the ticks that are due by ZooKeeper's clock instead of its own, so
+/// it cannot push the record past ticks the other nodes have yet to run.
+pub(crate) const CLOCK_AHEAD_LIMIT: Duration = Duration::from_secs(1);
+
+fn limit_ms() -> i64 {
+    CLOCK_AHEAD_LIMIT.as_millis() as i64
+}
+
+/// The two clocks of a beat, in milliseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Clocks {
+    /// This node's clock.
+    pub local: i64,
+    /// ZooKeeper's clock as the session last learnt it; `None` before its first write.
+    pub server: Option<i64>,
+}
+
+impl Clocks {
+    /// The time this node acts by: its own clock, but never more than [`CLOCK_AHEAD_LIMIT`]
+    /// past ZooKeeper's.
+    pub fn now(&self) -> i64 {
+        match self.server {
+            Some(server) => self.local.min(server.saturating_add(limit_ms())),
+            None => self.local,
+        }
+    }
+}
+
+/// The latest tick that may be taken: `own` (this node's tick), unless ZooKeeper's clock says
+/// it is more than [`CLOCK_AHEAD_LIMIT`] in the future; then the latest tick due by then.
+pub(crate) fn takeable(ticks: &Ticks, own: i64, server: Option<i64>) -> Option<i64> {
+    let Some(server) = server else {
+        return Some(own);
+    };
+    let limit = server.saturating_add(limit_ms());
+    if own <= limit {
+        Some(own)
+    } else {
+        ticks.tick_at(tick_time(limit))
+    }
+}
+
+/// The tick a claim of `claimed`, written when ZooKeeper's clock read `written`, can stand for:
+/// `claimed` itself, unless it lies more than [`CLOCK_AHEAD_LIMIT`] after `written` (only a node
+/// whose clock runs ahead writes that); then the latest tick due by then. Used for the tick
+/// record (written at its `mtime`) and for replace requests (created at their `ctime`), so that
+/// neither a record nor a request from a node ahead reaches past the ticks due when it was made.
+pub(crate) fn credible(ticks: &Ticks, claimed: i64, written: i64) -> Option<i64> {
+    let limit = written.saturating_add(limit_ms());
+    if claimed <= limit {
+        Some(claimed)
+    } else {
+        ticks.tick_at(tick_time(limit))
+    }
+}
+
+/// What a beat knows when it decides which ticks to run.
+#[derive(Clone)]
+pub(crate) struct Beat<'a> {
+    pub ticks: &'a Ticks,
+    pub policy: Policy,
+    pub catch_up: CatchUp,
+    pub starting_deadline: Option<Duration>,
+    pub clocks: Clocks,
+    /// The tick to take now ([`takeable`]), later than every tick this node handled.
+    pub own: i64,
+    /// The latest tick this node is done with.
+    pub since: Option<i64>,
+    /// The tick the record shows taken ([`credible`]); `None` with no record.
+    pub recorded: Option<i64>,
+    /// Whether the record, as read, was written by a scheduler node at the znode's current
+    /// version, and so proves that the ticks after its own are untaken. Judged before anything
+    /// is written over it: a record restored from a backup stays unproven even after the hold
+    /// has settled its run as lost.
+    pub proven: bool,
+    pub paused: bool,
+}
+
+/// What a beat does under the lock.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// The record shows `own` taken already: nothing to run.
+    Taken { recorded: i64 },
+    /// The job is paused: `own` is taken as skipped.
+    Paused,
+    /// Runs `due` in order and gives up `missed`; the node is done up to `floor` at least.
+    Run {
+        due: Vec<i64>,
+        missed: Option<Missed>,
+        floor: Option<i64>,
+        /// The record was not written by a scheduler node (edited or restored), so late ticks
+        /// were not considered although this node has handled ticks before.
+        unproven: bool,
+    },
+}
+
+/// Decides which ticks a beat runs and which it gives up.
+///
+/// Ticks at or before the record were taken; ticks at or before `since` were handled here.
+/// Ticks in between are run late only when the record proves it was written by the node that
+/// took the last of them: a deleted, hand-edited or restored record says nothing of the ticks
+/// after it, which may have run. A skip-policy beat offers only its own tick. The starting
+/// deadline is judged by [`Clocks::now`], the time the tick was chosen by.
+pub(crate) fn plan(beat: &Beat<'_>) -> Plan {
+    let own = beat.own;
+    if let Some(recorded) = beat.recorded.filter(|recorded| *recorded >= own) {
+        return Plan::Taken { recorded };
+    }
+    if beat.paused {
+        return Plan::Paused;
+    }
+    let (since, late) = match beat.policy {
+        Policy::OncePerTick | Policy::Allow => (beat.since, beat.catch_up.late()),
+        Policy::BufferOne | Policy::Replace => (beat.since, 0),
+        Policy::Skip => (None, 0),
+    };
+    let trusted = beat.proven && beat.policy != Policy::Skip;
+    // A node's first beat (`since` is none) catches up from the record alone.
+    let floor = if trusted {
+        since.max(beat.recorded)
+    } else {
+        since.max(beat.recorded).max(beat.ticks.before(own))
+    };
+    let unproven = !beat.proven && since.is_some() && beat.recorded.is_some();
+    let (mut due, mut missed) = match floor {
+        Some(floor) => due_ticks(beat.ticks, floor, own, late),
+        // The schedule has no tick before `own`: `own` is its first.
+        None => (vec![own], None),
+    };
+    if let Some(deadline) = beat.starting_deadline {
+        let oldest = beat.clocks.now().saturating_sub(deadline.as_millis() as i64);
+        past_deadline(&mut due, &mut missed, oldest);
+    }
+    Plan::Run {
+        due,
+        missed,
+        floor,
+        unproven,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: i64 = 1_700_000_000_000;
+    const S: i64 = 1000;
+    const HOUR: i64 = 3600 * S;
+
+    fn every_second() -> Ticks {
+        Ticks::parse("* * * * * *").unwrap()
+    }
+
+    #[test]
+    fn the_time_a_node_acts_by_is_its_clock_capped_by_zookeepers() {
+        let cases = [
+            // (local, server, now)
+            (T, None, T),
+            (T, Some(T), T),
+            (T - HOUR, Some(T), T - HOUR),
+            (T + 900, Some(T), T + 900),
+            (T + S, Some(T), T + S),
+            (T + HOUR, Some(T), T + S),
+            (i64::MAX, Some(T), T + S),
+        ];
+        for (local, server, now) in cases {
+            let clocks = Clocks { local, server };
+            assert_eq!(clocks.now(), now, "{clocks:?}");
+        }
+    }
+
+    #[test]
+    fn a_tick_is_takeable_up_to_a_second_past_zookeepers_clock() {
+        let ticks = every_second();
+        let cases = [
+            // (own, server, takeable)
+            (T, None, Some(T)),
+            (T + HOUR, None, Some(T + HOUR)),
+            (T, Some(T), Some(T)),
+            (T + S, Some(T), Some(T + S)),
+            (T + 2 * S, Some(T), Some(T + S)),
+            (T + HOUR, Some(T + 300), Some(T + S)),
+            (T - HOUR, Some(T), Some(T - HOUR)),
+        ];
+        for (own, server, expected) in cases {
+            assert_eq!(takeable(&ticks, own, server), expected, "own {own} server {server:?}");
+        }
+    }
+
+    /// A record or a replace request stands for its own tick unless it was made more than a
+    /// second before that tick by ZooKeeper's clock; then for the ticks due when it was made.
+    #[test]
+    fn a_claim_stands_for_no_tick_after_its_write_time() {
+        let ticks = every_second();
+        let five = Ticks::parse("*/5 * * * * *").unwrap();
+        let cases = [
+            // (schedule, claimed, written, credible)
+            (&ticks, T, T, Some(T)),
+            (&ticks, T, T + HOUR, Some(T)),
+            (&ticks, T + S, T, Some(T + S)),
+            (&ticks, T + 2 * S, T, Some(T + S)),
+            (&ticks, T + HOUR, T + 300, Some(T + S)),
+            (&five, T + HOUR, T + 300, Some(T)),
+            (&five, T + HOUR, T + 4 * S + 300, Some(T + 5 * S)),
+            // An unreadable request counts as tick 0: it asks for nothing.
+            (&ticks, 0, T, Some(0)),
+        ];
+        for (schedule, claimed, written, expected) in cases {
+            assert_eq!(credible(schedule, claimed, written), expected, "{claimed} at {written}");
+        }
+    }
+
+    fn beat(ticks: &Ticks) -> Beat<'_> {
+        Beat {
+            ticks,
+            policy: Policy::OncePerTick,
+            catch_up: CatchUp::default(),
+            starting_deadline: None,
+            clocks: Clocks {
+                local: T,
+                server: Some(T),
+            },
+            own: T,
+            since: None,
+            recorded: None,
+            proven: true,
+            paused: false,
+        }
+    }
+
+    fn run(due: &[i64], floor: Option<i64>) -> Plan {
+        Plan::Run {
+            due: due.iter().map(|d| T + d * S).collect(),
+            missed: None,
+            floor: floor.map(|f| T + f * S),
+            unproven: false,
+        }
+    }
+
+    #[test]
+    fn a_beat_runs_the_untaken_ticks_the_record_proves() {
+        let ticks = every_second();
+        let at = |s: i64| Some(T + s * S);
+        let cases: Vec<(&str, Beat<'_>, Plan)> = vec![
+            (
+                "taken already",
+                Beat {
+                    recorded: at(0),
+                    ..beat(&ticks)
+                },
+                Plan::Taken { recorded: T },
+            ),
+            (
+                "taken by a later tick",
+                Beat {
+                    recorded: at(3),
+                    ..beat(&ticks)
+                },
+                Plan::Taken { recorded: T + 3 * S },
+            ),
+            (
+                "paused",
+                Beat {
+                    recorded: at(-1),
+                    paused: true,
+                    ..beat(&ticks)
+                },
+                Plan::Paused,
+            ),
+            (
+                "the next tick",
+                Beat {
+                    recorded: at(-1),
+                    ..beat(&ticks)
+                },
+                run(&[0], Some(-1)),
+            ),
+            (
+                "a proven record: the late ticks too",
+                Beat {
+                    recorded: at(-3),
+                    since: at(-5),
+                    ..beat(&ticks)
+                },
+                run(&[-2, -1, 0], Some(-3)),
+            ),
+            (
+                "a first beat catches up from a proven record",
+                Beat {
+                    recorded: at(-3),
+                    ..beat(&ticks)
+                },
+                run(&[-2, -1, 0], Some(-3)),
+            ),
+            (
+                "handled here already",
+                Beat {
+                    recorded: at(-3),
+                    since: at(-2),
+                    ..beat(&ticks)
+                },
+                run(&[-1, 0], Some(-2)),
+            ),
+            (
+                "no record: only the own tick",
+                Beat {
+                    since: at(-5),
+                    proven: false,
+                    ..beat(&ticks)
+                },
+                run(&[0], Some(-1)),
+            ),
+            (
+                "buffer one: no late ticks",
+                Beat {
+                    recorded: at(-3),
+                    policy: Policy::BufferOne,
+                    ..beat(&ticks)
+                },
+                Plan::Run {
+                    due: vec![T],
+                    missed: Some(Missed {
+                        first: T - 2 * S,
+                        last: T - S,
+                        count: 2,
+                    }),
+                    floor: at(-3),
+                    unproven: false,
+                },
+            ),
+            (
+                "skip: the own tick only, whatever the record",
+                Beat {
+                    recorded: at(-3),
+                    policy: Policy::Skip,
+                    ..beat(&ticks)
+                },
+                run(&[0], Some(-1)),
+            ),
+        ];
+        for (what, beat, expected) in cases {
+            assert_eq!(plan(&beat), expected, "{what}");
+        }
+    }
+
+    /// A record that was restored, edited or rewritten by hand, whatever the state it shows
+    /// (`running` included), proves nothing about the ticks after it: only the own tick runs.
+    #[test]
+    fn an_unproven_record_runs_only_the_own_tick() {
+        let ticks = every_second();
+        let at = |s: i64| Some(T + s * S);
+        let unproven = Beat {
+            recorded: at(-3),
+            since: at(-4),
+            proven: false,
+            ..beat(&ticks)
+        };
+        assert_eq!(
+            plan(&unproven),
+            Plan::Run {
+                due: vec![T],
+                missed: None,
+                floor: at(-1),
+                unproven: true
+            }
+        );
+        // A node's first beat has nothing to warn about.
+        let first = Beat {
+            since: None,
+            ..unproven
+        };
+        assert_eq!(plan(&first), run(&[0], Some(-1)));
+    }
+
+    /// The starting deadline is judged by the time the tick was chosen by: a node an hour
+    /// ahead of ZooKeeper takes the tick due by ZooKeeper's clock, which is on time.
+    #[test]
+    fn the_starting_deadline_is_judged_by_the_clock_the_tick_was_taken_by() {
+        let ticks = every_second();
+        let deadline = Some(Duration::from_millis(1500));
+        let at = |s: i64| Some(T + s * S);
+        let cases = [
+            // (local, server, own, recorded, expected due, missed)
+            (T + HOUR, Some(T), T, at(-1), vec![T], None),
+            (T + HOUR + 400, Some(T + 400), T + S, at(0), vec![T + S], None),
+            (T + 500, Some(T), T, at(-1), vec![T], None),
+            // Truly late, by either clock: given up.
+            (T + 2 * S, Some(T + 2 * S), T, at(-1), vec![], Some((T, T, 1))),
+            (T + 2 * S, None, T, at(-1), vec![], Some((T, T, 1))),
+            // Late ticks past the deadline are given up, by ZooKeeper's clock too.
+            (T + HOUR, Some(T), T, at(-4), vec![T], Some((T - 3 * S, T - S, 3))),
+        ];
+        for (local, server, own, recorded, due, missed) in cases {
+            let beat = Beat {
+                clocks: Clocks { local, server },
+                own,
+                recorded,
+                starting_deadline: deadline,
+                ..beat(&ticks)
+            };
+            let Plan::Run {
+                due: ran, missed: gone, ..
+            } = plan(&beat)
+            else {
+                panic!("local {local} server {server:?} own {own} runs");
+            };
+            let gone = gone.map(|m| (m.first, m.last, m.count));
+            assert_eq!((ran, gone), (due, missed), "local {local} server {server:?} own {own}");
+        }
+    }
+}
