@@ -19,9 +19,10 @@ use zookeeper_client as zk;
 /// The child a node whose registration differs from [`SPEC`] writes its own into.
 pub(crate) const SPEC_CONFLICT: &str = "spec-conflict";
 
-/// How a job was registered: its schedule, time zone and policy, as the first node to run it
-/// wrote them. A node that registers the job differently logs a warning and writes its own
-/// registration beside it ([`JobRecord::conflict`]).
+/// How a job was registered: its schedule, time zone and policy, as the newest node to run it
+/// wrote them (a node that started after the registration was written replaces a differing
+/// one). An older node that registers the job differently logs a warning and notes its own
+/// registration beside it while it runs ([`JobRecord::conflict`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct JobSpec {
@@ -68,7 +69,8 @@ pub struct JobRecord {
     pub last_outcome: Option<Outcome>,
     /// How the job was registered, when a node has said so.
     pub spec: Option<JobSpec>,
-    /// A registration that differs from `spec` (a rolling deploy that changed the schedule, say).
+    /// A registration that differs from `spec`, of a node still running that started before
+    /// `spec` was written (the old version during a rolling deploy that changed the schedule).
     pub conflict: Option<JobSpec>,
     /// The next tick by `spec`'s schedule and time zone, in ms since the Unix epoch.
     pub next_fire_ms: Option<i64>,

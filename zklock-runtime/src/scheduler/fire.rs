@@ -11,7 +11,6 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use tracing::{debug, error, warn};
 
-use super::control::{JobSpec, SPEC_CONFLICT};
 use super::history::Outcome;
 use super::hold::Hold;
 use super::node::{ms_of, Handled, Shared};
@@ -138,17 +137,17 @@ async fn take_or_replace(shared: &Shared, own: i64) -> Option<LockGuard> {
 }
 
 /// Lists the job node's children again if they changed since the last look (or were never
-/// looked at), registering the job on the first look; tells whether run-now requests wait.
+/// looked at), and settles the job's registration when it is due ([`Registration`]); tells
+/// whether run-now requests wait.
 async fn look_for_requests(shared: &Shared, handled: &mut Handled) -> bool {
     let requests = &mut handled.requests;
     let changed = match requests.watch.as_mut() {
         Some(watch) => watch.as_mut().now_or_never().is_some(),
         None => true,
     };
-    if !changed {
+    if !changed && !requests.registration.due(requests.has_spec) {
         return requests.triggers;
     }
-    requests.watch = None;
     let Ok(session) = shared.client.session(None).await else {
         return requests.triggers;
     };
@@ -156,66 +155,35 @@ async fn look_for_requests(shared: &Shared, handled: &mut Handled) -> bool {
         return requests.triggers;
     };
     let acls = shared.client.inner.config.acls();
-    let mut listed = zk.list_and_watch_children(&shared.store.path).await;
-    if let Err(zk::Error::NoNode) = listed {
-        // Not created yet (or removed): create it and look again.
-        if let Err(err) = shared.store.create(&zk, acls).await {
-            debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not create the job's node");
+    if changed {
+        requests.watch = None;
+        let mut listed = zk.list_and_watch_children(&shared.store.path).await;
+        if let Err(zk::Error::NoNode) = listed {
+            // Not created yet (or removed): create it and look again.
+            if let Err(err) = shared.store.create(&zk, acls).await {
+                debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not create the job's node");
+            }
+            listed = zk.list_and_watch_children(&shared.store.path).await;
         }
-        listed = zk.list_and_watch_children(&shared.store.path).await;
+        match listed {
+            Ok((children, watch)) => {
+                requests.watch = Some(Box::pin(watch.changed()));
+                requests.triggers = children.iter().any(|c| c.starts_with(TRIGGER_PREFIX));
+                requests.has_spec = children.iter().any(|c| c == SPEC);
+            }
+            Err(err) => {
+                debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not list the job's requests");
+                return requests.triggers;
+            }
+        }
     }
-    let children = match listed {
-        Ok((children, watch)) => {
-            requests.watch = Some(Box::pin(watch.changed()));
-            children
-        }
-        Err(err) => {
-            debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not list the job's requests");
-            return requests.triggers;
-        }
-    };
-    requests.triggers = children.iter().any(|c| c.starts_with(TRIGGER_PREFIX));
-    if !requests.registered {
-        requests.registered = register(shared, &zk, acls).await;
+    if requests.registration.due(requests.has_spec) {
+        requests
+            .registration
+            .settle(shared, &zk, acls, session.server_now_ms())
+            .await;
     }
     requests.triggers
-}
-
-/// Writes how this node schedules the job, unless a node did before; warns once when an earlier
-/// registration differs, and leaves this node's beside it for operators to see. Returns
-/// whether the registration was settled.
-async fn register(shared: &Shared, zk: &zk::Client, acls: zk::Acls<'_>) -> bool {
-    let Ok(ours) = serde_json::to_vec(&shared.spec) else {
-        return true;
-    };
-    let options = zk::CreateMode::Persistent.with_acls(acls);
-    let path = shared.store.child(SPEC);
-    match zk.create(&path, &ours, &options).await {
-        Ok(_) => return true,
-        Err(zk::Error::NodeExists) => {}
-        Err(_) => return false,
-    }
-    let Ok((data, _)) = zk.get_data(&path).await else {
-        return false;
-    };
-    let Ok(first) = serde_json::from_slice::<JobSpec>(&data) else {
-        return true;
-    };
-    if !first.agrees_with(&shared.spec) {
-        warn!(target: "zklock::scheduler", job = %shared.name,
-            registered = %format!("{} in {} ({}) by {}", first.schedule, first.time_zone, first.policy, first.node),
-            here = %format!("{} in {} ({})", shared.spec.schedule, shared.spec.time_zone, shared.spec.policy),
-            "this job is registered with another schedule, zone or policy; both run, each on its own ticks (align the nodes)");
-        let conflict = shared.store.child(SPEC_CONFLICT);
-        let written = match zk.create(&conflict, &ours, &options).await {
-            Err(zk::Error::NodeExists) => zk.set_data(&conflict, &ours, None).await.map(|_| ()),
-            other => other.map(|_| ()),
-        };
-        if let Err(err) = written {
-            debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not note the differing registration");
-        }
-    }
-    true
 }
 
 /// The latest tick that may be taken now ([`plan::takeable`]); warns once when this node's

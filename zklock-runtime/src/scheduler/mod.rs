@@ -152,6 +152,7 @@ mod node;
 mod plan;
 mod policy;
 mod record;
+mod registration;
 mod run;
 mod stats;
 mod store;

@@ -14,6 +14,7 @@ use super::control::JobSpec;
 use super::history::{HistoryEntry, Outcome};
 use super::policy::{CatchUp, Policy};
 use super::record::TickRecord;
+use super::registration::Registration;
 use super::run::{RunFn, RunLimits};
 use super::stats::JobStats;
 use super::store::RecordStore;
@@ -68,7 +69,9 @@ pub(crate) struct Handled {
 pub(crate) struct Requests {
     pub watch: Option<Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>>,
     pub triggers: bool,
-    pub registered: bool,
+    /// Whether the listing showed the job's registration (`spec`).
+    pub has_spec: bool,
+    pub registration: Registration,
 }
 
 impl Shared {

@@ -11,8 +11,8 @@
 //! | `paused`     | exists while the job is paused                                    | operators |
 //! | `trigger-N`  | one request to run the job now (sequential)                       | operators; deleted by the node that runs it |
 //! | `replace-N`  | a later tick asking the running run to make way (`Policy::Replace`); a tick past ZooKeeper's clock at its creation counts as the tick due then | nodes; deleted by the node that runs that tick or a later one |
-//! | `spec`       | the schedule, time zone and policy the first node registered     | the first node |
-//! | `spec-conflict` | a differing registration, as the latest node to differ wrote it | nodes whose registration differs |
+//! | `spec`       | the schedule, time zone and policy of the newest rollout ([`super::registration`]) | the first node, then nodes started after it was written |
+//! | `spec-conflict` | ephemeral: a differing registration of an older node still running | older nodes whose registration differs |
 //!
 //! The lock holder's writes are fenced: one multi-operation checks that its lock contender node
 //! still exists (and the record its version), so a node that lost the lock changes nothing.

@@ -210,33 +210,92 @@ async fn reset_and_remove_clear_a_job() {
     );
 }
 
-/// Nodes that register one job name with different schedules are told: the first registration
-/// stays, the differing one is noted beside it, and operators see both.
+/// A rolling deploy that changes a job's schedule: the node started later (the new version)
+/// replaces the registration; the old node, still running, notes its own beside it and
+/// operators see both; the note goes with the old node's session; and a removed job is
+/// registered again by the node that runs it next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_registered_twice_differently_is_shown() {
+async fn the_newest_rollout_is_registered_and_an_old_node_is_noted_while_it_runs() {
     let server = ZkServer::start().unwrap();
     let log = Log::default();
     let berlin: chrono_tz::Tz = "Europe/Berlin".parse().unwrap();
     let old = Node::custom(&server, 0, "deploy", &log, 0, "0 */5 * * * *", |job| job).await;
+    old.fire_at(REAL).await;
+    let registered = |records: &[crate::scheduler::JobRecord]| {
+        let shown = &records[0];
+        let spec = shown
+            .spec
+            .as_ref()
+            .map(|s| (s.schedule.clone(), s.time_zone.clone(), s.node.clone()));
+        let conflict = shown
+            .conflict
+            .as_ref()
+            .map(|s| (s.schedule.clone(), s.time_zone.clone(), s.node.clone()));
+        (spec, conflict)
+    };
+    let five = || Some(("0 */5 * * * *".to_owned(), "UTC".to_owned(), "node-0".to_owned()));
+    let ten = || {
+        Some((
+            "0 */10 * * * *".to_owned(),
+            "Europe/Berlin".to_owned(),
+            "node-1".to_owned(),
+        ))
+    };
+    assert_eq!(
+        registered(&job_records(&old.shared.client).await.unwrap()),
+        (five(), None)
+    );
+
+    // The new node starts once ZooKeeper's clock has passed the registration's write time.
+    let zk = raw(&server).await;
+    let spec_path = format!("{}/spec", record_path("deploy"));
+    let written = zk.check_stat(&spec_path).await.unwrap().expect("registered").mtime;
+    wait_until("the clock passed the registration", || now_ms() > written + 1).await;
     let new = Node::custom(&server, 1, "deploy", &log, 0, "0 */10 * * * *", |job| {
         job.time_zone(berlin)
     })
     .await;
-    old.fire_at(REAL).await;
     new.fire_at(REAL).await;
-    let shown = &job_records(&old.shared.client).await.unwrap()[0];
-    let spec = shown.spec.as_ref().expect("registered");
+    new.fire_at(REAL).await;
     assert_eq!(
-        (spec.schedule.as_str(), spec.time_zone.as_str(), spec.node.as_str()),
-        ("0 */5 * * * *", "UTC", "node-0")
+        registered(&job_records(&new.shared.client).await.unwrap()),
+        (ten(), None),
+        "the new node's registration replaced the old one"
     );
-    let conflict = shown.conflict.as_ref().expect("the differing registration is noted");
+    old.fire_at(REAL).await;
+    let both = job_records(&new.shared.client).await.unwrap();
     assert_eq!(
-        (conflict.schedule.as_str(), conflict.time_zone.as_str()),
-        ("0 */10 * * * *", "Europe/Berlin")
+        registered(&both),
+        (ten(), five()),
+        "the old node noted itself beside it"
     );
-    let next = shown.next_fire_ms.expect("the next tick by the first registration");
-    assert!(next > now_ms() && next <= now_ms() + 300 * SECOND && next % (300 * SECOND) == 0);
+    let next = both[0].next_fire_ms.expect("the next tick by the newest registration");
+    assert!(next > now_ms() && next <= now_ms() + 600 * SECOND && next % (600 * SECOND) == 0);
+    // Looking again changes nothing: neither node writes over the other.
+    new.fire_at(REAL).await;
+    old.fire_at(REAL).await;
+    assert_eq!(
+        registered(&job_records(&new.shared.client).await.unwrap()),
+        (ten(), five())
+    );
+
+    // The old version stops: its note goes with its session.
+    old.shared.client.close().await;
+    assert_eq!(
+        registered(&job_records(&new.shared.client).await.unwrap()),
+        (ten(), None)
+    );
+
+    // An operator removes the job; the node that runs it registers it again.
+    assert!(remove_job(&new.shared.client, "deploy", Duration::from_secs(5))
+        .await
+        .unwrap());
+    new.fire_at(REAL).await;
+    new.fire_at(REAL).await;
+    assert_eq!(
+        registered(&job_records(&new.shared.client).await.unwrap()),
+        (ten(), None)
+    );
 }
 
 /// The ticks two nodes of a daily 02:30 job in Europe/Berlin run, beating in turn every quarter
