@@ -30,9 +30,11 @@
 //!
 //! tokio-cron-scheduler calls the job once a second (the *beat*); the job reads its own
 //! schedule, in its time zone ([`SingletonJob::time_zone`], UTC by default), so daylight saving
-//! changes are followed, not frozen when the job is created. Ticks around a change follow
-//! croner's rules: a local time that does not exist runs at the first moment after the gap, a
-//! local time that occurs twice runs at the first of the two only.
+//! changes are followed, not frozen when the job is created. Around a change, a fixed-time
+//! schedule (its hour field names hours) runs a local time that does not exist at the first
+//! moment after the gap, and a local time that occurs twice at the first of the two only; an
+//! interval schedule (hour field `*`) runs by the wall clock, through both passes of a repeated
+//! hour, so its ticks stay evenly spaced in real time.
 //!
 //! # Policies
 //!

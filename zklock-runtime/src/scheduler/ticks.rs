@@ -4,15 +4,24 @@
 //! fields, seconds first), in a time zone (UTC unless the job names another). Ticks are kept as
 //! milliseconds since the Unix epoch, which is also how they are stored in ZooKeeper.
 //!
-//! Daylight saving time follows croner's forward search, which every node computes alike: a
-//! local time that does not exist on the spring-forward day runs at the first moment after the
-//! gap, and a local time that occurs twice on the fall-back day runs at the first of the two
-//! only. Every question here (the tick at a moment, the tick before another) is answered from
-//! that forward sequence, so the ticks are the same set whichever way they are walked.
+//! Daylight saving time, by the kind of schedule (every node computes alike):
+//!
+//! - A *fixed-time* schedule (its hour field names some hours, like `0 30 2 * * *`) follows
+//!   croner's forward search: a local time that does not exist on the spring-forward day runs
+//!   at the first moment after the gap, and a local time that occurs twice on the fall-back day
+//!   runs at the first of the two only (Vixie cron's rule for fixed-time jobs).
+//! - An *interval* schedule (its hour field is `*`, like `0 */15 * * * *`) runs by the clock on
+//!   the wall: through the repeated hour it runs in both passes, so "every 15 minutes" stays
+//!   every 15 minutes of real time (no 75-minute gap), and across the skipped hour it goes on
+//!   at the first matching time after the jump.
+//!
+//! Every question here (the tick at a moment, the tick before another) is answered from the
+//! forward sequence, so the ticks are the same set whichever way they are walked, and the tick
+//! after a moment is always later than the moment.
 
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, FixedOffset, Offset, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
@@ -22,6 +31,9 @@ use croner::Cron;
 pub(crate) struct Ticks {
     cron: Cron,
     zone: Tz,
+    /// Whether the hour field matches every hour: an interval schedule, which runs by the clock
+    /// on the wall through a repeated hour (see the module docs).
+    every_hour: bool,
 }
 
 impl Ticks {
@@ -34,7 +46,14 @@ impl Ticks {
             .build()
             .parse(schedule)
             .map_err(|e| e.to_string())?;
-        Ok(Ticks { cron, zone: Tz::UTC })
+        // Seconds, minutes, hours: the third field.
+        let hours = schedule.split_whitespace().nth(2).unwrap_or("");
+        let every_hour = matches!(hours, "*" | "*/1" | "0-23" | "0-23/1");
+        Ok(Ticks {
+            cron,
+            zone: Tz::UTC,
+            every_hour,
+        })
     }
 
     /// The same schedule with its times read in `zone`.
@@ -46,14 +65,88 @@ impl Ticks {
         DateTime::<Utc>::from_timestamp_millis(ms).map(|t| t.with_timezone(&self.zone))
     }
 
-    /// The first tick after `ms` (croner's forward search: the sequence itself).
+    /// The zone's offset from UTC at `ms`.
+    fn offset_at(&self, ms: i64) -> Option<FixedOffset> {
+        Some(self.local(ms)?.offset().fix())
+    }
+
+    /// The first moment after `from` and at or before `to` whose offset differs from `from`'s
+    /// (to the second), if `to`'s does.
+    fn offset_change(&self, from: i64, to: i64) -> Option<i64> {
+        let before = self.offset_at(from)?;
+        if self.offset_at(to)? == before {
+            return None;
+        }
+        let (mut low, mut high) = (from, to);
+        while high - low > 1000 {
+            let middle = low + (high - low) / 2000 * 1000;
+            if self.offset_at(middle)? == before {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        Some(high)
+    }
+
+    /// The first tick after `ms`: the sequence itself.
     fn next_after(&self, ms: i64) -> Option<i64> {
         // Whole seconds, the schedule's resolution: croner keeps a fraction it is given.
         let second = ms.div_euclid(1000).checked_mul(1000)?;
-        self.cron
-            .find_next_occurrence(&self.local(second)?, false)
-            .ok()
-            .map(|t| t.timestamp_millis())
+        if self.every_hour {
+            self.next_on_the_wall(second)
+        } else {
+            self.next_by_local_time(second)
+        }
+    }
+
+    /// A fixed-time schedule's next tick: croner's forward search in the zone. In the second
+    /// pass of a repeated hour croner answers with the first pass's moment, behind `second`;
+    /// the schedule ran then, so the next tick comes after the repeated hour.
+    fn next_by_local_time(&self, second: i64) -> Option<i64> {
+        let search = |from: i64, inclusive: bool| {
+            self.cron
+                .find_next_occurrence(&self.local(from)?, inclusive)
+                .ok()
+                .map(|t| t.timestamp_millis())
+        };
+        let next = search(second, false)?;
+        if next > second {
+            return Some(next);
+        }
+        // `second` is in the repeated hour's second pass, `next` in its first: the repeated
+        // hour ends as long after the change of offset as the offset fell.
+        let change = self.offset_change(next, second)?;
+        let fell = self.offset_at(next)?.local_minus_utc() - self.offset_at(second)?.local_minus_utc();
+        let end = change.checked_add(i64::from(fell.max(0)) * 1000)?;
+        search(end.max(second + 1000), true).filter(|t| *t > second)
+    }
+
+    /// An interval schedule's next tick: the first moment after `second` whose time on the wall
+    /// (in the offset in force then) matches. Searched in the offset in force at `second`;
+    /// when the offset changes before the answer, searched again from the change.
+    fn next_on_the_wall(&self, second: i64) -> Option<i64> {
+        let mut from = second;
+        let mut inclusive = false;
+        // One change of offset between two ticks, two for a schedule sparse enough to span a
+        // whole summer.
+        for _ in 0..4 {
+            let offset = self.offset_at(from)?;
+            let start = DateTime::<Utc>::from_timestamp_millis(from)?.with_timezone(&offset);
+            let next = self
+                .cron
+                .find_next_occurrence(&start, inclusive)
+                .ok()?
+                .timestamp_millis();
+            match self.offset_change(from, next) {
+                None => return Some(next),
+                Some(change) => {
+                    from = change;
+                    inclusive = true;
+                }
+            }
+        }
+        None
     }
 
     /// The latest tick at or before `ms` (`inclusive`) or strictly before it. Croner's backward
@@ -69,6 +162,11 @@ impl Ticks {
         let start = back(ms, inclusive)?;
         // A second before the starting point, so that it is yielded itself if it is a tick.
         let mut at = back(start, false).unwrap_or(start).saturating_sub(1000);
+        if at >= ms {
+            // A local time that occurs twice, taken at its second pass: start before the
+            // repeated hour instead (offsets change by two hours at the most).
+            at = ms.saturating_sub(2 * 3600 * 1000);
+        }
         let within = |t: i64| if inclusive { t <= ms } else { t < ms };
         let mut latest = None;
         while let Some(next) = self.next_after(at).filter(|t| within(*t)) {
@@ -391,6 +489,62 @@ mod tests {
             ticks.tick_at(tick_time(second_half_hour)),
             Some(local_ms(berlin, 2026, 10, 25, 2, 30))
         );
+    }
+
+    const MINUTE: i64 = 60_000;
+    /// 2026-10-25 01:00 UTC: Berlin falls back from 03:00 CEST to 02:00 CET.
+    const FALL_BACK_UTC: i64 = 1_792_890_000_000;
+    /// 2026-03-29 01:00 UTC: Berlin springs forward from 02:00 CET to 03:00 CEST.
+    const SPRING_FORWARD_UTC: i64 = 1_774_746_000_000;
+
+    /// An interval schedule (every hour matches) runs by the clock on the wall, through both
+    /// passes of the repeated hour: every 15 minutes of real time, no 75-minute gap. Across the
+    /// skipped spring hour it goes on 15 minutes after its last tick, too.
+    #[test]
+    fn an_interval_schedule_runs_through_both_passes_of_the_repeated_hour() {
+        let berlin: Tz = "Europe/Berlin".parse().unwrap();
+        let ticks = Ticks::parse("0 */15 * * * *").unwrap().in_zone(berlin);
+        for change in [FALL_BACK_UTC, SPRING_FORWARD_UTC] {
+            let (from, to) = (change - 150 * MINUTE, change + 150 * MINUTE);
+            let (forward, backward) = walk(&ticks, from, to);
+            assert_eq!(forward, backward, "walked either way, the same ticks");
+            let every_quarter: Vec<i64> = (1..=20).map(|q| from + q * 15 * MINUTE).collect();
+            assert_eq!(forward, every_quarter, "every 15 minutes of real time around {change}");
+            // Every moment belongs to the quarter it is in, and the next tick is ahead of it.
+            for minute in 0..300 {
+                let at = from + minute * MINUTE + 7_000;
+                let tick = ticks.tick_at(tick_time(at)).unwrap();
+                assert_eq!(tick, at - (at - from) % (15 * MINUTE), "the tick at {at}");
+                assert!(ticks.after(at).unwrap() > at, "a next tick in the past at {at}");
+            }
+        }
+    }
+
+    /// A fixed-time schedule (some hours only) runs once in the repeated hour, in its first
+    /// pass; a moment in the second pass belongs to the first pass's last tick, and the next
+    /// tick is always ahead.
+    #[test]
+    fn a_fixed_time_schedule_runs_once_in_the_repeated_hour_and_its_next_tick_is_ahead() {
+        let berlin: Tz = "Europe/Berlin".parse().unwrap();
+        let ticks = Ticks::parse("0 */20 2 * * *").unwrap().in_zone(berlin);
+        let (forward, backward) = walk(&ticks, FALL_BACK_UTC - 3 * 60 * MINUTE, FALL_BACK_UTC + 3 * 60 * MINUTE);
+        assert_eq!(forward, backward, "walked either way, the same ticks");
+        let first_pass: Vec<i64> = [0, 20, 40]
+            .iter()
+            .map(|m| FALL_BACK_UTC - 60 * MINUTE + m * MINUTE)
+            .collect();
+        assert_eq!(forward, first_pass, "02:00, 02:20 and 02:40 CEST only");
+        for minute in 0..60 {
+            let at = FALL_BACK_UTC + minute * MINUTE + 7_000;
+            assert_eq!(ticks.tick_at(tick_time(at)), Some(first_pass[2]), "the tick at {at}");
+            let next = ticks.after(at).unwrap();
+            assert!(next > at, "a next tick in the past at {at}: {next}");
+            assert_eq!(
+                next,
+                first_pass[0] + 24 * 60 * MINUTE + 60 * MINUTE,
+                "02:00 CET the next day"
+            );
+        }
     }
 
     #[test]
