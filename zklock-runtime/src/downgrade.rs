@@ -18,6 +18,7 @@
 use tracing::debug;
 
 use crate::engine::guard::LockGuard;
+use crate::engine::own_node::OwnNode;
 use crate::engine::queue::{Contending, Failed};
 use crate::engine::rules::{queue_order, LockKind, WRITE_NODE};
 use crate::engine::token::FencingToken;
@@ -101,7 +102,11 @@ impl Lock {
         let losses = hold.losses_at_grant;
         contending.disarm();
         let token = FencingToken::new(granted.czxid, 0);
-        let write = std::mem::replace(guard, read.hold(session, granted.node_path, token, losses, None));
+        let own_node = OwnNode::watch(&session, &granted.node_path);
+        let write = std::mem::replace(
+            guard,
+            read.hold(session, granted.node_path, own_node, token, losses, None),
+        );
         debug!(lock = %self.name(), node = %guard.node_path(), "downgraded to a read hold");
         write.start_release().await
     }

@@ -454,6 +454,7 @@ impl Lock {
             return Ok(self.hold(
                 claimed.session,
                 claimed.node_path,
+                claimed.own_node,
                 claimed.token,
                 claimed.losses_at_grant,
                 Some(turn),
@@ -506,7 +507,8 @@ impl Lock {
                         inner.metrics.record(Event::WithoutListing, self.labels());
                     }
                     let token = FencingToken::new(granted.czxid, 0);
-                    return Ok(self.hold(session, granted.node_path, token, losses, turn));
+                    let own_node = OwnNode::watch(&session, &granted.node_path);
+                    return Ok(self.hold(session, granted.node_path, own_node, token, losses, turn));
                 }
                 Err(Failed::SessionEnded) => {
                     restarts += 1;
@@ -562,7 +564,8 @@ impl Lock {
                 Ok(granted) => {
                     drop(acquirers);
                     let token = FencingToken::new(granted.czxid, 0);
-                    return Ok(self.hold(session, granted.node_path, token, losses, None));
+                    let own_node = OwnNode::watch(&session, &granted.node_path);
+                    return Ok(self.hold(session, granted.node_path, own_node, token, losses, None));
                 }
                 Err(Failed::SessionEnded) if restarts < MAX_SESSION_RESTARTS => {
                     restarts += 1;
@@ -573,18 +576,19 @@ impl Lock {
         }
     }
 
+    /// The hold of `node_path`, granted in `session`, watched through `own_node` (a node granted
+    /// just now: [`OwnNode::watch`]; one handed over: the watch it came with).
     pub(crate) fn hold(
         &self,
         session: Arc<Session>,
         node_path: String,
+        own_node: OwnNode,
         token: FencingToken,
         losses_at_grant: u64,
         turn: Option<Turn>,
     ) -> LockGuard {
         let inner = &self.client.inner;
         session.track(&node_path);
-        // Sent now, answered in the background: no round trip is added to the acquire.
-        let own_node = OwnNode::watch(&session, &node_path);
         LockGuard::new(Arc::new(Holding {
             client: inner.id,
             session,

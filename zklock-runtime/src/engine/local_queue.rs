@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::connection::session::Session;
 use crate::engine::cleanup::{delete_node, Cleanup};
+use crate::engine::own_node::{NodeWatch, OwnNode};
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
@@ -37,6 +38,8 @@ pub(crate) struct Warm {
     pub session: Arc<Session>,
     /// `None` once claimed.
     node_path: Option<String>,
+    /// The node's watch, which goes on from hold to hold; `None` once claimed.
+    node: Option<NodeWatch>,
     /// The token of the grant that handed the node over.
     pub token: FencingToken,
     pub losses_at_grant: u64,
@@ -50,6 +53,8 @@ pub(crate) struct Warm {
 pub(crate) struct Claimed {
     pub session: Arc<Session>,
     pub node_path: String,
+    /// The new hold's view of the node's watch.
+    pub own_node: OwnNode,
     /// The previous grant's token with the next generation.
     pub token: FencingToken,
     pub losses_at_grant: u64,
@@ -59,6 +64,7 @@ impl Warm {
     pub fn new(
         session: Arc<Session>,
         node_path: String,
+        node: Option<NodeWatch>,
         token: FencingToken,
         losses_at_grant: u64,
         cleanup: Cleanup,
@@ -67,6 +73,7 @@ impl Warm {
         Warm {
             session,
             node_path: Some(node_path),
+            node,
             token,
             losses_at_grant,
             cleanup,
@@ -76,14 +83,17 @@ impl Warm {
 
     /// Takes the node over for the next grant, if it can still be trusted (the session is
     /// connected, was not reported lost since the node was granted, and this process was not
-    /// paused long enough since for it to expire unnoticed: [`Session::vouched_for`]);
-    /// otherwise drops it, which deletes it, and the next grant goes through ZooKeeper.
+    /// paused long enough since for it to expire unnoticed: [`Session::vouched_for`]; and the
+    /// node's watch knows of no deletion or revocation); otherwise drops it, which deletes it,
+    /// and the next grant goes through ZooKeeper.
     pub fn claim(mut self) -> Option<Claimed> {
         if !self.session.vouched_for() || self.session.health().invalidates(self.losses_at_grant) {
             return None;
         }
+        let own_node = self.node.take()?.hold()?;
         let claimed = Claimed {
             session: self.session.clone(),
+            own_node,
             node_path: self.node_path.take()?,
             token: self.token.next_generation(),
             losses_at_grant: self.losses_at_grant,
@@ -98,6 +108,8 @@ impl Warm {
 impl Drop for Warm {
     fn drop(&mut self) {
         let Some(path) = self.node_path.take() else { return };
+        // Given up before its delete is sent: the deletion is ours.
+        drop(self.node.take());
         let taken = self.taken.take();
         if !self.session.is_usable() {
             return; // the node went with its session (a dropped `taken` says so)
