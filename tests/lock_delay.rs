@@ -77,6 +77,33 @@ async fn a_holder_node_deleted_by_an_operator_keeps_the_lock_for_the_delay() {
     drop((guard, next));
 }
 
+/// Closing the holder's client stops the work under its hold rather than finishing it: the
+/// node goes unmarked, and the waiter of another client waits the delay before it takes the
+/// lock, as after a holder that vanished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_holders_client_keeps_the_lock_for_the_delay() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let other = client(&zk.connect_string()).await;
+    let delay = Duration::from_secs(3);
+    let lock = |c: &zklock::LockClient| c.mutex("ld-closed").unwrap().with_lock_delay(delay).unwrap();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let next = waiter(lock(&other), SOON + delay).await;
+    wait_watching(&zk, &session_of(&other), guard.node_path(), "the waiter").await;
+
+    // Taken before the close starts: the waiter cannot hear of the node's end any earlier.
+    let closed_at = tokio::time::Instant::now();
+    holder.close().await;
+    assert!(guard.is_lost());
+    let next = next.await.unwrap().expect("granted after the delay");
+    let waited = closed_at.elapsed();
+    assert!(
+        waited >= delay,
+        "granted {waited:?} after the holder's client was closed, within the {delay:?} delay"
+    );
+    drop((guard, next));
+}
+
 /// A holder cut off until the server expired its session vanishes unmarked: the waiter that
 /// watched it waits the delay after the node went.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -275,12 +275,15 @@ impl Session {
 
     /// Ends the session for its holders as the client closes: every hold of it is reported
     /// lost from now on (for good: the loss count is sticky and the status stays `Closed`).
-    /// Returns the nodes still granted, for the caller to delete.
+    /// Returns the nodes still granted, for the caller to delete. No deletion of the session's
+    /// nodes is marked clean from now on: a hold the close ends was stopped, not released
+    /// ([`crate::engine::lock_delay`]).
     pub fn close_holds(&self) -> Vec<String> {
         self.health.send_modify(|h| {
             h.status = SessionStatus::Closed;
             h.losses += 1;
         });
+        self.marked.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.held.lock().unwrap_or_else(|e| e.into_inner()).drain().collect()
     }
 
