@@ -65,7 +65,7 @@ pub(crate) struct Holding {
 }
 
 impl Holding {
-    fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         self.session.health().invalidates(self.losses_at_grant) || self.own_node.state().deleted
     }
 
