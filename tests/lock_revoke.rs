@@ -516,3 +516,41 @@ async fn a_revocation_during_a_chain_of_short_local_holds_lets_the_revoker_in() 
     next.release().await.unwrap();
     stop_chain(&stop, tasks).await;
 }
+
+/// Two readers hold the lock; one's node does not let the revoker write it (its ACL gives
+/// others READ only). Revoking asks the other all the same, and the error names both: the
+/// holder asked, and the one that could not be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_be_asked_does_not_hide_those_that_were() {
+    let zk = server();
+    let open = client(&zk.connect_string()).await;
+    let guarded = LockClient::builder(zk.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .digest("guarded", "s3cret")
+        .acls(vec![
+            zk::Acl::new(zk::Permission::ALL, zk::AuthId::authed()),
+            zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
+        ])
+        .connect()
+        .await
+        .unwrap();
+    let revoker = client(&zk.connect_string()).await;
+    // The open reader first: the lock directory is open to every client.
+    let askable = open.read_lock("rv-partial").unwrap().acquire().await.unwrap();
+    let unaskable = guarded.read_lock("rv-partial").unwrap().acquire().await.unwrap();
+
+    match revoker.revoke("rv-partial").await {
+        Err(LockError::RevokeIncomplete { name, asked, refused }) => {
+            assert_eq!(name, "rv-partial");
+            assert_eq!(asked, vec![askable.node_path().to_owned()]);
+            assert_eq!(refused.len(), 1, "{refused:?}");
+            assert!(refused[0].starts_with(unaskable.node_path()), "{refused:?}");
+        }
+        other => panic!("expected RevokeIncomplete naming the holder asked, got {other:?}"),
+    }
+    tokio::time::timeout(SOON, askable.revoked())
+        .await
+        .expect("the holder that could be asked never was");
+    assert!(!unaskable.is_revoked());
+    drop((askable, unaskable));
+}
