@@ -22,7 +22,7 @@ use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::guard::ClientId;
 use crate::engine::guard::{Holding, LockGuard};
 use crate::engine::local_queue::Turn;
-use crate::engine::lock_delay::MAX_LOCK_DELAY;
+use crate::engine::lock_delay::{Vanished, MAX_LOCK_DELAY};
 use crate::engine::own_node::OwnNode;
 use crate::engine::queue::{self, Failed, Granted, Recipe};
 use crate::engine::reentrancy;
@@ -493,13 +493,16 @@ impl Lock {
     async fn contend(&self, deadline: Option<Instant>, turn: Option<Turn>) -> Result<LockGuard, Failed> {
         let inner = &self.client.inner;
         let recipe = self.recipe();
+        // A vanish learned on one session, or by the task ahead of us in this process's queue,
+        // still has its lock-delay waited out here.
+        let vanished = turn.as_ref().map_or_else(Vanished::default, Turn::vanished);
         let mut restarts = 0;
         loop {
             let session = self.client.session(None).await.map_err(Failed::Error)?;
             // Read before the attempt: a loss reported at any moment after this invalidates
             // what the attempt grants, so none can slip in between the grant and the reading.
             let losses = session.health().losses;
-            let outcome = queue::attempt(&recipe, &*self.rule, &session, deadline).await;
+            let outcome = queue::attempt(&recipe, &*self.rule, &session, deadline, &vanished).await;
             let outcome = outcome.and_then(|granted| sound_grant(&inner.cleanup, &session, losses, granted));
             match outcome {
                 Ok(granted) => {

@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::connection::session::Session;
 use crate::engine::cleanup::{delete_node, Cleanup};
+use crate::engine::lock_delay::Vanished;
 use crate::engine::own_node::{NodeWatch, OwnNode};
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
@@ -147,6 +148,9 @@ pub(crate) struct Gate<W = Warm> {
     slot: Arc<AsyncMutex<Slot<W>>>,
     /// How many tasks wait for the front of the queue.
     waiting: Lock<usize>,
+    /// What the tasks that contended in ZooKeeper for the lock learned of holders that vanished
+    /// ahead of them: the next one to contend waits out the same lock-delay.
+    vanished: Vanished,
 }
 
 impl<W> Default for Gate<W> {
@@ -154,6 +158,7 @@ impl<W> Default for Gate<W> {
         Gate {
             slot: Arc::default(),
             waiting: Lock::default(),
+            vanished: Vanished::default(),
         }
     }
 }
@@ -181,6 +186,12 @@ impl<W> Turn<W> {
     /// Whether another task of this process is waiting for the lock.
     pub fn has_waiters(&self) -> bool {
         self.gate.waiting() > 0
+    }
+
+    /// What this process's contenders for the lock learned of holders that vanished ahead of
+    /// them, shared by every task of the queue.
+    pub fn vanished(&self) -> Vanished {
+        self.gate.vanished.clone()
     }
 }
 
