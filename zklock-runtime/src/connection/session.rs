@@ -180,11 +180,17 @@ impl Session {
             health: sender.clone(),
             on_change: on_change.clone(),
         };
-        // While in doubt, the pulse asks the server whether the session is still there.
+        // While in doubt, the pulse asks the leader whether the session is still there: a
+        // `multi` (here of one `check`) is a write, which the leader validates the session for,
+        // whereas a follower answers a read from its own view, also when it is cut off from a
+        // quorum that has expired the session.
         let weak = Arc::downgrade(&session);
         let beating = keep_beating(session.pulse.clone(), move || {
-            let asked = weak.upgrade()?.zk().ok()?.check_stat("/");
-            Some(async move { asked.await.is_ok() })
+            let zk = weak.upgrade()?.zk().ok()?;
+            Some(async move {
+                let mut confirm = zk.new_multi_writer();
+                confirm.add_check_version("/", -1).is_ok() && confirm.commit().await.is_ok()
+            })
         });
         session.runtime.spawn(async move {
             tokio::select! {

@@ -361,4 +361,92 @@ mod tests {
         let _ = released.await.unwrap();
         drop(outcome);
     }
+
+    /// The holder's client talks only to a follower, which is cut off from the quorum but keeps
+    /// its clients for `syncLimit` (10 s here). Once the quorum has expired the session, the
+    /// process is paused (its driver blocked) for longer than the pulse's gap and shorter than
+    /// the client library's own silence limit, so the pulse is in doubt when it runs again on
+    /// a connection that still looks healthy. The follower would answer a read from its own
+    /// view; the pulse must not take that for the server vouching for the session, and so no
+    /// node may be handed over: the session is never vouched for again, the waiter is not
+    /// handed the node the quorum deleted, and it gets the lock in a new session once the
+    /// follower is back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_isolated_follower_cannot_vouch_for_a_session_the_quorum_expired() {
+        use zklock_testing::ZkEnsemble;
+
+        use crate::client::LockClient;
+
+        let ensemble = ZkEnsemble::builder(3)
+            .tick_time(Duration::from_millis(200))
+            .sync_limit(50)
+            .partitionable()
+            .start()
+            .expect("the ensemble starts");
+        let leader = ensemble.wait_for_quorum(Duration::from_secs(60)).unwrap();
+        let follower = (0..ensemble.len()).find(|&i| i != leader).unwrap();
+        let quorum: Vec<String> = (0..ensemble.len())
+            .filter(|&i| i != follower)
+            .map(|i| ensemble.members()[i].connect_string())
+            .collect();
+        let client = LockClient::builder(ensemble.members()[follower].connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .connect()
+            .await
+            .unwrap();
+        let view = zookeeper_client::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(&quorum.join(","))
+            .await
+            .unwrap();
+        let lock = client.mutex("isolated-pulse").unwrap();
+        let holder = lock.acquire().await.unwrap();
+        let node = holder.node_path().to_owned();
+        let mut waiting = Box::pin({
+            let lock = lock.clone();
+            async move { lock.acquire().await }
+        });
+        assert!((&mut waiting).now_or_never().is_none(), "the lock is held");
+        let waiter = tokio::spawn(waiting);
+        let session = client.latest().unwrap();
+
+        ensemble.isolate(follower).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while view.check_stat(&node).await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the quorum never expired the session");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(session.vouched_for(), "the follower keeps the client connected");
+        // Paused right after an answer: 1.45 s of silence is past the pulse's gap (a third of
+        // the 4 s session) and short of the library's limit (2/5 of it).
+        session.zk().unwrap().check_stat("/").await.unwrap();
+        let paused = stall_driver(&session).await;
+        tokio::time::sleep(Duration::from_millis(1450)).await;
+        paused.thaw();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while session.health().status.is_connected() {
+            assert!(
+                !session.vouched_for(),
+                "the session was vouched for after the quorum expired it (node {node} is gone)"
+            );
+            assert!(Instant::now() < deadline, "the follower never dropped the client");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let released = tokio::spawn(holder.release());
+        ensemble.heal(follower).unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("the waiter is answered once the follower is back")
+            .unwrap()
+            .expect("the waiter gets the lock in a new session");
+        assert_ne!(guard.node_path(), node, "the waiter was handed the expired node");
+        let stat = view.check_stat(guard.node_path()).await.unwrap();
+        assert!(
+            stat.is_some_and(|s| s.ephemeral_owner != session.id),
+            "granted {} outside a live session",
+            guard.node_path()
+        );
+        assert_eq!(client.metrics().handed_off, 0, "a node was handed over");
+        let _ = released.await.unwrap();
+    }
 }
