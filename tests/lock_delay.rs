@@ -337,20 +337,20 @@ async fn a_local_waiter_taking_the_turn_inside_the_delay_waits_it_out() {
     let holder = client(&zk.connect_string()).await;
     let waiters = client(&zk.connect_string()).await;
     let view = raw(&zk.connect_string()).await;
-    let delay = Duration::from_secs(3);
+    let delay = Duration::from_secs(5);
     let lock = |c: &LockClient| c.mutex("ld-local").unwrap().with_lock_delay(delay).unwrap();
     let guard = lock(&holder).acquire().await.unwrap();
     let held = guard.node_path().to_owned();
-    // The front task gives up 2 s after it started, inside the delay of a vanish it saw.
+    // The front task gives up 3 s after it started, inside the delay of a vanish it saw.
     let front_started = tokio::time::Instant::now();
-    let front = waiter(lock(&waiters), Duration::from_secs(2)).await;
+    let front = waiter(lock(&waiters), Duration::from_secs(3)).await;
     wait_watching(&zk, &session_of(&waiters), &held, "the front task").await;
     let behind = waiter(lock(&waiters), SOON + delay).await;
 
     let deleted_at = tokio::time::Instant::now();
     view.delete(&held, None).await.unwrap();
     assert!(
-        deleted_at - front_started < Duration::from_secs(1),
+        deleted_at - front_started < Duration::from_secs(2),
         "the machine took {:?} to see the front task wait; it must hear of the deletion before it gives up",
         deleted_at - front_started
     );
