@@ -238,14 +238,22 @@ async fn a_node_deleted_by_someone_else_is_a_loss() {
 }
 
 /// Our own release deletes the node too: that is never taken for a loss, for a guard released
-/// or dropped, and the node watch is gone with the hold (the server holds no watch on it).
+/// or dropped, with the node watched (the hold lasted long enough for its watch to be set: the
+/// release's delete fires it) or not, and the node watch is gone with the hold (the server
+/// holds no watch on it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_own_release_is_not_a_loss() {
     let zk = server();
     let c = client(&zk.connect_string()).await;
+    let session = session_of(&c);
     for round in 0..20 {
         let guard = c.mutex("rv-own").unwrap().acquire().await.unwrap();
         let mut signal = guard.loss_signal();
+        if round % 4 < 2 {
+            let node = guard.node_path().to_owned();
+            let watched = eventually(SOON, || async { watches_of(&zk, &session).contains(&node) }).await;
+            assert!(watched, "round {round}: the hold never watched its node");
+        }
         if round % 2 == 0 {
             guard.release().await.unwrap();
         } else {
@@ -257,7 +265,6 @@ async fn our_own_release_is_not_a_loss() {
         assert!(late.is_err(), "round {round}: {late:?}");
     }
     assert_eq!(c.metrics().lost, 0);
-    let session = session_of(&c);
     let gone = eventually(SOON, || async {
         !watches_of(&zk, &session)
             .iter()
