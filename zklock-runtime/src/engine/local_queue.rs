@@ -344,22 +344,27 @@ mod tests {
             "the paused process cannot know yet"
         );
 
+        let handed_off = client.metrics().handed_off;
         let released = tokio::spawn(holder.release());
         paused.thaw();
-        let outcome = tokio::time::timeout(Duration::from_secs(20), waiter)
+        let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
             .await
             .expect("the waiter is answered once the process runs again")
-            .unwrap();
-        if let Ok(guard) = &outcome {
-            let stat = view.check_stat(guard.node_path()).await.unwrap();
-            assert!(
-                stat.is_some_and(|s| s.ephemeral_owner != session.id),
-                "granted {} in the expired session (the old node was {node})",
-                guard.node_path()
-            );
-        }
+            .unwrap()
+            .expect("the waiter gets the lock through ZooKeeper, in a new session");
+        assert_eq!(
+            client.metrics().handed_off,
+            handed_off,
+            "the node of the expired session was handed over"
+        );
+        let stat = view.check_stat(guard.node_path()).await.unwrap();
+        assert!(
+            stat.is_some_and(|s| s.ephemeral_owner != session.id),
+            "granted {} in the expired session (the old node was {node})",
+            guard.node_path()
+        );
         let _ = released.await.unwrap();
-        drop(outcome);
+        drop(guard);
     }
 
     /// The holder's client talks only to a follower, which is cut off from the quorum but keeps
