@@ -77,6 +77,33 @@ async fn a_holder_node_deleted_by_an_operator_keeps_the_lock_for_the_delay() {
     drop((guard, next));
 }
 
+/// Closing the holder's client stops the work under its hold rather than finishing it: the
+/// node goes unmarked, and the waiter of another client waits the delay before it takes the
+/// lock, as after a holder that vanished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_holders_client_keeps_the_lock_for_the_delay() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let other = client(&zk.connect_string()).await;
+    let delay = Duration::from_secs(3);
+    let lock = |c: &zklock::LockClient| c.mutex("ld-closed").unwrap().with_lock_delay(delay).unwrap();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let next = waiter(lock(&other), SOON + delay).await;
+    wait_watching(&zk, &session_of(&other), guard.node_path(), "the waiter").await;
+
+    // Taken before the close starts: the waiter cannot hear of the node's end any earlier.
+    let closed_at = tokio::time::Instant::now();
+    holder.close().await;
+    assert!(guard.is_lost());
+    let next = next.await.unwrap().expect("granted after the delay");
+    let waited = closed_at.elapsed();
+    assert!(
+        waited >= delay,
+        "granted {waited:?} after the holder's client was closed, within the {delay:?} delay"
+    );
+    drop((guard, next));
+}
+
 /// A holder cut off until the server expired its session vanishes unmarked: the waiter that
 /// watched it waits the delay after the node went.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,4 +325,87 @@ async fn a_node_the_acl_forbids_writing_is_still_released() {
     let node = guard.node_path().to_owned();
     guard.release().await.expect("released without WRITE permission");
     assert_eq!(view.check_stat(&node).await.unwrap(), None, "the node was kept");
+}
+
+/// Two tasks of one process wait for the lock, the front one in ZooKeeper watching the holder.
+/// The holder's node is deleted (unmarked) and the front task gives up inside the delay: the
+/// task behind it, which takes its turn in this process's queue, waits out the same delay
+/// rather than being granted at once by a listing that no longer shows the vanished holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_waiter_taking_the_turn_inside_the_delay_waits_it_out() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let waiters = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let delay = Duration::from_secs(5);
+    let lock = |c: &LockClient| c.mutex("ld-local").unwrap().with_lock_delay(delay).unwrap();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let held = guard.node_path().to_owned();
+    // The front task gives up 3 s after it started, inside the delay of a vanish it saw.
+    let front_started = tokio::time::Instant::now();
+    let front = waiter(lock(&waiters), Duration::from_secs(3)).await;
+    wait_watching(&zk, &session_of(&waiters), &held, "the front task").await;
+    let behind = waiter(lock(&waiters), SOON + delay).await;
+
+    let deleted_at = tokio::time::Instant::now();
+    view.delete(&held, None).await.unwrap();
+    assert!(
+        deleted_at - front_started < Duration::from_secs(2),
+        "the machine took {:?} to see the front task wait; it must hear of the deletion before it gives up",
+        deleted_at - front_started
+    );
+    match front.await.unwrap() {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("the front task was to give up inside the delay, got {other:?}"),
+    }
+    let next = behind.await.unwrap().expect("granted after the delay");
+    let waited = deleted_at.elapsed();
+    assert!(
+        waited >= delay,
+        "the task behind was granted {waited:?} after the holder vanished, within the {delay:?} delay"
+    );
+    drop((guard, next));
+}
+
+/// A waiter waiting out the delay loses its session (cut off until the server expired it):
+/// the acquisition starts over on a new session, where its node is alone in the queue, and
+/// still waits out the delay it learned of on the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_a_new_session_still_waits_out_the_delay() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let holder = client(&zk.connect_string()).await;
+    let patient = cut_off_able(&proxy).await;
+    let view = raw(&zk.connect_string()).await;
+    // Longer than the session's expiry (4 s) and the reconnect after it.
+    let delay = Duration::from_secs(10);
+    let lock = |c: &LockClient| c.mutex("ld-restart").unwrap().with_lock_delay(delay).unwrap();
+    let dir = lock(&holder).path().to_owned();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let held = guard.node_path().to_owned();
+    let next = waiter(lock(&patient), SOON + delay).await;
+    wait_watching(&zk, &session_of(&patient), &held, "the waiter").await;
+    let queue = contenders(&view, &dir).await;
+    let waiting = format!("{dir}/{}", queue.iter().find(|n| !held.ends_with(n.as_str())).unwrap());
+
+    let deleted_at = tokio::time::Instant::now();
+    view.delete(&held, None).await.unwrap();
+    // The waiter hears of it, then is cut off until the server ends its session.
+    let heard = support::eventually(SOON, || async {
+        !support::watches_of(&zk, &session_of(&patient)).contains(&held)
+    })
+    .await;
+    assert!(heard, "the waiter never heard of the deletion");
+    proxy.blackhole();
+    let expired = support::eventually(SOON, || async { view.check_stat(&waiting).await.unwrap().is_none() }).await;
+    assert!(expired, "the waiter's session never expired");
+    proxy.pass();
+    let next = next.await.unwrap().expect("granted on a new session after the delay");
+    let waited = deleted_at.elapsed();
+    assert!(
+        waited >= delay,
+        "granted {waited:?} after the holder vanished, within the {delay:?} delay"
+    );
+    assert_ne!(next.node_path(), waiting, "granted the node of the expired session");
+    drop((guard, next));
 }

@@ -332,3 +332,42 @@ async fn a_downgrade_cancelled_anywhere_leaves_one_hold_and_nothing_else() {
     }
     eprintln!("{downgraded} rounds downgraded, {kept} kept the write hold");
 }
+
+/// The hold is reported lost while the downgrade makes its read node (the connection cut for
+/// longer than `loss_after`, healed before the session expires): the downgrade fails, and the
+/// guard is still the write hold it was, as `downgrade`'s doc promises for every error; the
+/// read node is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_lost_while_downgrading_fails_with_the_guard_unchanged() {
+    let zk = server();
+    let proxy = zklock_testing::FaultProxy::start(zk.addr()).unwrap();
+    let holder = support::cut_off_able(&proxy).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = holder.write_lock("dg-lost").unwrap();
+    let mut guard = lock.acquire().await.unwrap();
+    let write_node = guard.node_path().to_owned();
+    let signal = guard.loss_signal();
+
+    // The read node's create goes into the cut.
+    proxy.blackhole();
+    let downgrading = tokio::spawn(async move {
+        let outcome = lock.downgrade(&mut guard).await;
+        (outcome, guard)
+    });
+    let lost = support::eventually(SOON, || async { signal.is_lost() }).await;
+    assert!(lost, "the cut was never reported as a loss");
+    proxy.pass();
+    let (outcome, guard) = tokio::time::timeout(SOON, downgrading)
+        .await
+        .expect("the downgrade never finished")
+        .unwrap();
+    let err = outcome.expect_err("a hold lost before it changed cannot be downgraded");
+    assert!(matches!(err, LockError::Lost { .. }), "{err:?}");
+    assert_eq!(
+        guard.node_path(),
+        write_node,
+        "the downgrade failed ({err}) but the guard became another hold"
+    );
+    wait_for_nodes(&view, "/zklock/dg-lost", 1).await;
+    drop(guard);
+}

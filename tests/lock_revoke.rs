@@ -1,6 +1,7 @@
 //! What a holder is told about its own node, against a real server: a revocation requested by
 //! another client (`LockClient::revoke`) and what a locked body does about it (`on_revoke`);
-//! the node deleted by someone else, which is a loss; and that a lasting hold watches its node.
+//! the node deleted by someone else, which is a loss, also in a chain of short local holds; and
+//! that a lasting hold watches its node.
 
 mod support;
 
@@ -237,14 +238,22 @@ async fn a_node_deleted_by_someone_else_is_a_loss() {
 }
 
 /// Our own release deletes the node too: that is never taken for a loss, for a guard released
-/// or dropped, and the node watch is gone with the hold (the server holds no watch on it).
+/// or dropped, with the node watched (the hold lasted long enough for its watch to be set: the
+/// release's delete fires it) or not, and the node watch is gone with the hold (the server
+/// holds no watch on it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_own_release_is_not_a_loss() {
     let zk = server();
     let c = client(&zk.connect_string()).await;
+    let session = session_of(&c);
     for round in 0..20 {
         let guard = c.mutex("rv-own").unwrap().acquire().await.unwrap();
         let mut signal = guard.loss_signal();
+        if round % 4 < 2 {
+            let node = guard.node_path().to_owned();
+            let watched = eventually(SOON, || async { watches_of(&zk, &session).contains(&node) }).await;
+            assert!(watched, "round {round}: the hold never watched its node");
+        }
         if round % 2 == 0 {
             guard.release().await.unwrap();
         } else {
@@ -256,7 +265,6 @@ async fn our_own_release_is_not_a_loss() {
         assert!(late.is_err(), "round {round}: {late:?}");
     }
     assert_eq!(c.metrics().lost, 0);
-    let session = session_of(&c);
     let gone = eventually(SOON, || async {
         !watches_of(&zk, &session)
             .iter()
@@ -290,4 +298,266 @@ async fn a_lasting_hold_watches_its_node() {
     );
     guard.release().await.unwrap();
     assert_eq!(c.metrics().lost, 0);
+}
+
+/// What the tasks of a local handoff chain did ([`short_hold_chain`]).
+#[derive(Default)]
+struct ChainLog {
+    /// Every local grant: its node and when it was granted.
+    grants: Vec<(String, std::time::Instant)>,
+    /// Holds that ended reported lost: their node and when the holder saw it.
+    lost: Vec<(String, std::time::Instant)>,
+    /// The holds alive now: their node and loss signal.
+    holding: Vec<(String, zklock::LossSignal)>,
+}
+
+/// The log, also after a task panicked holding it.
+fn locked(log: &std::sync::Mutex<ChainLog>) -> std::sync::MutexGuard<'_, ChainLog> {
+    log.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A chain of local handoffs: `tasks` tasks of one client take the lock `name` in turn, each
+/// holding it for 10 ms (far less than the 100 ms after which a node is watched),
+/// until `stop` is set. With several tasks there is nearly always one waiting, so the node is
+/// handed from task to task (the client allows 10 000 handoffs in a row) rather than deleted.
+fn short_hold_chain(
+    locks: &LockClient,
+    name: &str,
+    tasks: usize,
+    log: &std::sync::Arc<std::sync::Mutex<ChainLog>>,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    (0..tasks)
+        .map(|_| {
+            let (lock, log, stop) = (locks.mutex(name).unwrap(), log.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let guard = match lock.acquire_timeout(SOON).await {
+                        Ok(guard) => guard,
+                        Err(LockError::Timeout { .. }) if stop.load(Ordering::SeqCst) => return,
+                        Err(err) => panic!("a local task could not take the lock: {err}"),
+                    };
+                    let node = guard.node_path().to_owned();
+                    {
+                        let mut log = locked(&log);
+                        log.grants.push((node.clone(), std::time::Instant::now()));
+                        log.holding.push((node.clone(), guard.loss_signal()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    {
+                        let mut log = locked(&log);
+                        let at = log.holding.iter().position(|(n, _)| *n == node).unwrap();
+                        log.holding.swap_remove(at);
+                        if guard.is_lost() {
+                            log.lost.push((node.clone(), std::time::Instant::now()));
+                        }
+                    }
+                    let _ = guard.release().await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// The client of a handoff chain: up to 10 000 handoffs of one node in a row.
+async fn chain_client(connect: &str) -> LockClient {
+    LockClient::builder(connect)
+        .session_timeout(Duration::from_secs(4))
+        .max_local_handoffs(10_000)
+        .connect()
+        .await
+        .expect("connect lock client")
+}
+
+/// Starts a chain on `name` and waits until one node has been handed over at least 20 times,
+/// then queues `remote` behind it; returns the chain's node, the remote acquisition and the
+/// chain's tasks.
+async fn chain_with_a_remote_waiter(
+    local: &LockClient,
+    remote: &LockClient,
+    view: &zk::Client,
+    name: &str,
+    log: &std::sync::Arc<std::sync::Mutex<ChainLog>>,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (
+    String,
+    tokio::task::JoinHandle<Result<zklock::LockGuard, LockError>>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let dir = format!("/zklock/{name}");
+    let tasks = short_hold_chain(local, name, 3, log, stop);
+    let chained = eventually(SOON, || async { local.metrics().handed_off >= 20 }).await;
+    assert!(chained, "the local tasks never handed the node over 20 times");
+    let waiting = tokio::spawn({
+        let lock = remote.mutex(name).unwrap();
+        async move { lock.acquire_timeout(SOON).await }
+    });
+    let queued = eventually(SOON, || async { contenders(view, &dir).await.len() == 2 }).await;
+    assert!(queued, "the remote contender never queued behind the chain");
+    let mut nodes = contenders(view, &dir).await;
+    nodes.sort_by_key(|n| n.rsplit('-').next().unwrap().to_owned());
+    (format!("{dir}/{}", nodes[0]), waiting, tasks)
+}
+
+/// Stops a chain's tasks, each within a bound.
+async fn stop_chain(stop: &std::sync::atomic::AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for task in tasks {
+        tokio::time::timeout(SOON, task)
+            .await
+            .expect("a chain task did not stop")
+            .expect("a chain task panicked");
+    }
+}
+
+/// How long after a deletion or revocation the chain must have heard of it: guarantee 10's
+/// 100 ms and a round trip, with room for a loaded machine.
+const TOLD_WITHIN: Duration = Duration::from_secs(5);
+
+/// Local holds far shorter than the 100 ms before a node is watched, handed from task
+/// to task: an operator deletes the node. The watch belongs to the node, so it is set 100 ms
+/// into the chain: the hold current when the deletion is heard of is told of the loss, the
+/// node is not handed on again, and the remote contender holds the lock while no local task
+/// believes it holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_deleted_during_a_chain_of_short_local_holds_is_a_loss() {
+    let zk = server();
+    let local = chain_client(&zk.connect_string()).await;
+    let remote = client(&zk.connect_string()).await;
+    let operator = raw(&zk.connect_string()).await;
+    let (log, stop) = Default::default();
+    let (node, waiting, tasks) =
+        chain_with_a_remote_waiter(&local, &remote, &operator, "rv-chain-deleted", &log, &stop).await;
+
+    operator.delete(&node, None).await.expect("the operator's delete");
+    let deleted_at = std::time::Instant::now();
+    let told = eventually(TOLD_WITHIN, || async {
+        locked(&log).lost.iter().any(|(n, _)| *n == node)
+    })
+    .await;
+    let later_grants = |log: &ChainLog| {
+        log.grants
+            .iter()
+            .filter(|(n, at)| *n == node && *at > deleted_at)
+            .count()
+    };
+    assert!(
+        told,
+        "no local hold of {node} was told of its deletion within {TOLD_WITHIN:?}; the node was granted \
+         locally {} more times since",
+        later_grants(&locked(&log))
+    );
+
+    let next = tokio::time::timeout(SOON, waiting)
+        .await
+        .expect("the remote contender was never answered")
+        .unwrap()
+        .expect("the remote contender is granted once the node is gone");
+    // The local tasks queue again in ZooKeeper, behind the remote holder.
+    let requeued = eventually(SOON, || async {
+        contenders(&operator, "/zklock/rv-chain-deleted").await.len() == 2
+    })
+    .await;
+    assert!(requeued, "the local tasks never queued behind the remote holder");
+    {
+        let log = locked(&log);
+        let told_at = log.lost.iter().find(|(n, _)| *n == node).unwrap().1;
+        let after_told = log.grants.iter().filter(|(n, at)| *n == node && *at > told_at).count();
+        assert_eq!(
+            after_told, 0,
+            "{node} was granted locally after a holder was told it was deleted"
+        );
+        let believers: Vec<_> = log.holding.iter().filter(|(_, signal)| !signal.is_lost()).collect();
+        assert!(
+            believers.is_empty(),
+            "local tasks believe they hold the lock beside the remote holder: {:?}",
+            believers.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        );
+    }
+    next.ensure_held().await.expect("the remote holder holds the lock");
+    next.release().await.unwrap();
+    stop_chain(&stop, tasks).await;
+}
+
+/// The same chain, asked to release by a revocation: the watch set 100 ms into the chain
+/// reads the request, the node is not handed on again but deleted, and the revoker, queued
+/// behind the chain, gets the lock within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_during_a_chain_of_short_local_holds_lets_the_revoker_in() {
+    let zk = server();
+    let local = chain_client(&zk.connect_string()).await;
+    let remote = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let (log, stop) = Default::default();
+    let (node, waiting, tasks) =
+        chain_with_a_remote_waiter(&local, &remote, &view, "rv-chain-revoked", &log, &stop).await;
+
+    let outcome = remote.revoke("rv-chain-revoked").await.unwrap();
+    assert_eq!(
+        outcome,
+        RevokeOutcome::Requested {
+            nodes: vec![node.clone()]
+        }
+    );
+    let next = tokio::time::timeout(TOLD_WITHIN, waiting)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the revoker was not granted within {TOLD_WITHIN:?}; {node} was granted locally {} times meanwhile",
+                locked(&log).grants.iter().filter(|(n, _)| *n == node).count()
+            )
+        })
+        .unwrap()
+        .expect("the revoker is granted");
+    assert!(!next.is_lost());
+    {
+        let log = locked(&log);
+        let believers: Vec<_> = log.holding.iter().filter(|(_, signal)| !signal.is_lost()).collect();
+        assert!(
+            believers.is_empty(),
+            "local tasks believe they hold the lock beside the revoker: {:?}",
+            believers.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        );
+    }
+    next.release().await.unwrap();
+    stop_chain(&stop, tasks).await;
+}
+
+/// Two readers hold the lock; one's node does not let the revoker write it (its ACL gives
+/// others READ only). Revoking asks the other all the same, and the error names both: the
+/// holder asked, and the one that could not be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_be_asked_does_not_hide_those_that_were() {
+    let zk = server();
+    let open = client(&zk.connect_string()).await;
+    let guarded = LockClient::builder(zk.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .digest("guarded", "s3cret")
+        .acls(vec![
+            zk::Acl::new(zk::Permission::ALL, zk::AuthId::authed()),
+            zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
+        ])
+        .connect()
+        .await
+        .unwrap();
+    let revoker = client(&zk.connect_string()).await;
+    // The open reader first: the lock directory is open to every client.
+    let askable = open.read_lock("rv-partial").unwrap().acquire().await.unwrap();
+    let unaskable = guarded.read_lock("rv-partial").unwrap().acquire().await.unwrap();
+
+    match revoker.revoke("rv-partial").await {
+        Err(LockError::RevokeIncomplete { name, asked, refused }) => {
+            assert_eq!(name, "rv-partial");
+            assert_eq!(asked, vec![askable.node_path().to_owned()]);
+            assert_eq!(refused.len(), 1, "{refused:?}");
+            assert!(refused[0].starts_with(unaskable.node_path()), "{refused:?}");
+        }
+        other => panic!("expected RevokeIncomplete naming the holder asked, got {other:?}"),
+    }
+    tokio::time::timeout(SOON, askable.revoked())
+        .await
+        .expect("the holder that could be asked never was");
+    assert!(!unaskable.is_revoked());
+    drop((askable, unaskable));
 }

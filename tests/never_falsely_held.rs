@@ -209,6 +209,81 @@ async fn close_ends_the_session_whatever_is_alive() {
     drop((kept, busy));
 }
 
+/// The nodes of `session` among the children of `dirs`, as the server sees them.
+async fn nodes_of(view: &zklock::zk::Client, session: i64, dirs: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for dir in dirs {
+        for child in contenders(view, dir).await {
+            let path = format!("{dir}/{child}");
+            if let Ok(Some(stat)) = view.check_stat(&path).await {
+                if stat.ephemeral_owner == session {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// `close()` dropped at any point of its work (at its first poll, while its deletes are in
+/// flight, while it waits for the session to end), then called again: once the second call
+/// returns, the session has ended on the server and none of its nodes is left, neither the
+/// held one nor a waiter's, and the waiter has been told the client is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_cancelled_at_any_point_and_called_again_ends_the_session() {
+    // A 500 ms tick allows a 10 s session: an expiry would take longer than the bounds below.
+    let zk = ZkServer::builder()
+        .tick_time(Duration::from_millis(500))
+        .start()
+        .unwrap();
+    let other = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let _busy = other.mutex("cc-waited").unwrap().acquire().await.unwrap();
+    for step in 0..24u64 {
+        let closing = support::client_with(&zk.connect_string(), Duration::from_secs(10)).await;
+        let session = closing.session_id().unwrap();
+        let kept = closing.mutex("cc-held").unwrap().acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = closing.mutex("cc-waited").unwrap();
+            async move { lock.acquire().await }
+        });
+        until_contenders(&view, "/zklock/cc-waited", 2).await;
+
+        // Dropped after its first poll (step 0), then a little later at each step.
+        let cancelled = tokio::time::timeout(Duration::from_micros(step * 300), closing.close()).await;
+        tokio::time::timeout(SOON, closing.close())
+            .await
+            .unwrap_or_else(|_| panic!("step {step}: the second close() never returned"));
+        // The server drops the connection just after answering the close.
+        let ended = eventually(Duration::from_secs(5), || async {
+            !session_is_open(&zk, session).await
+        })
+        .await;
+        assert!(
+            ended,
+            "step {step} (first close {}): session {session:#x} is still open after a second close()",
+            if cancelled.is_ok() { "finished" } else { "cancelled" }
+        );
+        let left = nodes_of(&view, session, &["/zklock/cc-held", "/zklock/cc-waited"]).await;
+        assert!(
+            left.is_empty(),
+            "step {step}: nodes of the closed session remain: {left:?}"
+        );
+        assert!(
+            kept.is_lost(),
+            "step {step}: a guard of a closed client still looks held"
+        );
+        match tokio::time::timeout(SOON, waiter)
+            .await
+            .unwrap_or_else(|_| panic!("step {step}: the waiter never answered"))
+            .unwrap()
+        {
+            Err(LockError::Closed(_)) => {}
+            other => panic!("step {step}: expected Closed, got {other:?}"),
+        }
+    }
+}
+
 #[distributed_lock("close-body", client = client)]
 async fn hold_forever(client: &LockClient) -> Result<(), AppError> {
     std::future::pending::<()>().await;

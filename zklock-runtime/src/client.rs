@@ -129,6 +129,8 @@ pub(crate) struct ClientInner {
     pub contact: Arc<connect_string::Contact>,
     /// Why the client cannot be used any more, once it cannot.
     closed: StdMutex<Option<String>>,
+    /// Set by the first [`LockClient::close`]: turns true once its work is done.
+    closing: OnceLock<watch::Receiver<bool>>,
     /// The session new work goes to. Locked while a session is being opened, so concurrent
     /// callers share one connect attempt.
     current: AsyncMutex<Option<Arc<Session>>>,
@@ -476,6 +478,7 @@ impl LockClientBuilder {
                 config,
                 contact: Arc::new(connect_string::Contact::new(servers)),
                 closed: StdMutex::new(None),
+                closing: OnceLock::new(),
                 current: AsyncMutex::new(None),
                 latest: StdRwLock::new(None),
                 status,
@@ -622,15 +625,21 @@ impl LockClient {
     /// ([`flush`](Self::flush)); and the ZooKeeper session is ended on the server, whatever is
     /// still alive (guards, waiters, clones of [`zookeeper`](Self::zookeeper)), so the server
     /// deletes every node of it at once instead of after the session timeout. Calling it again
-    /// does nothing.
+    /// waits for the first call's work, if it is still going on, and does nothing more.
+    ///
+    /// A hold ended by the close is not a clean release: the work under it was stopped, not
+    /// finished, so its node goes without the release mark and waiters of a lock with a
+    /// [lock-delay](crate::Lock::with_lock_delay) wait the delay out, as after a holder that
+    /// vanished.
     ///
     /// Dropping the last clone of a client (and its last guard) closes the session too, but
     /// without waiting: call `close` before a process exits, so its locks are freed at once.
     ///
     /// # Cancel safety
     ///
-    /// The client is closed as soon as this is called; dropping the future only stops waiting
-    /// for the session's close to be confirmed.
+    /// Cancel safe: the client is closed, and the end of its session started, by the first
+    /// poll; that work runs on the client's own thread whether or not this future is awaited,
+    /// so dropping it only stops waiting for the work to finish.
     ///
     /// # Examples
     ///
@@ -644,30 +653,55 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn close(&self) {
-        if self.inner.closed.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
-            info!(connect = %self.inner.config.connect, "closing the lock client");
-        }
+        let mut done = self.inner.closing.get_or_init(|| self.start_closing()).clone();
+        // An error means the driver's runtime dropped the work: its sessions went with it.
+        let _ = done.wait_for(|done| *done).await;
+    }
+
+    /// Closes the client for good and starts ending its session: the one start of
+    /// [`close`](Self::close)'s work, which runs on the client's driver, so that it finishes
+    /// whoever waits for it. Returns what tells when it is done.
+    fn start_closing(&self) -> watch::Receiver<bool> {
+        info!(connect = %self.inner.config.connect, "closing the lock client");
         self.mark_closed("it was closed with LockClient::close()");
-        let session = self.inner.current.lock().await.take();
-        self.inner.latest.write().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(session) = &session {
-            // Every hold of the session is lost from here on; delete the nodes still held
-            // (pipelined: all requests go out before the first answer is awaited).
-            let deletions: Vec<_> = session
-                .close_holds()
-                .into_iter()
-                .map(|path| delete_node(session, path))
-                .collect();
-            for deletion in deletions {
-                let _ = deletion.await;
+        let (done, finished) = watch::channel(false);
+        match self.inner.driver.get() {
+            Some(driver) => {
+                let client = self.clone();
+                driver.handle().spawn(async move {
+                    client.end_session().await;
+                    let _ = done.send(true);
+                });
+            }
+            // No session was ever opened; one being opened now is not handed out (`session`).
+            None => {
+                let _ = done.send(true);
             }
         }
-        self.flush().await;
+        finished
+    }
+
+    /// Ends the client's session for its holders and on the server ([`close`](Self::close)).
+    async fn end_session(&self) {
+        // Waits for a session being opened meanwhile: it is ended too.
+        let session = self.inner.current.lock().await.take();
+        self.inner.latest.write().unwrap_or_else(|e| e.into_inner()).take();
         let Some(session) = session else { return };
+        // Every hold of the session is lost from here on; delete the nodes still held
+        // (pipelined: all requests go out before the first answer is awaited).
+        let deletions: Vec<_> = session
+            .close_holds()
+            .into_iter()
+            .map(|path| delete_node(&session, path))
+            .collect();
+        for deletion in deletions {
+            let _ = deletion.await;
+        }
+        let bound = self.inner.config.connect_limit();
+        let _ = tokio::time::timeout(bound, self.flush()).await;
         // Dropping the session's handle makes the client library send the close request once
         // the requests under way are answered; the server then deletes every node of the
         // session, waiters' contenders included, and holds nothing for it any more.
-        let bound = self.inner.config.connect_limit();
         if tokio::time::timeout(bound, session.close_handle()).await.is_err() {
             warn!(
                 session = format_args!("{:#x}", session.id),
@@ -762,6 +796,12 @@ impl LockClient {
             }
             self.check_open()?;
             let session = self.open_session().await?;
+            if let Err(closed) = self.check_open() {
+                // Closed while this session was being opened: it is never handed out, and ends
+                // here, as `close` ends the one it finds.
+                let _ = tokio::time::timeout(config.connect_limit(), session.close_handle()).await;
+                return Err(closed);
+            }
             *current = Some(session.clone());
             *self.inner.latest.write().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
             self.inner.status.send_replace(session.health().status);

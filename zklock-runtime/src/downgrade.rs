@@ -15,9 +15,10 @@
 //! The orchestrator's own operation ([`Lock`] and its guard); it calls down into the queue
 //! recipe and the hold.
 
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::engine::guard::LockGuard;
+use crate::engine::own_node::OwnNode;
 use crate::engine::queue::{Contending, Failed};
 use crate::engine::rules::{queue_order, LockKind, WRITE_NODE};
 use crate::engine::token::FencingToken;
@@ -37,15 +38,17 @@ impl Lock {
     /// Errors, with `guard` unchanged: [`LockError::InvalidConfig`] when `self` is not a write
     /// lock, `guard` is not a hold of it taken through the same client, or other guards share
     /// the hold (a reentrant acquisition; downgrade the outermost guard once the others are
-    /// gone). [`LockError::Lost`] when the hold had been lost, and
-    /// [`LockError::SessionExpired`] or a connection error when the read node could not be
-    /// made; the write hold stays as it was.
+    /// gone). [`LockError::Lost`] when the hold had been lost, or was lost while the read node
+    /// was being made, and [`LockError::SessionExpired`] or a connection error when the read
+    /// node could not be made; the write hold stays as it was. Once `guard` has become the
+    /// read hold, `downgrade` returns `Ok`: a loss reported after that is the read hold's, told
+    /// by the guard as any loss.
     ///
     /// # Cancel safety
     ///
     /// Dropped before it finishes, `guard` is still the write hold and a read node that was
     /// created is removed in the background. Once the write node's delete is sent (the last
-    /// step), `guard` is already the read hold.
+    /// step), `guard` is already the read hold, and the delete goes on in the background.
     ///
     /// # Examples
     ///
@@ -90,6 +93,12 @@ impl Lock {
                 self.name()
             )));
         };
+        // The last look before the guard changes: a hold lost while the read node was made
+        // (its session reported lost, its node deleted) fails here, with the guard as it was;
+        // the read node goes as `contending` drops.
+        if hold.is_lost() {
+            return Err(hold.lost_error());
+        }
         if writer_between {
             // Keep the write node; the read node goes as `contending` drops.
             debug!(lock = %self.name(), "a writer queued meanwhile; keeping the write node as the read hold");
@@ -101,9 +110,22 @@ impl Lock {
         let losses = hold.losses_at_grant;
         contending.disarm();
         let token = FencingToken::new(granted.czxid, 0);
-        let write = std::mem::replace(guard, read.hold(session, granted.node_path, token, losses, None));
+        let own_node = OwnNode::watch(&session, &granted.node_path);
+        let write = std::mem::replace(
+            guard,
+            read.hold(session, granted.node_path, own_node, token, losses, None),
+        );
         debug!(lock = %self.name(), node = %guard.node_path(), "downgraded to a read hold");
-        write.start_release().await
+        // The guard is the read hold from here on, so nothing that follows is an error of the
+        // downgrade: a loss reported since the look above is the read hold's too (same session,
+        // same count), and a delete the server refuses is logged by the delete; the write node
+        // then stays ahead of the read node until the session ends, holding back writers only.
+        if let Err(err) = write.start_release().await {
+            if !matches!(err, LockError::Lost { .. }) {
+                warn!(lock = %self.name(), %err, "downgraded, but the write node could not be deleted");
+            }
+        }
+        Ok(())
     }
 
     /// The misuses [`downgrade`](Self::downgrade) refuses before touching anything.

@@ -122,6 +122,18 @@ pub enum LockError {
         #[source]
         source: zookeeper_client::Error,
     },
+    /// [`LockClient::revoke`](crate::LockClient::revoke) could not ask every holder: the
+    /// server refused the request for some of their nodes (the node's ACL does not let this
+    /// client write it, say). The holders in `asked` were asked all the same.
+    #[error("could not ask every holder of lock `{name}` to release it: asked {asked:?}; not asked {refused:?}")]
+    RevokeIncomplete {
+        /// The lock name.
+        name: String,
+        /// The holder nodes that were asked.
+        asked: Vec<String>,
+        /// The holder nodes that were not asked, each with why (`<node>: <error>`).
+        refused: Vec<String>,
+    },
     /// ZooKeeper answered with an error this crate does not translate.
     #[error("ZooKeeper error on {op}: {source}")]
     ZooKeeper {
@@ -167,7 +179,8 @@ pub enum ErrorKind {
     InvalidInput,
     /// Anything else: work stopped at its `max_hold` ([`LockError::MaxHoldExceeded`]) or on a
     /// revocation ([`LockError::Revoked`]), a fenced write refused for one of its operations
-    /// ([`LockError::WriteRejected`]), or a ZooKeeper error this crate does not translate
+    /// ([`LockError::WriteRejected`]), a revocation that could not ask every holder
+    /// ([`LockError::RevokeIncomplete`]), or a ZooKeeper error this crate does not translate
     /// ([`LockError::ZooKeeper`]).
     Other,
 }
@@ -194,6 +207,7 @@ impl LockError {
             LockError::MaxHoldExceeded { .. }
             | LockError::Revoked { .. }
             | LockError::WriteRejected { .. }
+            | LockError::RevokeIncomplete { .. }
             | LockError::ZooKeeper { .. } => ErrorKind::Other,
         }
     }

@@ -24,8 +24,9 @@
 //!   `rules.rs` (the lock kinds and the rule each judges the queue by), `local_queue.rs`
 //!   (in-process waiters and node handoff), `reentrancy.rs` (the call scope a hold re-enters
 //!   in), `guard.rs` (the hold and its owned guard), `loss.rs` (the loss signal and the
-//!   supervision of work under a hold: loss, revocation, `max_hold`), `own_node.rs` (a lasting
-//!   hold's watch on its node: deleted by someone else, revocation requested), `token.rs`
+//!   supervision of work under a hold: loss, revocation, `max_hold`), `own_node.rs` (the
+//!   watch on a node held for a while, across local handoffs: deleted by someone else,
+//!   revocation requested), `token.rs`
 //!   (fencing tokens),
 //!   `alone.rs` (the uncontended fast path), `cleanup.rs` (the one delete path).
 //! - `recipes/`: built on the core, in Curator's layouts: `semaphore.rs` (leases),

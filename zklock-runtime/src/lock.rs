@@ -22,7 +22,7 @@ use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::guard::ClientId;
 use crate::engine::guard::{Holding, LockGuard};
 use crate::engine::local_queue::Turn;
-use crate::engine::lock_delay::MAX_LOCK_DELAY;
+use crate::engine::lock_delay::{Vanished, MAX_LOCK_DELAY};
 use crate::engine::own_node::OwnNode;
 use crate::engine::queue::{self, Failed, Granted, Recipe};
 use crate::engine::reentrancy;
@@ -454,6 +454,7 @@ impl Lock {
             return Ok(self.hold(
                 claimed.session,
                 claimed.node_path,
+                claimed.own_node,
                 claimed.token,
                 claimed.losses_at_grant,
                 Some(turn),
@@ -492,13 +493,16 @@ impl Lock {
     async fn contend(&self, deadline: Option<Instant>, turn: Option<Turn>) -> Result<LockGuard, Failed> {
         let inner = &self.client.inner;
         let recipe = self.recipe();
+        // A vanish learned on one session, or by the task ahead of us in this process's queue,
+        // still has its lock-delay waited out here.
+        let vanished = turn.as_ref().map_or_else(Vanished::default, Turn::vanished);
         let mut restarts = 0;
         loop {
             let session = self.client.session(None).await.map_err(Failed::Error)?;
             // Read before the attempt: a loss reported at any moment after this invalidates
             // what the attempt grants, so none can slip in between the grant and the reading.
             let losses = session.health().losses;
-            let outcome = queue::attempt(&recipe, &*self.rule, &session, deadline).await;
+            let outcome = queue::attempt(&recipe, &*self.rule, &session, deadline, &vanished).await;
             let outcome = outcome.and_then(|granted| sound_grant(&inner.cleanup, &session, losses, granted));
             match outcome {
                 Ok(granted) => {
@@ -506,7 +510,8 @@ impl Lock {
                         inner.metrics.record(Event::WithoutListing, self.labels());
                     }
                     let token = FencingToken::new(granted.czxid, 0);
-                    return Ok(self.hold(session, granted.node_path, token, losses, turn));
+                    let own_node = OwnNode::watch(&session, &granted.node_path);
+                    return Ok(self.hold(session, granted.node_path, own_node, token, losses, turn));
                 }
                 Err(Failed::SessionEnded) => {
                     restarts += 1;
@@ -562,7 +567,8 @@ impl Lock {
                 Ok(granted) => {
                     drop(acquirers);
                     let token = FencingToken::new(granted.czxid, 0);
-                    return Ok(self.hold(session, granted.node_path, token, losses, None));
+                    let own_node = OwnNode::watch(&session, &granted.node_path);
+                    return Ok(self.hold(session, granted.node_path, own_node, token, losses, None));
                 }
                 Err(Failed::SessionEnded) if restarts < MAX_SESSION_RESTARTS => {
                     restarts += 1;
@@ -573,18 +579,19 @@ impl Lock {
         }
     }
 
+    /// The hold of `node_path`, granted in `session`, watched through `own_node` (a node granted
+    /// just now: [`OwnNode::watch`]; one handed over: the watch it came with).
     pub(crate) fn hold(
         &self,
         session: Arc<Session>,
         node_path: String,
+        own_node: OwnNode,
         token: FencingToken,
         losses_at_grant: u64,
         turn: Option<Turn>,
     ) -> LockGuard {
         let inner = &self.client.inner;
         session.track(&node_path);
-        // Sent now, answered in the background: no round trip is added to the acquire.
-        let own_node = OwnNode::watch(&session, &node_path);
         LockGuard::new(Arc::new(Holding {
             client: inner.id,
             session,

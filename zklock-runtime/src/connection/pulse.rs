@@ -10,8 +10,10 @@
 //! The pulse is a beat the session's driver task records every [`Pulse::every`]. A grant that
 //! asks no server first checks [`Pulse::steady`]: the last beat is recent, and no gap between
 //! two beats (a pause) was left unconfirmed. A gap longer than a third of the session timeout
-//! puts the session in doubt until a request sent after the gap is answered: then the server
-//! has seen the session alive after the pause. (The library sends a ping after 3/20 of the
+//! puts the session in doubt until a write sent after the gap is answered (a `multi` of one
+//! `check`): then the leader has seen the session alive after the pause. A read would not do:
+//! a follower answers it from its own view, also while it is cut off from a quorum that has
+//! expired the session. (The library sends a ping after 3/20 of the
 //! timeout without traffic, so a session can expire only after a silence of about 17/20 of it;
 //! a third is well inside that.) Meanwhile grants go through ZooKeeper, whose answer
 //! (or refusal, for an expired session) is the truth.

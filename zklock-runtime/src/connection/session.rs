@@ -6,7 +6,7 @@
 //! must stop trusting its lock (CURATOR-206), so this module turns "disconnected for
 //! `loss_after`" into a sticky loss count that every guard of the session watches.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +23,7 @@ use crate::connection::connect_string::Contact;
 use crate::connection::driver::Driver;
 use crate::connection::pulse::{keep_beating, Pulse};
 use crate::engine::alone::Alone;
+use crate::engine::lock_delay::Mark;
 
 /// The pause before a request that failed on the connection is sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -103,9 +104,9 @@ pub(crate) struct Session {
     /// Contender nodes granted in this session and not yet deleted (held or handed over), so
     /// that closing the client can release them all.
     held: Mutex<HashSet<String>>,
-    /// Contender nodes of locks with a lock-delay: their deletion is marked as clean
-    /// ([`crate::engine::lock_delay`]).
-    marked: Mutex<HashSet<String>>,
+    /// Contender nodes of locks with a lock-delay whose deletion is marked as clean, and on
+    /// what condition ([`crate::engine::lock_delay`]).
+    marked: Mutex<HashMap<String, Mark>>,
     /// Lock directories this session was last alone in (the listing-free fast path); cleared
     /// by the monitor when the connection drops.
     alone: Arc<Mutex<Alone>>,
@@ -179,11 +180,17 @@ impl Session {
             health: sender.clone(),
             on_change: on_change.clone(),
         };
-        // While in doubt, the pulse asks the server whether the session is still there.
+        // While in doubt, the pulse asks the leader whether the session is still there: a
+        // `multi` (here of one `check`) is a write, which the leader validates the session for,
+        // whereas a follower answers a read from its own view, also when it is cut off from a
+        // quorum that has expired the session.
         let weak = Arc::downgrade(&session);
         let beating = keep_beating(session.pulse.clone(), move || {
-            let asked = weak.upgrade()?.zk().ok()?.check_stat("/");
-            Some(async move { asked.await.is_ok() })
+            let zk = weak.upgrade()?.zk().ok()?;
+            Some(async move {
+                let mut confirm = zk.new_multi_writer();
+                confirm.add_check_version("/", -1).is_ok() && confirm.commit().await.is_ok()
+            })
         });
         session.runtime.spawn(async move {
             tokio::select! {
@@ -251,9 +258,9 @@ impl Session {
             .insert(node_path.to_owned());
     }
 
-    /// Forgets a node that is being deleted. Returns whether its deletion is to be marked as
-    /// clean (it belongs to a lock with a lock-delay, see [`mark_deletion`](Self::mark_deletion)).
-    pub fn untrack(&self, node_path: &str) -> bool {
+    /// Forgets a node that is being deleted. Returns how its deletion is to be marked as clean,
+    /// if it is (it belongs to a lock with a lock-delay, see [`mark_deletion`](Self::mark_deletion)).
+    pub fn untrack(&self, node_path: &str) -> Option<Mark> {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(node_path);
         self.marked.lock().unwrap_or_else(|e| e.into_inner()).remove(node_path)
     }
@@ -264,23 +271,26 @@ impl Session {
         self.marked.lock().unwrap_or_else(|e| e.into_inner()).remove(node_path);
     }
 
-    /// Marks the deletion of `node_path`, whenever it comes, as clean
-    /// ([`crate::engine::lock_delay`]).
-    pub fn mark_deletion(&self, node_path: &str) {
+    /// Marks the deletion of `node_path`, whenever it comes, as clean on the condition `mark`
+    /// states ([`crate::engine::lock_delay`]); replaces an earlier mark.
+    pub fn mark_deletion(&self, node_path: &str, mark: Mark) {
         self.marked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(node_path.to_owned());
+            .insert(node_path.to_owned(), mark);
     }
 
     /// Ends the session for its holders as the client closes: every hold of it is reported
     /// lost from now on (for good: the loss count is sticky and the status stays `Closed`).
-    /// Returns the nodes still granted, for the caller to delete.
+    /// Returns the nodes still granted, for the caller to delete. No deletion of the session's
+    /// nodes is marked clean from now on: a hold the close ends was stopped, not released
+    /// ([`crate::engine::lock_delay`]).
     pub fn close_holds(&self) -> Vec<String> {
         self.health.send_modify(|h| {
             h.status = SessionStatus::Closed;
             h.losses += 1;
         });
+        self.marked.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.held.lock().unwrap_or_else(|e| e.into_inner()).drain().collect()
     }
 

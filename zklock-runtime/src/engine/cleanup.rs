@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 use zookeeper_client as zk;
 
 use crate::connection::session::{send_now, Answer, Session};
-use crate::engine::lock_delay::RELEASE_MARK;
+use crate::engine::lock_delay::{Mark, RELEASE_MARK};
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
 
@@ -159,8 +159,8 @@ pub(crate) fn delete_node(
     session: &Arc<Session>,
     path: String,
 ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-    let mut marked = session.untrack(&path);
-    let first = session.zk().map(|zk| send_delete(zk, &path, marked));
+    let mut mark = session.untrack(&path);
+    let first = session.zk().map(|zk| send_delete(zk, &path, mark.as_ref()));
     let session = session.clone();
     async move {
         let mut outcome = match first {
@@ -188,9 +188,9 @@ pub(crate) fn delete_node(
                 }
                 // The ACL lets us delete the node but not write it: delete it unmarked (the
                 // waiter behind then waits out its lock-delay) rather than keep it.
-                Err(zk::Error::NoAuth) if marked => {
+                Err(zk::Error::NoAuth) if mark.is_some() => {
                     warn!(node = %path, "no WRITE permission on the node to mark its release; deleting it unmarked");
-                    marked = false;
+                    mark = None;
                 }
                 Err(err) => {
                     warn!(node = %path, %err, "cannot delete contender node");
@@ -198,7 +198,7 @@ pub(crate) fn delete_node(
                 }
             }
             outcome = match session.zk() {
-                Ok(zk) => send_delete(zk, &path, marked).await,
+                Ok(zk) => send_delete(zk, &path, mark.as_ref()).await,
                 Err(closed) => Err(closed),
             };
         }
@@ -208,18 +208,35 @@ pub(crate) fn delete_node(
 type Deletion = Answer<Result<(), zk::Error>>;
 
 /// Sends the delete of `path` now (before returning) and returns its answer to await. A
-/// `marked` deletion sets the node's data to the clean-release mark first, in the same
-/// transaction ([`crate::engine::lock_delay`]); it costs no extra round trip.
-fn send_delete(zk: Arc<zk::Client>, path: &str, marked: bool) -> Deletion {
-    if !marked {
+/// `mark`ed deletion sets the node's data to the clean-release mark first, in the same
+/// transaction ([`crate::engine::lock_delay`]); it costs no extra round trip. A mark on the
+/// condition that the node ahead still exists ([`Mark::WhileAhead`]) checks that node in the
+/// same transaction too; if it is gone, the node is deleted unmarked instead.
+fn send_delete(zk: Arc<zk::Client>, path: &str, mark: Option<&Mark>) -> Deletion {
+    let Some(mark) = mark else {
         return Box::pin(zk.delete(path, None));
-    }
+    };
     let path = path.to_owned();
+    let ahead = match mark {
+        Mark::Clean => None,
+        Mark::WhileAhead(ahead) => Some(ahead.clone()),
+    };
     send_now(Box::pin(async move {
         let mut batch = zk.new_multi_writer();
+        if let Some(ahead) = &ahead {
+            batch.add_check_version(ahead, -1)?;
+        }
         batch.add_set_data(&path, RELEASE_MARK, None)?;
         batch.add_delete(&path, None)?;
-        batch.commit().await.map(drop).map_err(zk::Error::from)
+        match batch.commit().await {
+            Ok(_) => Ok(()),
+            // The node ahead is gone, and how it went is not known here: ours goes unmarked,
+            // so the waiter behind it waits out the delay rather than walk in on it.
+            Err(zk::MultiWriteError::OperationFailed { index: 0, .. }) if ahead.is_some() => {
+                zk.delete(&path, None).await
+            }
+            Err(err) => Err(err.into()),
+        }
     }))
 }
 

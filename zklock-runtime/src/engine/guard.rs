@@ -59,12 +59,13 @@ pub(crate) struct Holding {
     pub metrics: Arc<Metrics>,
     /// The lock's name template, which its exported metrics are labelled with.
     pub template: Option<Arc<str>>,
-    /// The watch on `node_path`: deleted by someone else (a loss), revocation requested.
+    /// This hold's view of the watch on `node_path`: deleted by someone else (a loss),
+    /// revocation requested.
     pub own_node: OwnNode,
 }
 
 impl Holding {
-    fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         self.session.health().invalidates(self.losses_at_grant) || self.own_node.state().deleted
     }
 
@@ -172,30 +173,30 @@ impl Holding {
         self.metrics
             .time(Timing::Hold, self.labels(), self.granted_at.elapsed());
         debug!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
-        // Before the delete is sent: the deletion it causes is ours, not a loss.
         let hand_off = self.can_hand_off();
-        self.own_node.release();
         let node_path = std::mem::take(&mut self.node_path);
-        if hand_off {
-            if let Some(turn) = self.turn.as_mut() {
-                let (taken, outcome) = if confirm {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    (Some(tx), Some(rx))
-                } else {
-                    (None, None)
-                };
-                turn.hand_over(Warm::new(
-                    self.session.clone(),
-                    node_path,
-                    self.token,
-                    self.losses_at_grant,
-                    self.cleanup.clone(),
-                    taken,
-                ));
-                // A dropped sender means the node went with its session.
-                return outcome.map(|rx| -> Pending { Box::pin(async move { rx.await.unwrap_or(Ok(())) }) });
-            }
+        if let (true, Some(turn)) = (hand_off, self.turn.as_mut()) {
+            let (taken, outcome) = if confirm {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                (Some(tx), Some(rx))
+            } else {
+                (None, None)
+            };
+            // The node's watch goes on with it: a chain of holds is watched as one.
+            turn.hand_over(Warm::new(
+                self.session.clone(),
+                node_path,
+                self.own_node.hand_over(),
+                self.token,
+                self.losses_at_grant,
+                self.cleanup.clone(),
+                taken,
+            ));
+            // A dropped sender means the node went with its session.
+            return outcome.map(|rx| -> Pending { Box::pin(async move { rx.await.unwrap_or(Ok(())) }) });
         }
+        // Before the delete is sent: the deletion it causes is ours, not a loss.
+        self.own_node.release();
         Some(Box::pin(delete_node(&self.session, node_path)))
     }
 }

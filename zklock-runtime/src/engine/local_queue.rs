@@ -24,6 +24,8 @@ use tokio::sync::oneshot;
 
 use crate::connection::session::Session;
 use crate::engine::cleanup::{delete_node, Cleanup};
+use crate::engine::lock_delay::Vanished;
+use crate::engine::own_node::{NodeWatch, OwnNode};
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
@@ -37,6 +39,8 @@ pub(crate) struct Warm {
     pub session: Arc<Session>,
     /// `None` once claimed.
     node_path: Option<String>,
+    /// The node's watch, which goes on from hold to hold; `None` once claimed.
+    node: Option<NodeWatch>,
     /// The token of the grant that handed the node over.
     pub token: FencingToken,
     pub losses_at_grant: u64,
@@ -50,6 +54,8 @@ pub(crate) struct Warm {
 pub(crate) struct Claimed {
     pub session: Arc<Session>,
     pub node_path: String,
+    /// The new hold's view of the node's watch.
+    pub own_node: OwnNode,
     /// The previous grant's token with the next generation.
     pub token: FencingToken,
     pub losses_at_grant: u64,
@@ -59,6 +65,7 @@ impl Warm {
     pub fn new(
         session: Arc<Session>,
         node_path: String,
+        node: Option<NodeWatch>,
         token: FencingToken,
         losses_at_grant: u64,
         cleanup: Cleanup,
@@ -67,6 +74,7 @@ impl Warm {
         Warm {
             session,
             node_path: Some(node_path),
+            node,
             token,
             losses_at_grant,
             cleanup,
@@ -76,14 +84,17 @@ impl Warm {
 
     /// Takes the node over for the next grant, if it can still be trusted (the session is
     /// connected, was not reported lost since the node was granted, and this process was not
-    /// paused long enough since for it to expire unnoticed: [`Session::vouched_for`]);
-    /// otherwise drops it, which deletes it, and the next grant goes through ZooKeeper.
+    /// paused long enough since for it to expire unnoticed: [`Session::vouched_for`]; and the
+    /// node's watch knows of no deletion or revocation); otherwise drops it, which deletes it,
+    /// and the next grant goes through ZooKeeper.
     pub fn claim(mut self) -> Option<Claimed> {
         if !self.session.vouched_for() || self.session.health().invalidates(self.losses_at_grant) {
             return None;
         }
+        let own_node = self.node.take()?.hold()?;
         let claimed = Claimed {
             session: self.session.clone(),
+            own_node,
             node_path: self.node_path.take()?,
             token: self.token.next_generation(),
             losses_at_grant: self.losses_at_grant,
@@ -98,6 +109,8 @@ impl Warm {
 impl Drop for Warm {
     fn drop(&mut self) {
         let Some(path) = self.node_path.take() else { return };
+        // Given up before its delete is sent: the deletion is ours.
+        drop(self.node.take());
         let taken = self.taken.take();
         if !self.session.is_usable() {
             return; // the node went with its session (a dropped `taken` says so)
@@ -135,6 +148,9 @@ pub(crate) struct Gate<W = Warm> {
     slot: Arc<AsyncMutex<Slot<W>>>,
     /// How many tasks wait for the front of the queue.
     waiting: Lock<usize>,
+    /// What the tasks that contended in ZooKeeper for the lock learned of holders that vanished
+    /// ahead of them: the next one to contend waits out the same lock-delay.
+    vanished: Vanished,
 }
 
 impl<W> Default for Gate<W> {
@@ -142,6 +158,7 @@ impl<W> Default for Gate<W> {
         Gate {
             slot: Arc::default(),
             waiting: Lock::default(),
+            vanished: Vanished::default(),
         }
     }
 }
@@ -169,6 +186,12 @@ impl<W> Turn<W> {
     /// Whether another task of this process is waiting for the lock.
     pub fn has_waiters(&self) -> bool {
         self.gate.waiting() > 0
+    }
+
+    /// What this process's contenders for the lock learned of holders that vanished ahead of
+    /// them, shared by every task of the queue.
+    pub fn vanished(&self) -> Vanished {
+        self.gate.vanished.clone()
     }
 }
 
@@ -321,21 +344,114 @@ mod tests {
             "the paused process cannot know yet"
         );
 
+        let handed_off = client.metrics().handed_off;
         let released = tokio::spawn(holder.release());
         paused.thaw();
-        let outcome = tokio::time::timeout(Duration::from_secs(20), waiter)
+        let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
             .await
             .expect("the waiter is answered once the process runs again")
-            .unwrap();
-        if let Ok(guard) = &outcome {
-            let stat = view.check_stat(guard.node_path()).await.unwrap();
-            assert!(
-                stat.is_some_and(|s| s.ephemeral_owner != session.id),
-                "granted {} in the expired session (the old node was {node})",
-                guard.node_path()
-            );
-        }
+            .unwrap()
+            .expect("the waiter gets the lock through ZooKeeper, in a new session");
+        assert_eq!(
+            client.metrics().handed_off,
+            handed_off,
+            "the node of the expired session was handed over"
+        );
+        let stat = view.check_stat(guard.node_path()).await.unwrap();
+        assert!(
+            stat.is_some_and(|s| s.ephemeral_owner != session.id),
+            "granted {} in the expired session (the old node was {node})",
+            guard.node_path()
+        );
         let _ = released.await.unwrap();
-        drop(outcome);
+        drop(guard);
+    }
+
+    /// The holder's client talks only to a follower, which is cut off from the quorum but keeps
+    /// its clients for `syncLimit` (10 s here). Once the quorum has expired the session, the
+    /// process is paused (its driver blocked) for longer than the pulse's gap and shorter than
+    /// the client library's own silence limit, so the pulse is in doubt when it runs again on
+    /// a connection that still looks healthy. The follower would answer a read from its own
+    /// view; the pulse must not take that for the server vouching for the session, and so no
+    /// node may be handed over: the session is never vouched for again, the waiter is not
+    /// handed the node the quorum deleted, and it gets the lock in a new session once the
+    /// follower is back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_isolated_follower_cannot_vouch_for_a_session_the_quorum_expired() {
+        use zklock_testing::ZkEnsemble;
+
+        use crate::client::LockClient;
+
+        let ensemble = ZkEnsemble::builder(3)
+            .tick_time(Duration::from_millis(200))
+            .sync_limit(50)
+            .partitionable()
+            .start()
+            .expect("the ensemble starts");
+        let leader = ensemble.wait_for_quorum(Duration::from_secs(60)).unwrap();
+        let follower = (0..ensemble.len()).find(|&i| i != leader).unwrap();
+        let quorum: Vec<String> = (0..ensemble.len())
+            .filter(|&i| i != follower)
+            .map(|i| ensemble.members()[i].connect_string())
+            .collect();
+        let client = LockClient::builder(ensemble.members()[follower].connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .connect()
+            .await
+            .unwrap();
+        let view = zookeeper_client::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(&quorum.join(","))
+            .await
+            .unwrap();
+        let lock = client.mutex("isolated-pulse").unwrap();
+        let holder = lock.acquire().await.unwrap();
+        let node = holder.node_path().to_owned();
+        let mut waiting = Box::pin({
+            let lock = lock.clone();
+            async move { lock.acquire().await }
+        });
+        assert!((&mut waiting).now_or_never().is_none(), "the lock is held");
+        let waiter = tokio::spawn(waiting);
+        let session = client.latest().unwrap();
+
+        ensemble.isolate(follower).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while view.check_stat(&node).await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the quorum never expired the session");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(session.vouched_for(), "the follower keeps the client connected");
+        // Paused right after an answer: 1.45 s of silence is past the pulse's gap (a third of
+        // the 4 s session) and short of the library's limit (2/5 of it).
+        session.zk().unwrap().check_stat("/").await.unwrap();
+        let paused = stall_driver(&session).await;
+        tokio::time::sleep(Duration::from_millis(1450)).await;
+        paused.thaw();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while session.health().status.is_connected() {
+            assert!(
+                !session.vouched_for(),
+                "the session was vouched for after the quorum expired it (node {node} is gone)"
+            );
+            assert!(Instant::now() < deadline, "the follower never dropped the client");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let released = tokio::spawn(holder.release());
+        ensemble.heal(follower).unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("the waiter is answered once the follower is back")
+            .unwrap()
+            .expect("the waiter gets the lock in a new session");
+        assert_ne!(guard.node_path(), node, "the waiter was handed the expired node");
+        let stat = view.check_stat(guard.node_path()).await.unwrap();
+        assert!(
+            stat.is_some_and(|s| s.ephemeral_owner != session.id),
+            "granted {} outside a live session",
+            guard.node_path()
+        );
+        assert_eq!(client.metrics().handed_off, 0, "a node was handed over");
+        let _ = released.await.unwrap();
     }
 }

@@ -6,7 +6,8 @@
 //! (exclusive kinds) and hands a node from one local holder to the next; [`reentrancy`] lets a
 //! body re-enter a hold it runs under; [`guard`] is the hold itself and its guard, [`loss`]
 //! what tells work under it that it was lost and stops that work;
-//! [`own_node`] the hold's watch on its node (deleted by someone else, revocation asked); and
+//! [`own_node`] the watch on a held node, across the holds it is handed through (deleted by
+//! someone else, revocation asked); and
 //! [`token`] the fencing token a grant carries. [`alone`] is the uncontended fast path and
 //! [`cleanup`] the one path by which contender nodes are deleted.
 //!

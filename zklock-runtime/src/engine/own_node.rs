@@ -1,5 +1,5 @@
-//! A holder's watch on its own contender node, from the grant until the hold ends: the one
-//! place that learns what others do to a held node.
+//! The watch on a contender node of ours, from its grant until we give it up: the one place
+//! that learns what others do to a held node.
 //!
 //! - The node deleted while held, and not by our own release: someone (an operator clearing a
 //!   stuck lock, a tool) took the lock away, and the next contender may already be granted.
@@ -8,20 +8,25 @@
 //! - The node's data set to [`REVOKE_MESSAGE`]: another process asks the holder to release
 //!   (Curator's revocation, `Revoker.attemptRevoke`). A request, never enforced.
 //!
-//! The watch costs a short hold nothing: its request (`getData` with a watch) is sent only once
-//! the hold has lasted [`ARM_AFTER`], by a task of the session's runtime, never by the acquirer.
-//! An uncontended acquire and release stay at two requests, the create and the delete; a hold
-//! that lasts is told of a deletion or a revocation within `ARM_AFTER` and a round trip (the
-//! first read of the node tells what happened before it). The hold is marked released before
-//! its release's delete is sent, so the deletion it causes is never taken for someone else's,
+//! The watch belongs to the node ([`NodeWatch`]), not to one hold of it: a node handed from
+//! task to task of this process ([`crate::engine::local_queue`]) is watched once, and each
+//! hold ([`OwnNode`]) is told what is learned while it is the node's holder. The watch costs
+//! a node given up early nothing: its request (`getData` with a watch) is sent only once the
+//! node has been ours for [`ARM_AFTER`] (counted from its grant, however many holds it served
+//! since), by a task of the session's runtime, never by the acquirer. An uncontended acquire
+//! and release stay at two requests, the create and the delete; a node held for longer, by
+//! one hold or by a chain of short ones, is known deleted or revoked within `ARM_AFTER` and a
+//! round trip (the first read of the node tells what happened before it). A node known
+//! deleted or revoked is not taken by another hold of this process. The node is marked given
+//! up before our delete is sent, so the deletion it causes is never taken for someone else's,
 //! whichever of the two reaches the server first.
 //!
-//! The watch is set again after every event while the hold lasts, and followed to its event
-//! once the hold ends (the release's delete fires it). After a connection loss it
-//! is set again once reconnected, and that read is a fresh check of the node: an event can be
-//! missed only if the session ended, which is a loss already.
+//! The watch is set again after every event while the node is ours, and followed to its event
+//! once given up (our delete fires it). After a connection loss it is set again once
+//! reconnected, and that read is a fresh check of the node: an event can be missed only if
+//! the session ended, which is a loss already.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -32,51 +37,121 @@ use crate::connection::session::{send_now, Answer, Session};
 use crate::error::{is_session_over, is_transient};
 use crate::ops::holder::REVOKE_MESSAGE;
 
-/// How long a hold lasts before its node is watched. Most critical sections are shorter and
+/// How long a node is ours before it is watched. Most critical sections are shorter and
 /// never pay the request; a deletion or revocation before it is seen by the first read.
 pub(crate) const ARM_AFTER: Duration = Duration::from_millis(100);
 
-/// What has happened to a held node, as far as its watch knows. Every flag is sticky.
+/// What has happened to a held node, as far as its watch knows: of the node, or of one hold of
+/// it (what happened while the hold was the node's holder). Every flag is sticky.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct NodeState {
-    /// The node was deleted while held, not by our release.
+    /// The node was deleted, not by us.
     pub deleted: bool,
     /// A revocation was requested.
     pub revoked: bool,
-    /// The hold ended (released, handed over, or dropped): the watch stops.
+    /// For a hold: the hold ended (released, handed over, or dropped). For the node: we gave
+    /// it up (our delete is coming, or the session is gone), and the watch stops.
     pub released: bool,
 }
 
 type DataAnswer = Answer<Result<(Vec<u8>, zk::Stat, zk::OneshotWatcher), zk::Error>>;
 
-/// The watch on one held node, owned by its hold. Dropping it (the hold ends) stops the watch.
-pub(crate) struct OwnNode {
-    state: Arc<watch::Sender<NodeState>>,
+/// What a node's watch shares with its task.
+struct Shared {
+    /// What is known of the node.
+    node: watch::Sender<NodeState>,
+    /// The state of the hold the node serves now, if one does; the task tells it what it
+    /// learns. Whatever is learned is recorded in `node` and told to the holder under this
+    /// lock, and a hold begins or ends under it too, so each event reaches exactly the hold
+    /// that was the node's holder when it was learned (or none, while the node waits for its
+    /// next local holder).
+    holder: Mutex<Option<Arc<watch::Sender<NodeState>>>>,
 }
 
-impl OwnNode {
-    /// Starts watching `node_path`, granted in `session`, once the hold has lasted
-    /// [`ARM_AFTER`]; a hold that ends before sends nothing.
-    pub fn watch(session: &Arc<Session>, node_path: &str) -> OwnNode {
-        let (state, _) = watch::channel(NodeState::default());
-        let state = Arc::new(state);
-        let own = OwnNode { state: state.clone() };
+impl Shared {
+    fn holder(&self) -> std::sync::MutexGuard<'_, Option<Arc<watch::Sender<NodeState>>>> {
+        self.holder.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The watch on one contender node of ours, from its grant until we give it up: dropping it
+/// gives the node up (called just before the node's delete is sent). It passes from hold to
+/// hold with the node.
+pub(crate) struct NodeWatch {
+    shared: Arc<Shared>,
+}
+
+impl NodeWatch {
+    /// Starts watching `node_path`, granted now in `session`, once it has been ours for
+    /// [`ARM_AFTER`]; a node given up before sends nothing.
+    fn start(session: &Arc<Session>, node_path: &str) -> NodeWatch {
+        let shared = Arc::new(Shared {
+            node: watch::channel(NodeState::default()).0,
+            holder: Mutex::default(),
+        });
+        let node = NodeWatch { shared: shared.clone() };
         if session.runtime_gone() {
-            return own; // nothing will answer; the hold is reported lost by its session
+            return node; // nothing will answer; the hold is reported lost by its session
         }
         let (session, path) = (session.clone(), node_path.to_owned());
         session.runtime.clone().spawn(async move {
-            let mut ended = state.subscribe();
+            let mut given_up = shared.node.subscribe();
             tokio::select! {
                 _ = tokio::time::sleep(ARM_AFTER) => {}
-                // Released (or the watch dropped) first: nothing to watch.
-                _ = ended.wait_for(|s| s.released) => return,
+                // Given up (or the watch dropped) first: nothing to watch.
+                _ = given_up.wait_for(|s| s.released) => return,
             }
             if let Some(answer) = arm(&session, &path) {
-                follow(&session, &path, &state, answer).await;
+                follow(&session, &path, &shared, answer).await;
             }
         });
-        own
+        node
+    }
+
+    /// A hold of the node begins: it is told what is learned of the node from now on. `None`
+    /// if the node is known deleted or revoked: it is not to be held again (dropping this
+    /// gives it up, for its delete).
+    pub fn hold(self) -> Option<OwnNode> {
+        let state = Arc::new(watch::channel(NodeState::default()).0);
+        {
+            let mut holder = self.shared.holder();
+            let known = *self.shared.node.borrow();
+            if known.deleted || known.revoked {
+                return None;
+            }
+            *holder = Some(state.clone());
+        }
+        Some(OwnNode {
+            state,
+            node: Some(self),
+        })
+    }
+}
+
+impl Drop for NodeWatch {
+    fn drop(&mut self) {
+        self.shared
+            .node
+            .send_if_modified(|s| !std::mem::replace(&mut s.released, true));
+    }
+}
+
+/// One hold's view of its node's watch, owned by the hold. Dropping it ends the hold and gives
+/// the node up, unless it was [handed over](Self::hand_over).
+pub(crate) struct OwnNode {
+    /// What happened to the node while this hold held it.
+    state: Arc<watch::Sender<NodeState>>,
+    /// The node's watch; `None` once handed over or given up.
+    node: Option<NodeWatch>,
+}
+
+impl OwnNode {
+    /// A node granted now in `session`, held from now on: its watch starts, armed once the node
+    /// has been ours for [`ARM_AFTER`].
+    pub fn watch(session: &Arc<Session>, node_path: &str) -> OwnNode {
+        NodeWatch::start(session, node_path)
+            .hold()
+            .expect("nothing is known yet of a node granted just now")
     }
 
     /// What is known now.
@@ -89,9 +164,28 @@ impl OwnNode {
         self.state.subscribe()
     }
 
-    /// The hold ends: what happens to the node from now on is ours (a delete, a handover).
-    /// Called before the release's delete is sent.
-    pub fn release(&self) {
+    /// The hold ends and the node goes on to another hold of this process: returns the node's
+    /// watch, which goes on watching it. `None` if the hold had ended already.
+    pub fn hand_over(&mut self) -> Option<NodeWatch> {
+        self.end();
+        self.node.take()
+    }
+
+    /// The hold ends and so does the node: what happens to it from now on is ours (its delete).
+    /// Called before the delete is sent.
+    pub fn release(&mut self) {
+        self.end();
+        drop(self.node.take());
+    }
+
+    /// Stops telling this hold about the node: from now on it is not the holder.
+    fn end(&self) {
+        if let Some(node) = &self.node {
+            let mut holder = node.shared.holder();
+            if holder.as_ref().is_some_and(|h| Arc::ptr_eq(h, &self.state)) {
+                *holder = None;
+            }
+        }
         self.state
             .send_if_modified(|s| !std::mem::replace(&mut s.released, true));
     }
@@ -111,29 +205,30 @@ fn arm(session: &Session, path: &str) -> Option<DataAnswer> {
     Some(send_now(Box::pin(async move { zk.get_and_watch_data(&path).await })))
 }
 
-/// Awaits the watch's answers and events until the node is gone, the session over, or the hold
-/// ended. A watch set is followed to its event even after the hold ended, rather than dropped:
-/// dropping it would cost a request to remove it, and the release's delete fires it anyway.
-async fn follow(session: &Session, path: &str, state: &watch::Sender<NodeState>, first: DataAnswer) {
+/// Awaits the watch's answers and events until the node is gone, the session over, or the node
+/// given up. A watch set is followed to its event even after the node was given up, rather
+/// than dropped: dropping it would cost a request to remove it, and our delete fires it anyway.
+async fn follow(session: &Session, path: &str, shared: &Shared, first: DataAnswer) {
+    let given_up = || shared.node.borrow().released;
     let mut answer = first;
     loop {
         match answer.await {
             Ok((data, stat, watcher)) => {
                 if stat.ephemeral_owner != session.id {
                     // Not ours any more (a node of that name cannot come back, but be sure).
-                    deleted(state, path);
+                    deleted(shared, path);
                     return;
                 }
                 if data == REVOKE_MESSAGE {
-                    revoked(state, path);
+                    revoked(shared, path);
                 }
                 let event = watcher.changed().await;
-                if state.borrow().released {
+                if given_up() {
                     return;
                 }
                 match event.event_type {
                     zk::EventType::NodeDeleted => {
-                        deleted(state, path);
+                        deleted(shared, path);
                         return;
                     }
                     zk::EventType::Session if event.session_state.is_terminated() => return,
@@ -144,12 +239,12 @@ async fn follow(session: &Session, path: &str, state: &watch::Sender<NodeState>,
                 }
             }
             Err(zk::Error::NoNode) => {
-                deleted(state, path);
+                deleted(shared, path);
                 return;
             }
             Err(err) if is_session_over(&err) => return,
             Err(err) if is_transient(&err) => {
-                if state.borrow().released || !session.wait_to_retry().await {
+                if given_up() || !session.wait_to_retry().await {
                     return;
                 }
             }
@@ -165,25 +260,30 @@ async fn follow(session: &Session, path: &str, state: &watch::Sender<NodeState>,
     }
 }
 
-/// The node is gone: a loss, unless the hold had ended (our own delete) first.
-fn deleted(state: &watch::Sender<NodeState>, path: &str) {
-    state.send_if_modified(|s| {
-        if s.released || s.deleted {
-            return false;
+/// Records what was learned of the node, unless we gave it up meanwhile, and tells the hold
+/// that holds it now, if one does.
+fn learned(shared: &Shared, learn: impl Fn(&mut NodeState) -> bool) -> bool {
+    let holder = shared.holder();
+    let new = shared.node.send_if_modified(|s| !s.released && learn(s));
+    if new {
+        if let Some(holder) = holder.as_ref() {
+            holder.send_if_modified(|s| !s.released && learn(s));
         }
-        warn!(node = %path, "the held node was deleted by someone else; the lock is lost");
-        s.deleted = true;
-        true
-    });
+    }
+    new
 }
 
-fn revoked(state: &watch::Sender<NodeState>, path: &str) {
-    state.send_if_modified(|s| {
-        if s.released || s.revoked {
-            return false;
-        }
+/// The node is gone, not by our delete: a loss for the hold that holds it.
+fn deleted(shared: &Shared, path: &str) {
+    if learned(shared, |s| !std::mem::replace(&mut s.deleted, true)) {
+        warn!(node = %path, "the held node was deleted by someone else; the lock is lost");
+    }
+}
+
+/// A revocation was requested: the hold that holds the node is asked, and the node is not
+/// handed on.
+fn revoked(shared: &Shared, path: &str) {
+    if learned(shared, |s| !std::mem::replace(&mut s.revoked, true)) {
         debug!(node = %path, "revocation requested");
-        s.revoked = true;
-        true
-    });
+    }
 }

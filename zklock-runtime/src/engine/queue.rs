@@ -23,7 +23,7 @@ use zookeeper_client as zk;
 
 use crate::connection::session::Session;
 use crate::engine::cleanup::Cleanup;
-use crate::engine::lock_delay::{Interrupted, Vanished};
+use crate::engine::lock_delay::{Interrupted, Mark, Vanished};
 use crate::engine::rules::{queue_order, Decision, Rule};
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
@@ -95,6 +95,8 @@ pub(crate) struct Contending<'a> {
     protect: String,
     node: Option<String>,
     armed: bool,
+    /// The lock has a lock-delay: once granted, the node's deletion is a clean release.
+    marks: bool,
 }
 
 impl<'a> Contending<'a> {
@@ -113,6 +115,7 @@ impl<'a> Contending<'a> {
             protect: protect.clone(),
             node: None,
             armed: true,
+            marks: recipe.lock_delay.is_some(),
         };
         // The node is recorded in `contending` as soon as it exists, so a listing that fails
         // after the create removes it by name (a refused listing could not find it by prefix).
@@ -137,9 +140,13 @@ impl<'a> Contending<'a> {
         self.node.as_deref().unwrap_or_default()
     }
 
-    /// The node is granted: it is no longer removed when this drops.
+    /// The node is granted: it is no longer removed when this drops, and for a lock with a
+    /// lock-delay its deletion, whenever it comes, is a clean release.
     pub fn disarm(mut self) {
         self.armed = false;
+        if let (true, Some(node)) = (self.marks, &self.node) {
+            self.session.mark_deletion(&format!("{}/{node}", self.dir), Mark::Clean);
+        }
     }
 }
 
@@ -159,15 +166,17 @@ impl Drop for Contending<'_> {
 
 /// One attempt on one session: creates our contender node and waits until the rule lets it go
 /// or `deadline` passes. Dropping the future (or failing) removes the node in the background.
+/// What the contenders of the lock learned of holders that vanished ahead of them is read from
+/// and told to `vanished` ([`crate::engine::lock_delay`]).
 pub(crate) async fn attempt(
     recipe: &Recipe<'_>,
     rule: &dyn Rule,
     session: &Arc<Session>,
     deadline: Option<Instant>,
+    vanished: &Vanished,
 ) -> Result<Granted, Failed> {
     let dir = recipe.dir;
     let (contending, granted, mut children) = Contending::create(recipe, session).await?;
-    let mut vanished = Vanished::default();
     loop {
         let queue = queue_order(children);
         let Some(index) = queue.iter().position(|c| c.name == contending.name()) else {
@@ -177,9 +186,7 @@ pub(crate) async fn attempt(
         };
         let (on, last_blocker) = match rule.decide(&queue, index) {
             Decision::Go => {
-                vanished
-                    .wait_out(recipe.lock_delay, session, deadline, &granted.node_path)
-                    .await?;
+                vanished.wait_out(recipe.lock_delay, session, deadline).await?;
                 contending.disarm();
                 return Ok(granted);
             }
@@ -190,6 +197,7 @@ pub(crate) async fn attempt(
         }
         let blocker = format!("{dir}/{}", queue[on].name);
         debug!(node = %granted.node_path, waits_for = %blocker, "waiting");
+        vanished.waiting_for(recipe.lock_delay, session, &granted.node_path, &blocker);
         let watched = handle(session)?.check_and_watch_stat(&blocker).await;
         let gone = match watched {
             // Gone before it could be watched: like a contender that arrives after a holder
@@ -225,9 +233,7 @@ pub(crate) async fn attempt(
             }
         };
         if gone && last_blocker {
-            vanished
-                .wait_out(recipe.lock_delay, session, deadline, &granted.node_path)
-                .await?;
+            vanished.wait_out(recipe.lock_delay, session, deadline).await?;
             contending.disarm();
             return Ok(granted);
         }
@@ -340,7 +346,7 @@ async fn create_and_list(
         match created {
             Ok((stat, sequence)) => {
                 let ours = format!("{protect}{}{sequence}", recipe.node_name);
-                record_made(recipe, session, node_made, &ours);
+                record_made(node_made, &ours);
                 let sequence = sequence.into_i64();
                 // Proven ahead of everyone without a listing: alone again by the count
                 // ([`crate::engine::alone`]), or number 0, the first create in this incarnation of the
@@ -381,7 +387,7 @@ async fn create_and_list(
             Err(err) if is_transient(&err) => {
                 retry_after(session, "create", err).await?;
                 if let Some((ours, stat)) = find_protected(session, dir, protect).await? {
-                    record_made(recipe, session, node_made, &ours);
+                    record_made(node_made, &ours);
                     let children = list(session, dir).await?;
                     return Ok(Created {
                         ours,
@@ -399,13 +405,10 @@ async fn create_and_list(
     ))))
 }
 
-/// Our node `ours` exists: recorded in `node_made` for its removal should what follows fail,
-/// and, for a lock with a lock-delay, its deletion marked as clean whenever it comes.
-fn record_made(recipe: &Recipe<'_>, session: &Session, node_made: &mut Option<String>, ours: &str) {
+/// Our node `ours` exists: recorded in `node_made` for its removal should what follows fail.
+/// Its removal is not marked clean until the attempt knows what it waits for (or is granted).
+fn record_made(node_made: &mut Option<String>, ours: &str) {
     *node_made = Some(ours.to_owned());
-    if recipe.lock_delay.is_some() {
-        session.mark_deletion(&format!("{}/{ours}", recipe.dir));
-    }
 }
 
 /// Awaits `request` if there is one.

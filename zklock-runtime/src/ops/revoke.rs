@@ -7,8 +7,9 @@ use serde::Serialize;
 use zookeeper_client as zk;
 
 use crate::client::LockClient;
+use crate::connection::session::Session;
 use crate::engine::rules::LEASES_DIR;
-use crate::error::LockError;
+use crate::error::{is_transient, LockError};
 use crate::ops::holder::REVOKE_MESSAGE;
 use crate::ops::inspect::{RecipeKind, Side};
 
@@ -39,6 +40,12 @@ impl LockClient {
     /// ([`LockError::InvalidConfig`]): its members' nodes hold the participant ids that every
     /// member reads, which the request would overwrite (Curator's `LeaderLatch` has no
     /// revocation either).
+    ///
+    /// Every holder is asked, whatever happens to the others' requests; a request the server
+    /// refuses (the holder's node does not let this client write it, say) makes the result
+    /// [`LockError::RevokeIncomplete`], which names the holders that were asked and those that
+    /// were not. Requests cut by a connection loss are sent again once reconnected (asking
+    /// twice is asking once).
     ///
     /// Revocation is a request: a holder that does not listen keeps the lock, and one that
     /// does decides what to do ([`LockGuard::revoked`](crate::LockGuard::revoked), the
@@ -85,18 +92,13 @@ impl LockClient {
             return Ok(RevokeOutcome::NoHolder);
         }
         let session = self.session(None).await?;
-        let zk = session.zk().map_err(|err| LockError::zk("set data", err))?;
-        let writes =
-            futures_util::future::join_all(nodes.iter().map(|node| zk.set_data(node, REVOKE_MESSAGE, None))).await;
-        drop(zk);
-        let mut asked = Vec::with_capacity(nodes.len());
-        for (node, written) in nodes.into_iter().zip(writes) {
-            match written {
-                Ok(_) => asked.push(node),
-                // Released between the read and the write: nobody left to ask there.
-                Err(zk::Error::NoNode) => {}
-                Err(err) => return Err(LockError::zk("set data", err)),
-            }
+        let (asked, refused) = ask(&session, nodes).await;
+        if !refused.is_empty() {
+            return Err(LockError::RevokeIncomplete {
+                name: name.to_owned(),
+                asked,
+                refused,
+            });
         }
         if asked.is_empty() {
             return Ok(RevokeOutcome::NoHolder);
@@ -104,4 +106,42 @@ impl LockClient {
         tracing::info!(lock = %name, nodes = ?asked, "revocation requested");
         Ok(RevokeOutcome::Requested { nodes: asked })
     }
+}
+
+/// Writes the revocation request into each of `nodes`, all at once, and again into those cut
+/// by a connection loss once reconnected. Returns the nodes asked, and the nodes that could not
+/// be asked with why; a node gone meanwhile (its holder released) is in neither.
+async fn ask(session: &Session, nodes: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let (mut asked, mut refused) = (Vec::with_capacity(nodes.len()), Vec::new());
+    let mut pending = nodes;
+    while !pending.is_empty() {
+        let zk = match session.zk() {
+            Ok(zk) => zk,
+            Err(closed) => {
+                refused.extend(pending.drain(..).map(|node| format!("{node}: {closed}")));
+                break;
+            }
+        };
+        let writes =
+            futures_util::future::join_all(pending.iter().map(|node| zk.set_data(node, REVOKE_MESSAGE, None))).await;
+        drop(zk);
+        let mut cut = Vec::new();
+        for (node, written) in pending.into_iter().zip(writes) {
+            match written {
+                Ok(_) => asked.push(node),
+                // Released between the read and the write: nobody left to ask there.
+                Err(zk::Error::NoNode) => {}
+                Err(err) if is_transient(&err) => cut.push(node),
+                Err(err) => refused.push(format!("{node}: {err}")),
+            }
+        }
+        if !cut.is_empty() && !session.wait_to_retry().await {
+            refused.extend(
+                cut.drain(..)
+                    .map(|node| format!("{node}: the session ended before it could be asked")),
+            );
+        }
+        pending = cut;
+    }
+    (asked, refused)
 }

@@ -250,17 +250,22 @@ impl MultiLock {
         let mut lost_rounds = LostRounds::default();
         loop {
             let guards = self.take_each(started, timeout).await?;
-            // Each part's own loss signal, against the session that holds it: a part granted
-            // early may have been lost while a later one was awaited.
-            let Some(lost) = guards.iter().find(|g| g.is_lost()) else {
+            // A part granted early may have been lost while a later one was awaited.
+            let mut lost = None;
+            for part in &guards {
+                if let Err(err) = still_held(part).await {
+                    lost = Some((part.name().to_owned(), err));
+                    break;
+                }
+            }
+            let Some((name, err)) = lost else {
                 return Ok(MultiGuard {
                     guards,
                     acquired_at: Instant::now(),
                 });
             };
-            let err = lost.hold.lost_error();
             let out_of_time = timeout.is_some_and(|t| started.elapsed() >= t);
-            debug!(lock = %lost.name(), "a part of a multi-lock was lost while the others were taken; starting over");
+            debug!(lock = %name, "a part of a multi-lock was lost while the others were taken; starting over");
             // Dropping the guards releases every part before the next round queues again.
             drop(guards);
             if lost_rounds.give_up(out_of_time) {
@@ -287,6 +292,40 @@ impl MultiLock {
             }
         }
         Ok(guards)
+    }
+}
+
+/// Whether `part`, taken before the other parts of a multi-lock, is still held: its own loss
+/// signal, against the session that holds it; and, when this process cannot vouch for that
+/// session (it may have been paused, or the client's driver starved, since the server last
+/// answered it: [`Session::vouched_for`](crate::connection::session::Session::vouched_for)),
+/// the leader's word: a `check` of the part's node, which the leader refuses for an expired
+/// session. The parts may come from several clients, each with a session, a driver and a
+/// pulse of its own, so one client's session being sound says nothing of another's.
+async fn still_held(part: &LockGuard) -> Result<(), LockError> {
+    loop {
+        if part.is_lost() {
+            return Err(part.hold.lost_error());
+        }
+        if part.hold.session.vouched_for() {
+            return Ok(());
+        }
+        match part.fenced_write_unchecked(|_| Ok(())).await {
+            Ok(_) => return Ok(()),
+            // Asked again once connected, unless the session is over (then it is lost).
+            Err(LockError::Connection(_)) if part.hold.session.wait_to_retry().await => {}
+            Err(_) if part.is_lost() => return Err(part.hold.lost_error()),
+            Err(err) => {
+                return Err(LockError::Lost {
+                    name: part.name().to_owned(),
+                    reason: format!(
+                        "the server no longer has its node {} ({err}): its session ended, or the node was deleted, \
+                         while the other locks were taken",
+                        part.node_path()
+                    ),
+                })
+            }
+        }
     }
 }
 
@@ -532,7 +571,84 @@ impl MultiGuard {
 
 #[cfg(test)]
 mod tests {
-    use super::{LostRounds, MAX_LOST_ROUNDS};
+    use std::time::{Duration, Instant};
+
+    use super::{LostRounds, MultiLock, MAX_LOST_ROUNDS};
+    use crate::client::LockClient;
+    use crate::test_server::{setup, stall_driver, Setup};
+
+    /// A multi-lock over two clients: the first part, held through one client, whose driver is
+    /// starved (blocked) while the second part, through the other client, waits behind another
+    /// holder. The server expires the first client's session meanwhile; the second part is
+    /// then granted. The first client still reads its session as connected, so its part looks
+    /// held; the multi-lock must not return with it: every part it returns is held on the
+    /// server.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_part_whose_client_was_starved_until_its_session_expired_is_not_returned() {
+        let Setup {
+            server,
+            client: starved,
+            view,
+        } = setup(Duration::from_secs(1)).await;
+        let connect = |_: ()| {
+            LockClient::builder(server.connect_string())
+                .session_timeout(Duration::from_secs(1))
+                .connect()
+        };
+        let (running, other) = (connect(()).await.unwrap(), connect(()).await.unwrap());
+        let blocker = other.mutex("multi-starved-b").unwrap().acquire().await.unwrap();
+        let multi = MultiLock::new([
+            starved.mutex("multi-starved-a").unwrap(),
+            running.mutex("multi-starved-b").unwrap(),
+        ])
+        .unwrap();
+        let taking = tokio::spawn(async move { multi.acquire_timeout(Duration::from_secs(30)).await });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let children = |dir: &'static str| {
+            let view = &view;
+            async move { view.list_children(dir).await.unwrap_or_default() }
+        };
+        while children("/zklock/multi-starved-b").await.len() < 2 {
+            assert!(Instant::now() < deadline, "the second part never queued");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let first = children("/zklock/multi-starved-a").await;
+        assert_eq!(first.len(), 1, "the first part is held: {first:?}");
+        let first_node = format!("/zklock/multi-starved-a/{}", first[0]);
+
+        let session = starved.latest().unwrap();
+        let stalled = stall_driver(&session).await;
+        while view.check_stat(&first_node).await.unwrap().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "the server never expired the starved session"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        blocker.release().await.unwrap();
+        // The second part is granted now; the multi-lock decides while the first client is
+        // still starved (or waits for it to run: then it learns of the expiry).
+        while children("/zklock/multi-starved-b").await.len() != 1 && !taking.is_finished() {
+            assert!(Instant::now() < deadline, "the second part was never granted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let decided_while_starved = taking.is_finished();
+        stalled.thaw();
+        let guard = tokio::time::timeout(Duration::from_secs(30), taking)
+            .await
+            .expect("the multi-lock is answered once the client runs again")
+            .unwrap()
+            .expect("the multi-lock takes both parts");
+        for part in &guard.guards {
+            let stat = view.check_stat(part.node_path()).await.unwrap();
+            assert!(
+                stat.is_some(),
+                "returned {} (decided while the client was starved: {decided_while_starved}), which the server no longer has",
+                part.node_path()
+            );
+        }
+        drop(guard);
+    }
 
     #[test]
     fn an_acquisition_gives_up_after_the_last_allowed_lost_round() {
