@@ -317,7 +317,7 @@ async fn queue(
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut children = zk.list_children(lock_dir).await.unwrap_or_default();
-        children.sort_by(|a, b| sequence(a).cmp(&sequence(b)));
+        children.sort_by(|a, b| sequence(a).cmp(sequence(b)));
         if children.len() >= at_least {
             let first = format!("{lock_dir}/{}", children[0]);
             for (index, _) in slots.iter().enumerate() {
