@@ -188,6 +188,10 @@ struct RunArgs {
     /// Where to write the history (JSON lines).
     #[arg(long, default_value = "target/chaos/history.jsonl")]
     history: PathBuf,
+    /// Short holds: sections (but the long ones faults ask for) only claim and end, a few
+    /// milliseconds, so the lock passes along chains of local handoffs.
+    #[arg(long)]
+    short_holds: bool,
     /// No progress lines on stderr.
     #[arg(long)]
     quiet: bool,
@@ -228,6 +232,7 @@ fn main() {
         seed,
         misbehave_percent: args.misbehave_percent,
         lock_delay: args.lock_delay,
+        short_holds: args.short_holds,
         child: ChildCommand {
             program,
             args: vec!["contender".into()],

@@ -60,6 +60,10 @@ pub struct ContenderConfig {
     pub misbehave_percent: u32,
     /// The main lock's lock-delay (zero: none), for every task that takes it.
     pub lock_delay: Duration,
+    /// Sections other than the long ones asked for write nothing between their claim and
+    /// their end: holds of a few milliseconds, so the lock passes from task to task of a
+    /// process in a chain of local handoffs.
+    pub short_holds: bool,
     /// Seed of this process's pseudo-random choices.
     pub seed: u64,
 }
@@ -96,6 +100,10 @@ impl ContenderConfig {
                 "ZKLOCK_CHAOS_LOCK_DELAY_MS".into(),
                 self.lock_delay.as_millis().to_string(),
             ),
+            (
+                "ZKLOCK_CHAOS_SHORT_HOLDS".into(),
+                u8::from(self.short_holds).to_string(),
+            ),
             ("ZKLOCK_CHAOS_SEED".into(), self.seed.to_string()),
         ]
     }
@@ -121,6 +129,7 @@ impl ContenderConfig {
             multi_timeout: Duration::from_millis(num("ZKLOCK_CHAOS_MULTI_ACQUIRE_MS")?),
             misbehave_percent: num("ZKLOCK_CHAOS_MISBEHAVE_PERCENT")?,
             lock_delay: Duration::from_millis(num("ZKLOCK_CHAOS_LOCK_DELAY_MS")?),
+            short_holds: num::<u8>("ZKLOCK_CHAOS_SHORT_HOLDS")? == 1,
             seed: num("ZKLOCK_CHAOS_SEED")?,
         })
     }
@@ -717,6 +726,8 @@ impl Task {
         }
         let writes = if long {
             (self.ctx.config.session_timeout * 2).as_millis() as u64 / 100
+        } else if self.ctx.config.short_holds {
+            0
         } else {
             1 + self.rng.below(3)
         };

@@ -53,6 +53,9 @@ pub struct RunConfig {
     pub misbehave_percent: u32,
     /// The main lock's lock-delay (zero: none).
     pub lock_delay: Duration,
+    /// Sections other than the long ones the faults ask for are a claim and an end only: holds
+    /// of milliseconds, handed from task to task of a process.
+    pub short_holds: bool,
     /// How to start a contender process.
     pub child: ChildCommand,
     /// Where to write the history as JSON lines, if anywhere.
@@ -366,6 +369,7 @@ fn spawn_contender(
         multi_timeout: config.session_timeout * 3 + Duration::from_secs(3),
         misbehave_percent: config.misbehave_percent,
         lock_delay: config.lock_delay,
+        short_holds: config.short_holds,
         seed: config.seed.wrapping_add(index as u64 * 7919),
     };
     let mut child = Command::new(&config.child.program)
