@@ -207,7 +207,8 @@ fn live_in_group(stat: &str) -> Option<i32> {
     (!matches!(state, "Z" | "X" | "x")).then_some(pgrp)
 }
 
-/// Elsewhere the group cannot be listed: its leftovers get the signals, but are not waited for.
+/// Elsewhere the group is not listed: what CMD left running is not found (and outlives the
+/// grant); the watchdog still kills the group if this process dies.
 #[cfg(not(target_os = "linux"))]
 fn members(_pgid: Pid, _except: Option<Pid>) -> usize {
     0
