@@ -112,6 +112,11 @@ fn one_round(processes: usize, tasks_per_process: usize, short_holds: bool) {
     );
     assert!(report.reaps_with_increasing_tokens >= 1, "{}", report.summary());
     assert!(
+        report.operator.nodes_checked >= 1,
+        "no deleted or revoked node was looked for in later grants\n{}",
+        report.summary()
+    );
+    assert!(
         report.operator.revocations_honoured >= 1 && report.operator.violations.is_empty(),
         "revocations and lock-delay: {:?}\n{}",
         report.operator,

@@ -1082,6 +1082,7 @@ mod tests {
             target_client: None,
             effective: true,
             successor_zxid: None,
+            node_zxid: None,
             note: String::new(),
         });
         let report = check(&h);
@@ -1107,6 +1108,7 @@ mod tests {
             target_client: None,
             effective: true,
             successor_zxid: None,
+            node_zxid: None,
             note: String::new(),
         });
         let report = check(&h);
@@ -1132,6 +1134,7 @@ mod tests {
             target_client: None,
             effective: true,
             successor_zxid: None,
+            node_zxid: None,
             note: String::new(),
         });
         let told = |h: &History| {
@@ -1164,6 +1167,7 @@ mod tests {
             target_client: None,
             effective: true,
             successor_zxid: None,
+            node_zxid: None,
             note: String::new(),
         });
         let report = check(&h);
@@ -1261,6 +1265,7 @@ mod tests {
             target_client: None,
             effective: true,
             successor_zxid: None,
+            node_zxid: None,
             note: String::new(),
         });
         assert!(check(&h).passed(), "{}", check(&h).summary());
@@ -1288,6 +1293,7 @@ mod tests {
             target_client: Some("p1-m".into()),
             effective: true,
             successor_zxid: None,
+            node_zxid: None,
             note: String::new(),
         });
         let cut = |h: &History| {

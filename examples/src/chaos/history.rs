@@ -333,6 +333,10 @@ pub struct FaultRecord {
     /// was next in line behind the deleted one, if any.
     #[serde(default)]
     pub successor_zxid: Option<i64>,
+    /// For [`FaultKind::DeleteHolderNode`] and [`FaultKind::RevokeHolder`]: the creation zxid
+    /// of the node deleted, or asked to release; no grant of it may follow the fault.
+    #[serde(default)]
+    pub node_zxid: Option<i64>,
     /// Free-form details for the summary.
     pub note: String,
 }

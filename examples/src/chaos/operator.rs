@@ -22,11 +22,30 @@ pub async fn revoke(connect: &str, namespace: &str, lock: &str) -> Result<Revoke
     Ok(outcome?)
 }
 
+/// The first node in `dir` (the mutex's holder) and its creation zxid; `None` when there is
+/// none.
+pub async fn holder_node(raw: &zk::Client, dir: &str) -> Result<Option<(String, i64)>, BoxError> {
+    let _ = raw.sync(dir).await;
+    let mut nodes = match raw.list_children(dir).await {
+        Ok(nodes) => nodes,
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(err) => return Err(err.into()),
+    };
+    nodes.sort_by_key(|n| sequence(n));
+    let Some(holder) = nodes.first() else {
+        return Ok(None);
+    };
+    let path = format!("{dir}/{holder}");
+    Ok(raw.check_stat(&path).await?.map(|stat| (path, stat.czxid)))
+}
+
 /// A holder node deleted by [`delete_holder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deleted {
     /// The deleted node's path.
     pub node: String,
+    /// Its creation zxid (the first token of its grants).
+    pub zxid: Option<i64>,
     /// The creation zxid (the first token) of the node next in line, if there was one.
     pub successor_zxid: Option<i64>,
     /// When the delete was sent (before it, so nobody can hear of it earlier).
@@ -51,10 +70,12 @@ pub async fn delete_holder(raw: &zk::Client, dir: &str) -> Result<Option<Deleted
         None => None,
     };
     let node = format!("{dir}/{holder}");
+    let zxid = raw.check_stat(&node).await?.map(|stat| stat.czxid);
     let sent_ns = now_ns();
     match raw.delete(&node, None).await {
         Ok(()) => Ok(Some(Deleted {
             node,
+            zxid,
             successor_zxid,
             sent_ns,
         })),
@@ -68,6 +89,11 @@ pub async fn delete_holder(raw: &zk::Client, dir: &str) -> Result<Option<Deleted
 /// ignoring it: a short section may end on its own meanwhile, a long one lasts seconds more.
 const HONOUR_WITHIN_NS: u64 = 2_000_000_000;
 
+/// How long after a deletion or a revocation request its node may still be handed on inside
+/// the holder's process: the node's watch is set 100 ms after its first grant and tells within a
+/// round trip; the rest is room for a loaded machine.
+const STOPS_WITHIN_NS: u64 = 1_000_000_000;
+
 /// What the operator faults showed, from the history alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct OperatorChecks {
@@ -78,8 +104,11 @@ pub struct OperatorChecks {
     /// Deleted holder nodes with a waiter behind them whose grant is recorded (with a
     /// lock-delay in force).
     pub lock_delays_checked: usize,
+    /// Deleted or revoked holder nodes whose later grants were looked for.
+    pub nodes_checked: usize,
     /// Broken rules, one line each: a section that ran on past a revocation, a waiter granted
-    /// within the lock-delay after the holder's node was deleted.
+    /// within the lock-delay after the holder's node was deleted, a deleted or revoked node
+    /// granted again (handed to another task of its process) after the fault.
     pub violations: Vec<String>,
 }
 
@@ -90,6 +119,27 @@ pub fn check_operator_faults(history: &History) -> OperatorChecks {
     let mut checks = OperatorChecks::default();
     let holds_main = |s: &Section| s.lock == LOCK || s.second.as_ref().is_some_and(|p| p.lock == LOCK);
     for f in history.faults.iter().filter(|f| f.effective) {
+        if let Some(zxid) = f.node_zxid {
+            checks.nodes_checked += 1;
+            let later = history
+                .sections
+                .iter()
+                .filter(|s| s.lock == LOCK && s.token.zxid == zxid && s.granted_ns > f.injected_ns + STOPS_WITHIN_NS)
+                .min_by_key(|s| s.granted_ns);
+            if let Some(s) = later {
+                checks.violations.push(format!(
+                    "{} was granted node {zxid:#x} (generation {}) {} ms after it was {}",
+                    s.client,
+                    s.token.generation,
+                    (s.granted_ns - f.injected_ns) / 1_000_000,
+                    if f.kind == FaultKind::DeleteHolderNode {
+                        "deleted"
+                    } else {
+                        "asked to release"
+                    }
+                ));
+            }
+        }
         match f.kind {
             FaultKind::RevokeHolder => {
                 let Some(client) = &f.target_client else { continue };
@@ -172,6 +222,7 @@ mod tests {
     }
 
     fn fault(kind: FaultKind, at_ms: u64, client: &str, successor_zxid: Option<i64>) -> FaultRecord {
+        let node_zxid = None;
         FaultRecord {
             kind,
             injected_ns: at_ms * MS,
@@ -182,6 +233,7 @@ mod tests {
             target_client: Some(client.into()),
             effective: true,
             successor_zxid,
+            node_zxid,
             note: String::new(),
         }
     }
@@ -226,6 +278,28 @@ mod tests {
         // Without a lock-delay nothing is checked.
         history.lock_delay_ms = 0;
         assert_eq!(check_operator_faults(&history).lock_delays_checked, 0);
+    }
+
+    /// A deleted (or revoked) node granted again inside its process well after the fault is a
+    /// violation; its grants before the fault, or just after it, are not.
+    #[test]
+    fn a_deleted_node_handed_on_after_the_fault_is_a_violation() {
+        let mut later = section("p0-t1", 7, 1_200, 1_210, false);
+        later.token.generation = 3;
+        let mut deleted = fault(FaultKind::DeleteHolderNode, 1_000, "p0-t0", None);
+        deleted.node_zxid = Some(7);
+        let mut history = History {
+            sections: vec![section("p0-t0", 7, 0, 1_050, false), later],
+            faults: vec![deleted],
+            ..History::default()
+        };
+        let checks = check_operator_faults(&history);
+        assert_eq!(checks.nodes_checked, 1);
+        assert!(checks.violations.is_empty(), "within the bound: {checks:?}");
+        history.sections[1].granted_ns = 2_500 * MS;
+        let checks = check_operator_faults(&history);
+        assert_eq!(checks.violations.len(), 1, "{checks:?}");
+        assert!(checks.violations[0].contains("generation 3"), "{checks:?}");
     }
 
     #[test]

@@ -540,6 +540,7 @@ fn inject(
         target_client: None,
         effective: true,
         successor_zxid: None,
+        node_zxid: None,
         note: String::new(),
     };
     match kind {
@@ -762,6 +763,8 @@ fn inject(
             let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
                 return Ok(record.not_taken("no holder to revoke"));
             };
+            let raw = rt.block_on(raw_client(&ensemble.connect_string()))?;
+            let holder = rt.block_on(operator::holder_node(&raw, &format!("{NAMESPACE}/{LOCK}")))?;
             record.injected_ns = now_ns();
             let outcome = rt.block_on(operator::revoke(&ensemble.connect_string(), NAMESPACE, LOCK))?;
             record.healed_ns = now_ns();
@@ -769,6 +772,12 @@ fn inject(
             record.target_process = Some(p);
             record.target_client = Some(client.clone());
             record.effective = matches!(&outcome, RevokeOutcome::Requested { nodes } if !nodes.is_empty());
+            if let (RevokeOutcome::Requested { nodes }, Some((path, zxid))) = (&outcome, holder) {
+                // The mutex has one holder: the node asked is the one seen holding just before.
+                if nodes.as_slice() == [path] {
+                    record.node_zxid = Some(zxid);
+                }
+            }
             record.note = format!("asked holder {client} (process {p}) to release: {outcome:?}");
         }
         FaultKind::DeleteHolderNode => {
@@ -784,6 +793,7 @@ fn inject(
             record.target_process = Some(p);
             record.target_client = Some(client.clone());
             record.successor_zxid = deleted.successor_zxid;
+            record.node_zxid = deleted.zxid;
             record.note = format!(
                 "deleted {} (holder {client}, process {p}); next in line: {:?}; lock-delay {} ms",
                 deleted.node,
