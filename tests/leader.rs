@@ -121,11 +121,30 @@ async fn the_leader_watch_reports_every_change_of_leader() {
     .await
     .expect("the watch saw the second leader")
     .unwrap();
-    let second = waiting.await.unwrap().unwrap();
+    let second = tokio::time::timeout(SOON, waiting)
+        .await
+        .expect("the second member leads")
+        .unwrap()
+        .unwrap();
     second.relinquish().await.unwrap();
     tokio::time::timeout(SOON, leader.wait_for(Option::is_none))
         .await
         .expect("the watch saw the group without a leader")
+        .unwrap();
+    // A leaderless group is a state like any other: the watch reports the leader that ends it.
+    let third = b.election("watched").unwrap().with_participant_id("third").unwrap();
+    let third = third.lead().await.unwrap();
+    tokio::time::timeout(
+        SOON,
+        leader.wait_for(|l| l.as_ref().is_some_and(|m| m.participant == "third")),
+    )
+    .await
+    .expect("the watch saw the leader after the leaderless group")
+    .unwrap();
+    third.relinquish().await.unwrap();
+    tokio::time::timeout(SOON, leader.wait_for(Option::is_none))
+        .await
+        .expect("the watch saw the group without a leader again")
         .unwrap();
 
     // Closing the client ends the watch: the receiver learns that its sender is gone.

@@ -10,6 +10,10 @@ use std::time::Duration;
 use support::{client, contenders, eventually, queue_in_process, raw, server};
 use zklock_runtime::{zk, LockError};
 
+/// The longest a test waits for a grant or a task: generous for a loaded 2-core machine; a
+/// wait that passes it fails the test, saying what it waited for.
+const WAIT: Duration = Duration::from_secs(30);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_clients_and_tasks() {
     let zk = server();
@@ -21,17 +25,21 @@ async fn mutual_exclusion_across_clients_and_tasks() {
     let inside = Arc::new(AtomicUsize::new(0));
     let overlaps = Arc::new(AtomicUsize::new(0));
     let entries = Arc::new(AtomicUsize::new(0));
+    // Every holder's token, pushed while it holds: in the order the lock was granted.
+    let tokens = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for (i, c) in clients.iter().enumerate() {
         for _ in 0..4 {
             let lock = c.mutex("exclusion").unwrap();
             let (inside, overlaps, entries) = (inside.clone(), overlaps.clone(), entries.clone());
+            let tokens = tokens.clone();
             tasks.push(tokio::spawn(async move {
                 for _ in 0..5 {
-                    let guard = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
+                    let guard = lock.acquire_timeout(WAIT).await.unwrap();
                     if inside.fetch_add(1, Ordering::SeqCst) != 0 {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
+                    tokens.lock().unwrap().push(guard.fencing_token());
                     entries.fetch_add(1, Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_millis(1 + i as u64)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
@@ -41,10 +49,23 @@ async fn mutual_exclusion_across_clients_and_tasks() {
         }
     }
     for t in tasks {
-        t.await.unwrap();
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("the contenders finished their 60 sections within 120 s")
+            .unwrap();
     }
     assert_eq!(entries.load(Ordering::SeqCst), 60);
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
+    // Guarantee 4 across three clients and local handoffs: each holder's token is above the
+    // one before it.
+    let tokens = tokens.lock().unwrap();
+    let inversions: Vec<_> = tokens.windows(2).filter(|w| w[0] >= w[1]).collect();
+    assert!(
+        inversions.is_empty(),
+        "tokens did not increase from holder to holder {} times, first {:?}",
+        inversions.len(),
+        &inversions[..inversions.len().min(3)]
+    );
 }
 
 #[tokio::test]
@@ -59,7 +80,12 @@ async fn waiters_are_granted_in_fifo_order() {
         let c = client(&zk.connect_string()).await;
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
-            let guard = c.mutex("fifo").unwrap().acquire().await.unwrap();
+            let guard = c
+                .mutex("fifo")
+                .unwrap()
+                .acquire_timeout(WAIT)
+                .await
+                .unwrap_or_else(|e| panic!("waiter {i} was never granted: {e}"));
             order.lock().unwrap().push(i);
             tokio::time::sleep(Duration::from_millis(10)).await;
             guard.release().await.unwrap();
@@ -73,8 +99,11 @@ async fn waiters_are_granted_in_fifo_order() {
         );
     }
     first.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap();
+    for (i, t) in tasks.into_iter().enumerate() {
+        tokio::time::timeout(WAIT, t)
+            .await
+            .unwrap_or_else(|_| panic!("waiter {i} still running after {WAIT:?}; granted so far: {order:?}"))
+            .unwrap();
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
 }
@@ -290,7 +319,10 @@ async fn each_waiter_watches_only_its_predecessor() {
         let lock = waiter.mutex("herd").unwrap();
         clients.push(waiter);
         tasks.push(tokio::spawn(async move {
-            let g = lock.acquire().await.unwrap();
+            let g = lock
+                .acquire_timeout(WAIT)
+                .await
+                .unwrap_or_else(|e| panic!("a herd waiter was never granted: {e}"));
             tokio::time::sleep(Duration::from_millis(5)).await;
             g.release().await.unwrap();
         }));
@@ -354,8 +386,11 @@ async fn each_waiter_watches_only_its_predecessor() {
         }
     }
     guard.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap();
+    for (n, t) in tasks.into_iter().enumerate() {
+        tokio::time::timeout(WAIT, t)
+            .await
+            .unwrap_or_else(|_| panic!("herd waiter {n} still running after {WAIT:?}"))
+            .unwrap();
     }
 }
 
@@ -393,7 +428,10 @@ async fn local_waiters_share_one_node_and_remote_waiters_are_not_starved() {
         let (grants, stop) = (grants.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
-                let g = lock.acquire().await.unwrap();
+                let g = lock
+                    .acquire_timeout(WAIT)
+                    .await
+                    .unwrap_or_else(|e| panic!("a local task was never granted: {e}"));
                 grants.lock().unwrap().push((false, g.fencing_token()));
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 drop(g);
@@ -422,7 +460,10 @@ async fn local_waiters_share_one_node_and_remote_waiters_are_not_starved() {
     stop.store(true, Ordering::SeqCst);
     drop(g);
     for t in tasks {
-        t.await.unwrap();
+        tokio::time::timeout(WAIT, t)
+            .await
+            .unwrap_or_else(|_| panic!("a local task did not stop within {WAIT:?}"))
+            .unwrap();
     }
     let grants = grants.lock().unwrap();
     let tokens: Vec<_> = grants.iter().filter(|(remote, _)| !remote).map(|(_, t)| *t).collect();

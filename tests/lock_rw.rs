@@ -7,10 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{client, contenders, eventually, raw, server};
+use support::{client, contenders, eventually, raw, server, session_of, wait_watching};
 use zklock::{zk, LockError};
 
-#[tokio::test]
+/// The longest a test waits for one grant.
+const SOON: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_writers_exclude() {
     let zk = server();
     let (a, b, c) = (
@@ -43,13 +46,14 @@ async fn readers_share_writers_exclude() {
     };
     // Each waiter checks, once granted, that what had to go first is gone: set before the
     // release that lets it in, so a grant that came early finds it unset.
-    let readers_gone = Arc::new(AtomicBool::new(false));
+    let readers_left = Arc::new(AtomicUsize::new(2));
     let writer_gone = Arc::new(AtomicBool::new(false));
     let w = tokio::spawn({
-        let readers_gone = readers_gone.clone();
+        let readers_left = readers_left.clone();
         async move {
-            let guard = writer.acquire().await.unwrap();
-            assert!(readers_gone.load(Ordering::SeqCst), "the writer went in beside readers");
+            let guard = writer.acquire_timeout(SOON).await.unwrap();
+            let left = readers_left.load(Ordering::SeqCst);
+            assert_eq!(left, 0, "the writer went in beside {left} reader(s)");
             guard
         }
     });
@@ -59,7 +63,7 @@ async fn readers_share_writers_exclude() {
     let late_reader = tokio::spawn({
         let writer_gone = writer_gone.clone();
         async move {
-            let guard = late.acquire().await.unwrap();
+            let guard = late.acquire_timeout(SOON).await.unwrap();
             assert!(
                 writer_gone.load(Ordering::SeqCst),
                 "the late reader went while the writer held"
@@ -69,9 +73,16 @@ async fn readers_share_writers_exclude() {
     });
     assert!(queued(4).await, "the late reader never queued");
     assert!(!w.is_finished() && !late_reader.is_finished());
-    readers_gone.store(true, Ordering::SeqCst);
-    r1.release().await.unwrap();
+    // The writer waits for both readers. The reader it watches (the one just ahead of it, r2)
+    // goes first: a writer that took that deletion for its turn would go in beside r1. Once r2
+    // is gone the writer must look again and wait for r1 (its watch on r1, seen on the server)
+    // before r1 goes too.
+    readers_left.fetch_sub(1, Ordering::SeqCst);
     r2.release().await.unwrap();
+    wait_watching(&zk, &session_of(&c), r1.node_path(), "the writer, once r2 was gone").await;
+    assert!(!w.is_finished(), "the writer went in beside r1");
+    readers_left.fetch_sub(1, Ordering::SeqCst);
+    r1.release().await.unwrap();
     let w = tokio::time::timeout(Duration::from_secs(20), w)
         .await
         .expect("writer granted")
@@ -104,6 +115,44 @@ async fn writer_may_also_read() {
 async fn semaphore_admits_n_holders() {
     let zk = server();
     let clients = [client(&zk.connect_string()).await, client(&zk.connect_string()).await];
+    let view = raw(&zk.connect_string()).await;
+    let sem = |i: usize| clients[i % 2].semaphore("pool", 3).unwrap();
+    // Three holders, of both clients, hold the three leases at once: three lease nodes on the
+    // server, and a fourth acquirer is refused while they hold.
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let lease = tokio::time::timeout(SOON, sem(i).acquire())
+            .await
+            .unwrap_or_else(|_| panic!("lease {i} of 3 was not granted beside {} others", held.len()))
+            .unwrap();
+        held.push(lease);
+    }
+    let mut nodes: Vec<_> = held.iter().map(|l| l.node_path().to_owned()).collect();
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 3, "three holders share lease nodes: {nodes:?}");
+    for node in &nodes {
+        assert!(
+            view.check_stat(node).await.unwrap().is_some(),
+            "{node} is not on the server"
+        );
+    }
+    assert!(
+        sem(3).try_acquire().await.unwrap().is_none(),
+        "a fourth holder was let in beside three"
+    );
+    // The lease one of them frees goes to the next.
+    held.pop().unwrap().release().await.unwrap();
+    let fourth = tokio::time::timeout(SOON, sem(3).acquire())
+        .await
+        .expect("the freed lease was taken")
+        .unwrap();
+    fourth.release().await.unwrap();
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+
+    // Then many holders in turn: never more than three at once.
     let inside = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -122,7 +171,10 @@ async fn semaphore_admits_n_holders() {
         }));
     }
     for t in tasks {
-        t.await.unwrap();
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("the 24 leases were taken and given back within 120 s")
+            .unwrap();
     }
     let peak = peak.load(Ordering::SeqCst);
     assert!(peak <= 3, "{peak} holders at once with 3 leases");

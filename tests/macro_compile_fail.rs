@@ -73,12 +73,16 @@ fn a_crate_without_zklock_in_its_manifest_is_told_about_the_crate_option() {
     std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
-        .args(["check", "--quiet", "--offline", "--color", "never", "-p", "app"])
-        .current_dir(&dir)
-        .env("CARGO_TARGET_DIR", dir.join("target"))
-        .output()
-        .unwrap();
+    // A check of two small crates and the macro's dependencies, from an empty target directory:
+    // about a minute on a loaded 2-core machine; ten mean cargo hangs (a lock on its caches).
+    let output = zklock_testing::process::output_within(
+        Command::new(cargo)
+            .args(["check", "--quiet", "--offline", "--color", "never", "-p", "app"])
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", dir.join("target")),
+        std::time::Duration::from_secs(600),
+    )
+    .unwrap_or_else(|e| panic!("cargo check of the app did not finish: {e}"));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "the app compiled:\n{stderr}");
 

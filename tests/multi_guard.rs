@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{client, client_with, contenders, raw, server};
+use support::{client, client_with, contenders, eventually, raw, server, session_of, watches_of};
 use zklock_runtime::{zk, LockError, LockKind};
 use zklock_testing::FaultProxy;
 
@@ -136,6 +136,8 @@ async fn into_guards_lets_each_lock_end_on_its_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_session_is_seen_by_is_lost_lost_and_run() {
+    use futures::FutureExt;
+
     let zk = server();
     let proxy = FaultProxy::start(zk.addr()).unwrap();
     let c = client_with(&proxy.connect_string(), Duration::from_secs(4)).await;
@@ -147,13 +149,28 @@ async fn losing_the_session_is_seen_by_is_lost_lost_and_run() {
         .unwrap();
     assert!(!guard.is_lost());
     assert!(!guard.is_revoked(), "nobody asked for the parts");
+    // One lost() future, asked before the loss: it stays pending while the server confirms
+    // both parts, and it is the one that resolves when they are lost below.
+    let mut lost = Box::pin(guard.lost());
+    assert!(
+        (&mut lost).now_or_never().is_none(),
+        "lost() resolved while both locks are held"
+    );
     // While sound, run() runs the work to its end and hands back its output.
     assert_eq!(guard.run(async { 41 + 1 }).await.unwrap(), 42);
+    // A spurious loss would come from each part's watch on its own node, whose first read
+    // answers once the hold has lasted a while: wait until the server lists both watches,
+    // then for an answer of the session sent after them.
+    let session = session_of(&c);
+    for part in guard.guards() {
+        let node = part.node_path().to_owned();
+        let watched = eventually(SOON, || async { watches_of(&zk, &session).contains(&node) }).await;
+        assert!(watched, "{node} was never watched: {:?}", watches_of(&zk, &session));
+    }
+    guard.ensure_held().await.expect("the server has both parts");
     assert!(
-        tokio::time::timeout(Duration::from_millis(50), guard.lost())
-            .await
-            .is_err(),
-        "lost() resolved while both locks are held"
+        (&mut lost).now_or_never().is_none(),
+        "lost() resolved while both parts were watched and confirmed held"
     );
 
     // Work that would never end is stopped when the locks are lost.
@@ -164,6 +181,13 @@ async fn losing_the_session_is_seen_by_is_lost_lost_and_run() {
         other => panic!("expected Err(Lost), got {other:?}"),
     }
     assert!(guard.is_lost());
+    match tokio::time::timeout(SOON, lost)
+        .await
+        .expect("the lost() asked earlier resolves")
+    {
+        LockError::Lost { .. } => {}
+        other => panic!("expected Lost, got {other:?}"),
+    }
     match tokio::time::timeout(SOON, guard.lost()).await.expect("lost() resolves") {
         LockError::Lost { .. } => {}
         other => panic!("expected Lost, got {other:?}"),

@@ -11,12 +11,19 @@ use zklock_testing::{TestCa, ZkServer};
 
 const SOON: Duration = Duration::from_secs(20);
 
+/// How long one `zklock` run may take: its own `--timeout` (5 s) and a connect, with room for a
+/// loaded machine. A run still going then is killed and the test fails, quoting its output.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
 fn zklock(zk: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zklock"))
+    run(Command::new(env!("CARGO_BIN_EXE_zklock"))
         .args(["--zk", zk, "--timeout", "5s"])
-        .args(args)
-        .output()
-        .expect("run zklock")
+        .args(args))
+}
+
+/// Runs `cmd` to its end within RUN_LIMIT, or fails the test saying what it waited for.
+fn run(cmd: &mut Command) -> Output {
+    zklock_testing::process::output_within(cmd, RUN_LIMIT).unwrap_or_else(|e| panic!("zklock did not finish: {e}"))
 }
 
 fn json_of(out: &Output) -> Value {
@@ -186,13 +193,13 @@ async fn watch_redraws_as_contenders_come_and_go() {
         }
     });
     // Each view is printed when ZooKeeper reports a change; none is printed on a timer.
-    let first = next_until(&mut lines, |_| true).await;
+    let first = next_until(&mut lines, "a first view", |_| true).await;
     assert_eq!(first["exists"], false, "{first}");
     let guard = client.mutex("live").unwrap().acquire().await.unwrap();
-    let held = next_until(&mut lines, |v| holders(v) == 1).await;
+    let held = next_until(&mut lines, "one holder", |v| holders(v) == 1).await;
     assert_eq!(held["holders"][0]["client"], "zklock");
     guard.release().await.unwrap();
-    next_until(&mut lines, |v| holders(v) == 0).await;
+    next_until(&mut lines, "no holder", |v| holders(v) == 0).await;
 }
 
 /// A child process killed when the test ends, also when it panics.
@@ -205,17 +212,26 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The next view `zklock watch` printed that `want`s.
-async fn next_until(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>, want: fn(&Value) -> bool) -> Value {
+/// The next view `zklock watch` printed that `want`s, within SOON in all (however many other
+/// views come first); fails naming `what` and the views it saw meanwhile.
+async fn next_until(
+    lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    what: &str,
+    want: fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + SOON;
+    let mut seen = Vec::new();
     loop {
-        let line = tokio::time::timeout(SOON, lines.recv())
-            .await
-            .expect("a new view in time")
-            .expect("zklock watch is running");
-        let view: Value = serde_json::from_str(&line).unwrap();
+        let line = match tokio::time::timeout_at(deadline, lines.recv()).await {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!("zklock watch ended before {what}; it printed {seen:?}"),
+            Err(_) => panic!("zklock watch printed no view with {what} within {SOON:?}; it printed {seen:?}"),
+        };
+        let view: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
         if want(&view) {
             return view;
         }
+        seen.push(line);
     }
 }
 
@@ -287,10 +303,8 @@ async fn errors_have_their_exit_codes() {
 
     let closed = zklock_testing::process::closed_address().to_string();
     let started = Instant::now();
-    let unreachable = Command::new(env!("CARGO_BIN_EXE_zklock"))
-        .args(["--zk", &closed, "--timeout", "1s", "locks"])
-        .output()
-        .unwrap();
+    let unreachable =
+        run(Command::new(env!("CARGO_BIN_EXE_zklock")).args(["--zk", &closed, "--timeout", "1s", "locks"]));
     assert_eq!(
         unreachable.status.code(),
         Some(3),

@@ -288,7 +288,7 @@ async fn namespace_selects_the_root_the_locks_are_listed_from() {
         .unwrap();
     let waiting = tokio::spawn({
         let lock = second.mutex("invoices").unwrap();
-        async move { lock.acquire().await.map(drop) }
+        async move { lock.acquire_timeout(SOON).await.map(drop) }
     });
     contenders(&raw, "/apps/billing/invoices", 2).await;
     let default_client = LockClient::connect(&zk).await.unwrap();
@@ -573,7 +573,7 @@ async fn locks_text_lists_each_lock_with_its_queue() {
         .into_iter()
         .map(|client| {
             let lock = client.mutex("ledger").unwrap();
-            tokio::spawn(async move { lock.acquire().await.map(drop) })
+            tokio::spawn(async move { lock.acquire_timeout(SOON).await.map(drop) })
         })
         .collect();
     contenders(&raw, "/zklock/ledger", 3).await;
@@ -648,7 +648,7 @@ async fn watch_text_names_the_lock_the_holder_and_the_waiters() {
     assert_eq!(held[0], "lock ledger (/zklock/ledger), mutex: 1 holding, 0 waiting");
     let waiting = tokio::spawn({
         let lock = second.mutex("ledger").unwrap();
-        async move { lock.acquire().await }
+        async move { lock.acquire_timeout(SOON).await }
     });
     let queue = contenders(&raw, "/zklock/ledger", 2).await;
     let frame = watch

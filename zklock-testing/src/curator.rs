@@ -704,22 +704,25 @@ fn compile_into(scratch: &Path) -> Result<(), PeerError> {
     std::fs::create_dir_all(&src_dir)?;
     let source = src_dir.join("CuratorPeer.java");
     std::fs::write(&source, SOURCE)?;
-    let output = Command::new("javac")
-        .arg("-nowarn")
-        .arg("-d")
-        .arg(scratch)
-        .arg("-cp")
-        .arg(class_path(Path::new(".")))
-        .arg(&source)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                PeerError::Missing("`javac` is not installed (Debian package default-jdk-headless)".into())
-            } else {
-                PeerError::Io(e)
-            }
-        })?;
+    // A compile of one file takes seconds; minutes mean javac hangs: it is killed and named.
+    let output = crate::process::output_within(
+        Command::new("javac")
+            .arg("-nowarn")
+            .arg("-d")
+            .arg(scratch)
+            .arg("-cp")
+            .arg(class_path(Path::new(".")))
+            .arg(&source)
+            .stdin(Stdio::null()),
+        std::time::Duration::from_secs(300),
+    )
+    .map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            PeerError::Missing("`javac` is not installed (Debian package default-jdk-headless)".into())
+        } else {
+            PeerError::Io(e)
+        }
+    })?;
     if !output.status.success() {
         let mut text = String::new();
         let _ = (&output.stderr[..]).read_to_string(&mut text);

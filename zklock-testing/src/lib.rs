@@ -20,7 +20,8 @@
 //!   test with [`PgServer::create_database`], SQL through [`PgServer::psql`].
 //! - [`RedisServer`]: a throw-away Redis server (no persistence) on a free loopback port, to
 //!   compare against a Redis lock; pause (SIGSTOP) and resume it.
-//! - [`process`]: re-running the test binary as a child process, and a closed port.
+//! - [`process`]: re-running the test binary as a child process, a closed port, and a
+//!   command's output within a bound.
 //! - [`FaultProxy`]: a TCP proxy between a client and a server that can drop all traffic
 //!   (a partition), reset every connection, or add latency, switched at runtime.
 //!

@@ -221,8 +221,8 @@ impl PgServer {
             .env_remove("PGOPTIONS")
             .stdin(Stdio::null());
         let what = format!("psql -d {database} -c {sql:?}");
-        let output = command
-            .output()
+        // One statement of a test: a minute means it waits on something that will not come.
+        let output = crate::process::output_within(&mut command, std::time::Duration::from_secs(60))
             .map_err(|e| TestingError::io(format!("run {what}"), e))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         if !output.status.success() {

@@ -4,10 +4,12 @@
 //! ensemble's leader is killed. Every run reports its tick as it starts.
 //!
 //! The check: no tick ran twice, and every tick between the first run and the last either ran
-//! or was given up and said so (a `missed` history entry, a node's missed count); the job's
+//! or was given up and said so, tick by tick: inside a span of ticks a node said it gave up
+//! (the scheduler's `missed` warning, which each node passes on), a tick a node said it took
+//! and did not run, or a tick the job's history records as `lost` or `missed`. The job's
 //! history in ZooKeeper must agree with the runs seen.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -57,6 +59,12 @@ enum Said {
     /// How many ticks the node gave up, and how many runs it lost (sent every few seconds and
     /// at exit).
     Counts { node: usize, missed: u64, lost: u64 },
+    /// The node gave up the ticks from `first` to `last` (ms since the epoch), as the
+    /// scheduler warned.
+    GaveUp { node: usize, first: i64, last: i64 },
+    /// The node took `tick` and did not run it (its lock was lost, or the claim's answer was),
+    /// as the scheduler warned.
+    NotRun { node: usize, tick: i64 },
 }
 
 /// The verdict of a run.
@@ -72,6 +80,9 @@ pub struct JobsReport {
     pub duplicates: Vec<i64>,
     /// Ticks between the first and the last run that ran nowhere.
     pub gaps: usize,
+    /// Of those, the ticks nothing accounts for: no node said it gave them up or took them
+    /// without running them, and the history does not record them lost or missed.
+    pub unexplained_gaps: Vec<i64>,
     /// Ticks the nodes said they gave up, and runs they said they lost (a tick taken whose run
     /// could not start or end under the lock), summed over node lives.
     pub missed_reported: u64,
@@ -83,11 +94,10 @@ pub struct JobsReport {
 }
 
 impl JobsReport {
-    /// No tick ran twice, every gap is a tick a node gave up, and the history agrees.
+    /// No tick ran twice, every gap is a tick said to be given up or lost, and the history
+    /// agrees.
     pub fn passed(&self) -> bool {
-        self.duplicates.is_empty()
-            && self.gaps as u64 <= self.missed_reported + self.lost_reported
-            && self.history_disagreements.is_empty()
+        self.duplicates.is_empty() && self.unexplained_gaps.is_empty() && self.history_disagreements.is_empty()
     }
 
     /// The verdict as one JSON line.
@@ -130,6 +140,12 @@ struct Seen {
     runs: Vec<(usize, i64)>,
     /// The latest missed and lost counts of each node life, by (node, life).
     counts: BTreeMap<(usize, usize), (u64, u64)>,
+    /// Spans of ticks the nodes said they gave up, first to last.
+    gave_up: Vec<(i64, i64)>,
+    /// Ticks the nodes said they took and did not run.
+    not_run: BTreeSet<i64>,
+    /// Ticks the job's history recorded as lost or missed, from every read of it.
+    recorded_not_run: BTreeSet<i64>,
 }
 
 fn spawn(
@@ -165,6 +181,10 @@ fn spawn(
                 Ok(Said::Run { node, tick, .. }) => seen.runs.push((node, tick)),
                 Ok(Said::Counts { node, missed, lost }) => {
                     seen.counts.insert((node, life), (missed, lost));
+                }
+                Ok(Said::GaveUp { first, last, .. }) => seen.gave_up.push((first, last)),
+                Ok(Said::NotRun { tick, .. }) => {
+                    seen.not_run.insert(tick);
                 }
                 Err(e) => eprintln!("chaos jobs: unreadable line from node {index}: {e}: {line}"),
             }
@@ -220,6 +240,7 @@ pub fn run_jobs(config: &JobsConfig) -> Result<JobsReport, BoxError> {
             "killed node {victim} (it ran the latest tick) and started it again"
         ));
         thread::sleep(settle);
+        note_history(&ensemble, &mut seen_now())?;
 
         // The runner, partitioned until its session has expired.
         let victim = runner(&seen_now());
@@ -233,6 +254,7 @@ pub fn run_jobs(config: &JobsConfig) -> Result<JobsReport, BoxError> {
         *report.faults.entry("partition_runner".into()).or_default() += 1;
         say(format!("partitioned node {victim} past its session, then healed it"));
         thread::sleep(settle);
+        note_history(&ensemble, &mut seen_now())?;
 
         // The ensemble's leader, killed and restarted.
         let leader = ensemble.wait_for_quorum(Duration::from_secs(60))?;
@@ -242,18 +264,13 @@ pub fn run_jobs(config: &JobsConfig) -> Result<JobsReport, BoxError> {
         *report.faults.entry("leader_kill".into()).or_default() += 1;
         say(format!("killed leader {leader}; it rejoined"));
         thread::sleep(settle);
+        note_history(&ensemble, &mut seen_now())?;
     }
     for node in &mut nodes {
         node.stop();
     }
     // The history, read after the nodes stopped: its entries must match the runs seen.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let history = rt.block_on(async {
-        let client = LockClient::builder(ensemble.connect_string()).connect().await?;
-        let history = job_history(&client, JOB).await;
-        client.close().await;
-        history
-    })?;
+    let history = note_history(&ensemble, &mut seen_now())?;
 
     let seen = seen_now();
     let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
@@ -263,8 +280,9 @@ pub fn run_jobs(config: &JobsConfig) -> Result<JobsReport, BoxError> {
     report.runs = seen.runs.len();
     report.ticks = counts.len();
     report.duplicates = counts.iter().filter(|(_, n)| **n > 1).map(|(tick, _)| *tick).collect();
-    if let (Some(first), Some(last)) = (counts.keys().next(), counts.keys().last()) {
+    if let (Some(&first), Some(&last)) = (counts.keys().next(), counts.keys().last()) {
         report.gaps = ((last - first) / 1000 + 1) as usize - counts.len();
+        report.unexplained_gaps = unexplained_gaps(first, last, &counts, &seen);
     }
     report.missed_reported = seen.counts.values().map(|(missed, _)| missed).sum();
     report.lost_reported = seen.counts.values().map(|(_, lost)| lost).sum();
@@ -292,10 +310,112 @@ pub fn run_jobs(config: &JobsConfig) -> Result<JobsReport, BoxError> {
         }
     }
     say(format!(
-        "{} runs of {} ticks, {} gaps; {} missed and {} lost reported",
-        report.runs, report.ticks, report.gaps, report.missed_reported, report.lost_reported
+        "{} runs of {} ticks, {} gaps ({} unexplained); {} missed and {} lost reported",
+        report.runs,
+        report.ticks,
+        report.gaps,
+        report.unexplained_gaps.len(),
+        report.missed_reported,
+        report.lost_reported
     ));
     Ok(report)
+}
+
+/// The ticks from `first` to `last` (a second apart) that ran nowhere and that nobody said were
+/// not run: tick by tick, so a tick given up does not account for another that vanished.
+fn unexplained_gaps(first: i64, last: i64, ran: &BTreeMap<i64, usize>, seen: &Seen) -> Vec<i64> {
+    let said_given_up = |tick: i64| seen.gave_up.iter().any(|&(from, to)| from <= tick && tick <= to);
+    (first..=last)
+        .step_by(1000)
+        .filter(|tick| !ran.contains_key(tick))
+        .filter(|&tick| !(said_given_up(tick) || seen.not_run.contains(&tick) || seen.recorded_not_run.contains(&tick)))
+        .collect()
+}
+
+/// Reads the job's history (its latest runs only, so the runner reads it after every fault)
+/// and notes the ticks it records as lost or missed; returns it.
+fn note_history(ensemble: &ZkEnsemble, seen: &mut Seen) -> Result<Vec<zklock::scheduler::HistoryEntry>, BoxError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let history = rt.block_on(async {
+        let client = LockClient::builder(ensemble.connect_string()).connect().await?;
+        let history = job_history(&client, JOB).await;
+        client.close().await;
+        history
+    })?;
+    for entry in &history {
+        if let (Some(tick), Outcome::Lost | Outcome::Missed) = (entry.tick, &entry.outcome) {
+            seen.recorded_not_run.insert(tick);
+        }
+    }
+    Ok(history)
+}
+
+/// What a node says, as one line the runner reads on its stdout.
+fn say_line(said: &Said) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{LINE_PREFIX}{}", serde_json::to_string(said).unwrap_or_default());
+    let _ = out.flush();
+}
+
+/// The node's tracing subscriber: passes on, as lines the runner reads, the scheduler's
+/// warnings that name ticks given up or taken and not run. Everything else is dropped.
+struct TickWarnings {
+    node: usize,
+    /// Where the lines go: [`say_line`] in a node.
+    say: fn(&Said),
+}
+
+/// The fields of one event, as text.
+#[derive(Default)]
+struct Fields(BTreeMap<&'static str, String>);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name(), value.to_owned());
+    }
+}
+
+/// A tick as the scheduler logs it (RFC 3339, ms), in ms since the epoch.
+fn tick_of(text: &str) -> Option<i64> {
+    let at = humantime::parse_rfc3339(text).ok()?;
+    at.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as i64)
+}
+
+impl tracing::Subscriber for TickWarnings {
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        meta.target() == "zklock::scheduler" && *meta.level() <= tracing::Level::WARN
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let field = |name: &str| fields.0.get(name).and_then(|text| tick_of(text));
+        let message = fields.0.get("message").map(String::as_str).unwrap_or("");
+        let node = self.node;
+        if let (Some(first), Some(last)) = (field("first"), field("last")) {
+            (self.say)(&Said::GaveUp { node, first, last });
+        } else if let Some(tick) = field("tick").filter(|_| {
+            message.contains("not running it") || message.contains("could not learn whether the tick was taken")
+        }) {
+            (self.say)(&Said::NotRun { node, tick });
+        }
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// A node process: runs the job until its stdin closes, saying every run's tick as it starts.
@@ -304,11 +424,11 @@ pub fn node_main_from_env() -> i32 {
     let connect = env("ZKLOCK_CHAOS_CONNECT");
     let node: usize = env("ZKLOCK_CHAOS_NODE").parse().unwrap_or(0);
     let session = Duration::from_millis(env("ZKLOCK_CHAOS_SESSION_MS").parse().unwrap_or(4000));
-    let say = |said: &Said| {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{LINE_PREFIX}{}", serde_json::to_string(said).unwrap_or_default());
-        let _ = out.flush();
-    };
+    let say = say_line;
+    if let Err(e) = tracing::subscriber::set_global_default(TickWarnings { node, say: say_line }) {
+        // The runner would then take every tick given up here for one that vanished.
+        eprintln!("chaos job node {node}: cannot pass on the scheduler's warnings: {e}");
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -368,5 +488,70 @@ pub fn node_main_from_env() -> i32 {
             eprintln!("chaos job node {node}: {e}");
             2
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ran(ticks: &[i64]) -> BTreeMap<i64, usize> {
+        ticks.iter().map(|&t| (t * 1000, 1)).collect()
+    }
+
+    #[test]
+    fn ticks_are_read_as_the_scheduler_logs_them() {
+        assert_eq!(tick_of("1970-01-01T00:00:05.000Z"), Some(5000));
+        assert_eq!(tick_of("2026-11-26T19:35:01.000Z"), Some(1_795_721_701_000));
+        assert_eq!(tick_of("5000"), None);
+    }
+
+    thread_local! {
+        static SAID: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    fn collect(said: &Said) {
+        SAID.with(|s| s.borrow_mut().push(serde_json::to_string(said).unwrap()));
+    }
+
+    /// The warnings as the scheduler writes them (fields shown with `%`, ticks in RFC 3339)
+    /// become the lines the runner reads; other targets and messages are not passed on.
+    #[test]
+    fn the_schedulers_tick_warnings_are_passed_on() {
+        tracing::subscriber::with_default(TickWarnings { node: 2, say: collect }, || {
+            tracing::warn!(target: "zklock::scheduler", job = %"j", tick = %"1970-01-01T00:00:09.000Z",
+                first = %"1970-01-01T00:00:05.000Z", last = %"1970-01-01T00:00:07.000Z", count = 3u64,
+                "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
+            tracing::warn!(target: "zklock::scheduler", job = %"j", tick = %"1970-01-01T00:00:08.000Z",
+                "the job's lock was lost right after the tick was taken; not running it");
+            tracing::warn!(target: "zklock::scheduler", job = %"j", tick = %"1970-01-01T00:00:04.000Z",
+                "could not learn whether the tick was taken; the next beat looks again");
+            tracing::warn!(target: "zklock::scheduler", job = %"j", error = %"boom", "could not take a run-now request");
+            tracing::warn!(target: "elsewhere", tick = %"1970-01-01T00:00:01.000Z", "not running it");
+        });
+        let said = SAID.with(|s| s.borrow().clone());
+        assert_eq!(
+            said,
+            [
+                r#"{"event":"gave_up","node":2,"first":5000,"last":7000}"#,
+                r#"{"event":"not_run","node":2,"tick":8000}"#,
+                r#"{"event":"not_run","node":2,"tick":4000}"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn every_gap_must_be_the_tick_somebody_said_was_not_run() {
+        // Ticks 0..=9 ran but 3, 4 and 7.
+        let ran = ran(&[0, 1, 2, 5, 6, 8, 9]);
+        let mut seen = Seen::default();
+        assert_eq!(unexplained_gaps(0, 9000, &ran, &seen), vec![3000, 4000, 7000]);
+        // Three ticks said given up, but 5 and 6, which ran, and 7: the counts balance (three
+        // gaps, three given up) while 3 and 4 are unaccounted for.
+        seen.gave_up.push((5000, 7000));
+        assert_eq!(unexplained_gaps(0, 9000, &ran, &seen), vec![3000, 4000]);
+        seen.not_run.insert(3000);
+        seen.recorded_not_run.insert(4000);
+        assert!(unexplained_gaps(0, 9000, &ran, &seen).is_empty());
     }
 }

@@ -96,10 +96,12 @@ mod shared {
 fn the_shared_client_suite_passes_with_one_and_with_eight_test_threads() {
     let binary = std::env::current_exe().expect("the test binary's path");
     for threads in [1, 8] {
-        let output = std::process::Command::new(&binary)
-            .args(["shared::", &format!("--test-threads={threads}")])
-            .output()
-            .expect("run the suite again");
+        // Seven short tests against one server: minutes mean a test hangs.
+        let output = zklock::testing::process::output_within(
+            std::process::Command::new(&binary).args(["shared::", &format!("--test-threads={threads}")]),
+            std::time::Duration::from_secs(180),
+        )
+        .unwrap_or_else(|e| panic!("the suite with {threads} test threads did not finish: {e}"));
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success() && stdout.contains("test result: ok. 7 passed"),

@@ -183,7 +183,24 @@ mod tests {
                 Some(async { true })
             }
         }));
-        let beats_of = |n: u32| tokio::time::sleep(pulse.every * n);
+        // Waits until the driver has recorded `n` more beats (each a later `beat_ms`), so the
+        // checks below follow beats that ran, not a stretch of time.
+        let beats_of = |n: u32| {
+            let pulse = pulse.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let mut last = pulse.beat_ms.load(Ordering::SeqCst);
+                let mut seen = 0;
+                while seen < n {
+                    assert!(Instant::now() < deadline, "{seen} of {n} beats in 20 s");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let now = pulse.beat_ms.load(Ordering::SeqCst);
+                    if now != last {
+                        (last, seen) = (now, seen + 1);
+                    }
+                }
+            }
+        };
         beats_of(4).await;
         assert_eq!(asked.load(Ordering::SeqCst), 0, "asked without a doubt");
         assert!(pulse.steady());
