@@ -91,8 +91,10 @@ const HONOUR_WITHIN_NS: u64 = 2_000_000_000;
 
 /// How long after a deletion or a revocation request its node may still be handed on inside
 /// the holder's process: the node's watch is set 100 ms after its first grant and tells within a
-/// round trip; the rest is room for a loaded machine.
-const STOPS_WITHIN_NS: u64 = 1_000_000_000;
+/// round trip; the rest is room for a driver thread starved on a loaded 2-core machine (a grant
+/// 1 002 ms after the deletion was seen there). A process that never hears keeps handing the
+/// node on for its whole chain (thousands of grants, many seconds).
+const STOPS_WITHIN_NS: u64 = 3_000_000_000;
 
 /// What the operator faults showed, from the history alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -296,7 +298,7 @@ mod tests {
         let checks = check_operator_faults(&history);
         assert_eq!(checks.nodes_checked, 1);
         assert!(checks.violations.is_empty(), "within the bound: {checks:?}");
-        history.sections[1].granted_ns = 2_500 * MS;
+        history.sections[1].granted_ns = 4_500 * MS;
         let checks = check_operator_faults(&history);
         assert_eq!(checks.violations.len(), 1, "{checks:?}");
         assert!(checks.violations[0].contains("generation 3"), "{checks:?}");

@@ -498,6 +498,21 @@ fn pick_holder(shared: &Shared, contenders: &mut [Contender], process: usize) ->
     }
 }
 
+/// The holder an operator fault acts on: a long section asked for ([`pick_holder`]), or with
+/// short holds whoever holds the main lock now, in the middle of a chain of local handoffs.
+fn pick_target(config: &RunConfig, shared: &Shared, contenders: &mut [Contender]) -> Option<(usize, String)> {
+    if !config.short_holds {
+        return pick_holder(shared, contenders, next_target(contenders.len()));
+    }
+    wait_for(shared, Duration::from_secs(20), |o| {
+        o.open
+            .iter()
+            .filter(|(_, open)| open.holds_main())
+            .max_by_key(|(_, open)| open.granted_ns)
+            .map(|((client, _), open)| (open.process, client.clone()))
+    })
+}
+
 fn send_to(contenders: &mut [Contender], process: usize, line: &str) {
     if let Some(c) = contenders.iter_mut().find(|c| c.index == process) {
         c.send(line);
@@ -760,13 +775,21 @@ fn inject(
             );
         }
         FaultKind::RevokeHolder => {
-            let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
+            let Some((p, client)) = pick_target(config, shared, contenders) else {
                 return Ok(record.not_taken("no holder to revoke"));
             };
             let raw = rt.block_on(raw_client(&ensemble.connect_string()))?;
-            let holder = rt.block_on(operator::holder_node(&raw, &format!("{NAMESPACE}/{LOCK}")))?;
-            record.injected_ns = now_ns();
-            let outcome = rt.block_on(operator::revoke(&ensemble.connect_string(), NAMESPACE, LOCK))?;
+            let (mut holder, mut outcome) = (None, RevokeOutcome::NoHolder);
+            // Between two holds nobody may hold the lock: ask again (a few times).
+            for _ in 0..10 {
+                holder = rt.block_on(operator::holder_node(&raw, &format!("{NAMESPACE}/{LOCK}")))?;
+                record.injected_ns = now_ns();
+                outcome = rt.block_on(operator::revoke(&ensemble.connect_string(), NAMESPACE, LOCK))?;
+                if matches!(&outcome, RevokeOutcome::Requested { nodes } if !nodes.is_empty()) {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
             record.healed_ns = now_ns();
             record.measure_from_ns = record.injected_ns;
             record.target_process = Some(p);
@@ -781,7 +804,7 @@ fn inject(
             record.note = format!("asked holder {client} (process {p}) to release: {outcome:?}");
         }
         FaultKind::DeleteHolderNode => {
-            let Some((p, client)) = pick_holder(shared, contenders, next_target(contenders.len())) else {
+            let Some((p, client)) = pick_target(config, shared, contenders) else {
                 return Ok(record.not_taken("no holder whose node to delete"));
             };
             let raw = rt.block_on(raw_client(&ensemble.connect_string()))?;
