@@ -24,7 +24,7 @@ use zklock_examples::chaos::runner::{run, ChildCommand, RunConfig};
 const CONTENDER_ENTRY: &str = "chaos_contender_process";
 
 /// One round of every fault kind, in which every property the checker knows must hold.
-fn one_round(processes: usize, tasks_per_process: usize, short_holds: bool) {
+fn one_round(processes: usize, tasks_per_process: usize, short_holds: bool, lock_delay: Duration) {
     let program = std::env::current_exe().expect("the test binary's path");
     let config = RunConfig {
         duration: Duration::ZERO, // one round: every fault kind once
@@ -34,7 +34,7 @@ fn one_round(processes: usize, tasks_per_process: usize, short_holds: bool) {
         tick_time: Duration::from_millis(200),
         seed: chaos::clock::now_ns(),
         misbehave_percent: 25,
-        lock_delay: Duration::from_secs(1),
+        lock_delay,
         short_holds,
         child: ChildCommand {
             program,
@@ -142,16 +142,17 @@ fn one_round(processes: usize, tasks_per_process: usize, short_holds: bool) {
 
 #[test]
 fn lock_stays_safe_under_leader_kill_partitions_pause_restart_and_reap() {
-    one_round(3, 2, false);
+    one_round(3, 2, false, Duration::from_secs(1));
 }
 
 /// Holds of milliseconds with four tasks per process: the lock passes along chains of local
-/// handoffs, shorter than the 100 ms after which a node is watched, while the holder's node is
-/// deleted and revocations are requested (among the other faults). A chain that kept handing a
-/// deleted node on, or never heard a revocation, overlaps the next holder's sections.
+/// handoffs, each hold shorter than the 100 ms after which a node is watched, while the
+/// holder's node is deleted and revocations are requested (among the other faults). The
+/// lock-delay of 5 s keeps the next process out long enough that a chain which never hears of
+/// the deletion shows: it hands the deleted node on until then, past the checker's 3 s.
 #[test]
 fn chains_of_short_local_holds_stay_safe_under_deletes_and_revocations() {
-    one_round(2, 4, true);
+    one_round(2, 4, true, Duration::from_secs(5));
 }
 
 /// Not a test: the body of each contender process the chaos run starts (it re-executes this
