@@ -22,21 +22,32 @@ pub async fn revoke(connect: &str, namespace: &str, lock: &str) -> Result<Revoke
     Ok(outcome?)
 }
 
-/// The first node in `dir` (the mutex's holder) and its creation zxid; `None` when there is
-/// none.
-pub async fn holder_node(raw: &zk::Client, dir: &str) -> Result<Option<(String, i64)>, BoxError> {
+/// The contender nodes in `dir`, in queue order (after a `sync`, so the listing is as recent
+/// as the leader's); empty when there is no such directory.
+async fn queue(raw: &zk::Client, dir: &str) -> Result<Vec<String>, BoxError> {
     let _ = raw.sync(dir).await;
     let mut nodes = match raw.list_children(dir).await {
         Ok(nodes) => nodes,
-        Err(zk::Error::NoNode) => return Ok(None),
+        Err(zk::Error::NoNode) => return Ok(Vec::new()),
         Err(err) => return Err(err.into()),
     };
     nodes.sort_by_key(|n| sequence(n));
-    let Some(holder) = nodes.first() else {
+    Ok(nodes)
+}
+
+/// The creation zxid of `dir/node`, if it exists.
+async fn czxid(raw: &zk::Client, dir: &str, node: &str) -> Result<Option<i64>, BoxError> {
+    Ok(raw.check_stat(&format!("{dir}/{node}")).await?.map(|stat| stat.czxid))
+}
+
+/// The first node in `dir` (the mutex's holder) and its creation zxid; `None` when there is
+/// none.
+pub async fn holder_node(raw: &zk::Client, dir: &str) -> Result<Option<(String, i64)>, BoxError> {
+    let Some(holder) = queue(raw, dir).await?.into_iter().next() else {
         return Ok(None);
     };
-    let path = format!("{dir}/{holder}");
-    Ok(raw.check_stat(&path).await?.map(|stat| (path, stat.czxid)))
+    let zxid = czxid(raw, dir, &holder).await?;
+    Ok(zxid.map(|zxid| (format!("{dir}/{holder}"), zxid)))
 }
 
 /// A holder node deleted by [`delete_holder`].
@@ -55,22 +66,16 @@ pub struct Deleted {
 /// Deletes the first node in `dir` (the mutex's holder), noting the node behind it; `None`
 /// when the directory holds no node.
 pub async fn delete_holder(raw: &zk::Client, dir: &str) -> Result<Option<Deleted>, BoxError> {
-    let _ = raw.sync(dir).await;
-    let mut nodes = match raw.list_children(dir).await {
-        Ok(nodes) => nodes,
-        Err(zk::Error::NoNode) => return Ok(None),
-        Err(err) => return Err(err.into()),
-    };
-    nodes.sort_by_key(|n| sequence(n));
+    let nodes = queue(raw, dir).await?;
     let Some(holder) = nodes.first() else {
         return Ok(None);
     };
     let successor_zxid = match nodes.get(1) {
-        Some(next) => raw.check_stat(&format!("{dir}/{next}")).await?.map(|stat| stat.czxid),
+        Some(next) => czxid(raw, dir, next).await?,
         None => None,
     };
+    let zxid = czxid(raw, dir, holder).await?;
     let node = format!("{dir}/{holder}");
-    let zxid = raw.check_stat(&node).await?.map(|stat| stat.czxid);
     let sent_ns = now_ns();
     match raw.delete(&node, None).await {
         Ok(()) => Ok(Some(Deleted {
