@@ -17,6 +17,7 @@ use super::node::{ms_of, Handled, Shared};
 use super::plan::{self, Plan};
 use super::policy::Policy;
 use super::record::TickRecord;
+use super::registration::Job;
 use super::store::{SPEC, TRIGGER_PREFIX};
 use super::ticks::{show, Missed};
 use crate::engine::guard::LockGuard;
@@ -178,9 +179,15 @@ async fn look_for_requests(shared: &Shared, handled: &mut Handled) -> bool {
         }
     }
     if requests.registration.due(requests.has_spec) {
+        let job = Job {
+            name: &shared.name,
+            spec: &shared.spec,
+            store: &shared.store,
+            session_id: shared.client.session_id(),
+        };
         requests
             .registration
-            .settle(shared, &zk, acls, session.server_now_ms())
+            .settle(&job, &zk, acls, session.server_now_ms())
             .await;
     }
     requests.triggers

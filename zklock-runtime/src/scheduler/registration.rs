@@ -15,8 +15,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::control::{JobSpec, SPEC_CONFLICT};
-use super::node::Shared;
-use super::store::SPEC;
+use super::store::{RecordStore, SPEC};
 use zookeeper_client as zk;
 
 /// How often a node reads the registration again, to notice a rollout that replaced it (or the
@@ -26,6 +25,16 @@ const RECHECK: Duration = if cfg!(test) {
 } else {
     Duration::from_secs(30)
 };
+
+/// The job being registered, as this node runs it.
+pub(crate) struct Job<'a> {
+    pub name: &'a str,
+    /// How this node schedules it.
+    pub spec: &'a JobSpec,
+    pub store: &'a RecordStore,
+    /// This node's ZooKeeper session, which owns the note it leaves.
+    pub session_id: Option<i64>,
+}
 
 /// What this node knows of the job's registration.
 #[derive(Debug, Default)]
@@ -53,25 +62,25 @@ impl Registration {
     /// registration was written and schedules it differently; otherwise notes a differing
     /// registration beside it. `server_now_ms` is ZooKeeper's clock as the session last learnt
     /// it: a node that does not know it yet can only register a job nobody registered.
-    pub async fn settle(&mut self, shared: &Shared, zk: &zk::Client, acls: zk::Acls<'_>, server_now_ms: Option<i64>) {
+    pub async fn settle(&mut self, job: &Job<'_>, zk: &zk::Client, acls: zk::Acls<'_>, server_now_ms: Option<i64>) {
         self.since_ms = self.since_ms.or(server_now_ms);
-        if self.look(shared, zk, acls).await {
+        if self.look(job, zk, acls).await {
             self.settled_at = Some(Instant::now());
         }
     }
 
     /// One look; whether it settled the registration (else it is tried again at the next beat).
-    async fn look(&mut self, shared: &Shared, zk: &zk::Client, acls: zk::Acls<'_>) -> bool {
-        let Ok(ours) = serde_json::to_vec(&shared.spec) else {
+    async fn look(&mut self, job: &Job<'_>, zk: &zk::Client, acls: zk::Acls<'_>) -> bool {
+        let Ok(ours) = serde_json::to_vec(job.spec) else {
             return true;
         };
-        let path = shared.store.child(SPEC);
+        let path = job.store.child(SPEC);
         let persistent = zk::CreateMode::Persistent.with_acls(acls);
         match zk.create(&path, &ours, &persistent).await {
             Ok((stat, _)) => {
                 // The first to register: it started when it wrote this, whatever it looks at later.
                 self.since_ms = self.since_ms.or(Some(stat.mtime));
-                return withdraw_conflict(shared, zk).await;
+                return withdraw_conflict(job, zk).await;
             }
             Err(zk::Error::NodeExists) => {}
             Err(_) => return false,
@@ -80,8 +89,8 @@ impl Registration {
             return false;
         };
         let registered = serde_json::from_slice::<JobSpec>(&data).ok();
-        if registered.as_ref().is_some_and(|r| r.agrees_with(&shared.spec)) {
-            return withdraw_conflict(shared, zk).await;
+        if registered.as_ref().is_some_and(|r| r.agrees_with(job.spec)) {
+            return withdraw_conflict(job, zk).await;
         }
         let Some(since) = self.since_ms else {
             // Which of the two is newer is told by ZooKeeper's clock, which this session has
@@ -93,10 +102,10 @@ impl Registration {
             // nodes of the old one note theirs at their next look.
             return match zk.set_data(&path, &ours, Some(stat.version)).await {
                 Ok(_) => {
-                    info!(target: "zklock::scheduler", job = %shared.name,
-                        here = %format!("{} in {} ({})", shared.spec.schedule, shared.spec.time_zone, shared.spec.policy),
+                    info!(target: "zklock::scheduler", job = %job.name,
+                        here = %format!("{} in {} ({})", job.spec.schedule, job.spec.time_zone, job.spec.policy),
                         "this node started after the job was registered differently; its registration replaces the old one");
-                    withdraw_conflict(shared, zk).await
+                    withdraw_conflict(job, zk).await
                 }
                 // Written meanwhile: look again at the next beat.
                 Err(_) => false,
@@ -108,19 +117,19 @@ impl Registration {
                 || "an unreadable registration".to_owned(),
                 |r| format!("{} in {} ({}) by {}", r.schedule, r.time_zone, r.policy, r.node),
             );
-            warn!(target: "zklock::scheduler", job = %shared.name, %registered,
-                here = %format!("{} in {} ({})", shared.spec.schedule, shared.spec.time_zone, shared.spec.policy),
+            warn!(target: "zklock::scheduler", job = %job.name, %registered,
+                here = %format!("{} in {} ({})", job.spec.schedule, job.spec.time_zone, job.spec.policy),
                 "a node that started later registered this job differently; both run, each on its own ticks (align the nodes)");
         }
-        note_conflict(shared, zk, acls, &ours).await
+        note_conflict(job, zk, acls, &ours).await
     }
 }
 
 /// Notes this node's differing registration in `spec-conflict`, ephemeral, unless another
 /// node's note is there (one is enough). A persistent note (left by an earlier version) is
 /// replaced.
-async fn note_conflict(shared: &Shared, zk: &zk::Client, acls: zk::Acls<'_>, ours: &[u8]) -> bool {
-    let path = shared.store.child(SPEC_CONFLICT);
+async fn note_conflict(job: &Job<'_>, zk: &zk::Client, acls: zk::Acls<'_>, ours: &[u8]) -> bool {
+    let path = job.store.child(SPEC_CONFLICT);
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(acls);
     for _ in 0..2 {
         match zk.create(&path, ours, &ephemeral).await {
@@ -134,7 +143,7 @@ async fn note_conflict(shared: &Shared, zk: &zk::Client, acls: zk::Acls<'_>, our
                 Err(_) => return false,
             },
             Err(err) => {
-                debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not note the differing registration");
+                debug!(target: "zklock::scheduler", job = %job.name, error = %err, "could not note the differing registration");
                 return false;
             }
         }
@@ -144,10 +153,10 @@ async fn note_conflict(shared: &Shared, zk: &zk::Client, acls: zk::Acls<'_>, our
 
 /// Deletes this node's own note of a differing registration, if it left one: its registration
 /// agrees (again) with the registered one.
-async fn withdraw_conflict(shared: &Shared, zk: &zk::Client) -> bool {
-    let path = shared.store.child(SPEC_CONFLICT);
+async fn withdraw_conflict(job: &Job<'_>, zk: &zk::Client) -> bool {
+    let path = job.store.child(SPEC_CONFLICT);
     match zk.check_stat(&path).await {
-        Ok(Some(stat)) if Some(stat.ephemeral_owner) == shared.client.session_id() => {
+        Ok(Some(stat)) if Some(stat.ephemeral_owner) == job.session_id => {
             matches!(
                 zk.delete(&path, Some(stat.version)).await,
                 Ok(()) | Err(zk::Error::NoNode)
