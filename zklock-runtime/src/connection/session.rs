@@ -23,7 +23,6 @@ use crate::connection::connect_string::Contact;
 use crate::connection::driver::Driver;
 use crate::connection::pulse::{keep_beating, Pulse};
 use crate::engine::alone::Alone;
-use crate::engine::lock_delay::Mark;
 
 /// The pause before a request that failed on the connection is sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -79,6 +78,18 @@ impl Health {
     pub fn invalidates(&self, losses_at_grant: u64) -> bool {
         self.losses > losses_at_grant || self.status.is_terminal()
     }
+}
+
+/// On what condition the deletion of one of our nodes is marked clean, so that waiters of a lock
+/// with a lock-delay do not wait it out ([`crate::engine::lock_delay`]). The session keeps the
+/// marks of its nodes until their deletions are sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// Always: the node was granted, and its deletion is a release.
+    Clean,
+    /// Only while this node (full path), the one ours waits for, still exists: a waiter that
+    /// gives up hands its turn on cleanly only if it has not missed a vanish ahead of it.
+    WhileAhead(String),
 }
 
 /// A live (or finished) ZooKeeper session shared by every contender and guard created in it.

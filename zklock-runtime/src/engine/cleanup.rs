@@ -19,8 +19,9 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
+use crate::connection::session::Mark;
 use crate::connection::session::{send_now, Answer, Session};
-use crate::engine::lock_delay::{Mark, RELEASE_MARK};
+use crate::engine::lock_delay::RELEASE_MARK;
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
 

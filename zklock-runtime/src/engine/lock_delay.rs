@@ -29,23 +29,13 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use crate::connection::session::Session;
+use crate::connection::session::{Mark, Session};
 
 /// What a clean release writes into its node just before deleting it, in one transaction.
 pub(crate) const RELEASE_MARK: &[u8] = b"__RELEASED__";
 
 /// The longest lock-delay a lock accepts.
 pub(crate) const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
-
-/// On what condition the deletion of one of our nodes is marked clean.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Mark {
-    /// Always: the node was granted, and its deletion is a release.
-    Clean,
-    /// Only while this node (full path), the one ours waits for, still exists: a waiter that
-    /// gives up hands its turn on cleanly only if it has not missed a vanish ahead of it.
-    WhileAhead(String),
-}
 
 /// Why waiting out a delay stopped short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

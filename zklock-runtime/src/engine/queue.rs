@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 use zookeeper_client as zk;
 
+use crate::connection::session::Mark;
 use crate::connection::session::Session;
 use crate::engine::cleanup::Cleanup;
-use crate::engine::lock_delay::{Interrupted, Mark, Vanished};
+use crate::engine::lock_delay::{Interrupted, Vanished};
 use crate::engine::rules::{queue_order, Decision, Rule};
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
