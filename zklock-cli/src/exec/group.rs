@@ -108,7 +108,7 @@ impl Group {
     /// Whether no process of the group is alive but the watchdog (zombies do not count: they
     /// run nothing).
     pub(crate) fn is_empty(&self) -> bool {
-        members(self.pgid, self.watchdog_pid()) == 0
+        !has_members(self.pgid, self.watchdog_pid())
     }
 
     fn watchdog_pid(&self) -> Option<Pid> {
@@ -175,23 +175,23 @@ fn give_terminal(group: Pid) {
     }
 }
 
-/// How many live processes are in group `pgid`, `except` one.
+/// Whether a live process other than `except` is in group `pgid` (stops at the first).
 #[cfg(target_os = "linux")]
-fn members(pgid: Pid, except: Option<Pid>) -> usize {
+fn has_members(pgid: Pid, except: Option<Pid>) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
+        return false;
     };
+    let (pgid, except) = (pgid.as_raw_nonzero().get(), except.map(|p| p.as_raw_nonzero().get()));
     entries
         .filter_map(Result::ok)
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| Some(pid) != except.map(Pid::as_raw_nonzero).map(|p| p.get()))
-        .filter(|&pid| {
+        .filter(|&pid| Some(pid) != except)
+        .any(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
                 .and_then(|stat| live_in_group(&stat))
-                == Some(pgid.as_raw_nonzero().get())
+                == Some(pgid)
         })
-        .count()
 }
 
 /// The process group of a live process from its `/proc/PID/stat` line; `None` for a zombie
@@ -210,8 +210,8 @@ fn live_in_group(stat: &str) -> Option<i32> {
 /// Elsewhere the group is not listed: what CMD left running is not found (and outlives the
 /// grant); the watchdog still kills the group if this process dies.
 #[cfg(not(target_os = "linux"))]
-fn members(_pgid: Pid, _except: Option<Pid>) -> usize {
-    0
+fn has_members(_pgid: Pid, _except: Option<Pid>) -> bool {
+    false
 }
 
 #[cfg(all(test, target_os = "linux"))]

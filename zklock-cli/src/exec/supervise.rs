@@ -197,7 +197,8 @@ async fn stop_group(
     // `grace` is at most a day (`--grace` is checked), so this cannot overflow.
     let term_at = Instant::now();
     let mut kill_at = term_at + grace;
-    let mut given_up_at = None;
+    // Once SIGKILL is sent, the group has AFTER_KILL to go.
+    let mut given_up_at = stopped.killed.then(|| term_at + AFTER_KILL);
     let mut watch_loss = !watch.held.is_lost();
     let lost = watch.held.lost();
     tokio::pin!(lost);
@@ -237,9 +238,6 @@ async fn stop_group(
                 stopped.lost = Some(err);
             }
             (signal, _) = signals.next() => group.signal(signal),
-        }
-        if stopped.killed && given_up_at.is_none() {
-            given_up_at = Some(Instant::now() + AFTER_KILL);
         }
     }
 }
