@@ -297,23 +297,18 @@ fn run_exec(args: &ExecArgs) -> i32 {
         "chaos exec: duration {:?}, {} slots, seed {seed}",
         config.duration, config.slots
     );
-    match chaos::exec::run_exec(&config) {
-        Ok(report) => {
-            for overlap in report.overlaps.iter().chain(&report.tokens_out_of_order) {
-                println!("  violation: {overlap}");
-            }
-            println!("{}", report.json_line());
-            if report.passed() {
-                0
-            } else {
-                1
-            }
-        }
+    let report = match chaos::exec::run_exec(&config) {
+        Ok(report) => report,
         Err(e) => {
             eprintln!("chaos exec: the run failed: {e}");
-            2
+            return 2;
         }
+    };
+    for violation in report.overlaps.iter().chain(&report.tokens_out_of_order) {
+        println!("  violation: {violation}");
     }
+    println!("{}", report.json_line());
+    i32::from(!report.passed())
 }
 
 fn run_jobs(args: &JobsArgs) -> i32 {
