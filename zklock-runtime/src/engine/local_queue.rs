@@ -306,7 +306,21 @@ mod tests {
 
     use futures_util::FutureExt;
 
+    use crate::engine::guard::LockGuard;
+    use crate::error::LockError;
+    use crate::lock::Lock;
     use crate::test_server::{setup, stall_driver, Setup};
+
+    /// An acquisition of `lock` (held by another task of this process), queued in the process
+    /// behind the holder by its first poll before it is spawned.
+    fn queue_behind(lock: &Lock) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
+        let mut waiting = Box::pin({
+            let lock = lock.clone();
+            async move { lock.acquire().await }
+        });
+        assert!((&mut waiting).now_or_never().is_none(), "the lock is held");
+        tokio::spawn(waiting)
+    }
 
     /// A process that was not running for longer than its session timeout (here its driver
     /// thread, where the connection lives, is blocked: to the session that is a paused process)
@@ -323,13 +337,7 @@ mod tests {
         let lock = client.mutex("paused").unwrap();
         let holder = lock.acquire().await.unwrap();
         let node = holder.node_path().to_owned();
-        // The waiter's first poll puts it in the process's queue, behind the holder.
-        let mut waiting = Box::pin({
-            let lock = lock.clone();
-            async move { lock.acquire().await }
-        });
-        assert!((&mut waiting).now_or_never().is_none(), "the lock is held");
-        let waiter = tokio::spawn(waiting);
+        let waiter = queue_behind(&lock);
 
         // Pause the driver until told, and wait for the server to expire the session.
         let session = client.latest().unwrap();
@@ -407,12 +415,7 @@ mod tests {
         let lock = client.mutex("isolated-pulse").unwrap();
         let holder = lock.acquire().await.unwrap();
         let node = holder.node_path().to_owned();
-        let mut waiting = Box::pin({
-            let lock = lock.clone();
-            async move { lock.acquire().await }
-        });
-        assert!((&mut waiting).now_or_never().is_none(), "the lock is held");
-        let waiter = tokio::spawn(waiting);
+        let waiter = queue_behind(&lock);
         let session = client.latest().unwrap();
 
         ensemble.isolate(follower).unwrap();
