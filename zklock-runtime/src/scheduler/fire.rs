@@ -313,7 +313,7 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
             proven,
             paused,
         };
-        let (due, missed, floor) = match plan::plan(&beat) {
+        let (due, missed, passed, floor) = match plan::plan(&beat) {
             Plan::Taken { recorded } => {
                 if first {
                     shared.stats.skipped();
@@ -328,6 +328,7 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
             Plan::Run {
                 due,
                 missed,
+                passed,
                 floor,
                 unproven,
             } => {
@@ -335,10 +336,21 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
                     warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
                         "the tick record was not written by a scheduler node (edited or restored?); not running late ticks");
                 }
-                (due, missed, floor)
+                (due, missed, passed, floor)
             }
         };
         done = done.max(floor);
+        if let Some(Missed { first, last, count }) = passed {
+            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
+                count, "skipped: ticks that came while the job's lock was busy (skip policy)");
+            let entry = shared.entry(Some(last), Outcome::Skipped).because(format!(
+                "{count} tick(s) from {} to {} came while the job's lock was busy and are not run (skip policy)",
+                show(first),
+                show(last),
+            ));
+            hold.pending.push(entry);
+            done = done.max(Some(last));
+        }
         if let Some(Missed { first, last, count }) = missed {
             shared.stats.gave_up(count);
             warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),

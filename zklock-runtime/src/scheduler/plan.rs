@@ -102,10 +102,14 @@ pub(crate) enum Plan {
     Taken { recorded: i64 },
     /// The job is paused: `own` is taken as skipped.
     Paused,
-    /// Runs `due` in order and gives up `missed`; the node is done up to `floor` at least.
+    /// Runs `due` in order, gives up `missed` and records `passed` as skipped; the node is
+    /// done up to `floor` at least.
     Run {
         due: Vec<i64>,
         missed: Option<Missed>,
+        /// Under [`Policy::Skip`]: the untaken ticks between the record and the own tick, which
+        /// came while the job's lock was busy. Nobody will run them; the history says so.
+        passed: Option<Missed>,
         floor: Option<i64>,
         /// The record was not written by a scheduler node (edited or restored), so late ticks
         /// were not considered although this node has handled ticks before.
@@ -118,8 +122,10 @@ pub(crate) enum Plan {
 /// Ticks at or before the record were taken; ticks at or before `since` were handled here.
 /// Ticks in between are run late only when the record proves it was written by the node that
 /// took the last of them: a deleted, hand-edited or restored record says nothing of the ticks
-/// after it, which may have run. A skip-policy beat offers only its own tick. The starting
-/// deadline is judged by [`Clocks::now`], the time the tick was chosen by.
+/// after it, which may have run. A skip-policy beat runs only its own tick, and names the
+/// untaken ticks it passes over (when the record proves them untaken) so that they are in the
+/// history, not nowhere. The starting deadline is judged by [`Clocks::now`], the time the
+/// tick was chosen by.
 pub(crate) fn plan(beat: &Beat<'_>) -> Plan {
     let own = beat.own;
     if let Some(recorded) = beat.recorded.filter(|recorded| *recorded >= own) {
@@ -133,9 +139,8 @@ pub(crate) fn plan(beat: &Beat<'_>) -> Plan {
         Policy::BufferOne | Policy::Replace => (beat.since, 0),
         Policy::Skip => (None, 0),
     };
-    let trusted = beat.proven && beat.policy != Policy::Skip;
     // A node's first beat (`since` is none) catches up from the record alone.
-    let floor = if trusted {
+    let floor = if beat.proven {
         since.max(beat.recorded)
     } else {
         since.max(beat.recorded).max(beat.ticks.before(own))
@@ -146,6 +151,11 @@ pub(crate) fn plan(beat: &Beat<'_>) -> Plan {
         // The schedule has no tick before `own`: `own` is its first.
         None => (vec![own], None),
     };
+    let passed = if beat.policy == Policy::Skip {
+        missed.take()
+    } else {
+        None
+    };
     if let Some(deadline) = beat.starting_deadline {
         let oldest = beat.clocks.now().saturating_sub(deadline.as_millis() as i64);
         past_deadline(&mut due, &mut missed, oldest);
@@ -153,6 +163,7 @@ pub(crate) fn plan(beat: &Beat<'_>) -> Plan {
     Plan::Run {
         due,
         missed,
+        passed,
         floor,
         unproven,
     }
@@ -251,6 +262,7 @@ mod tests {
         Plan::Run {
             due: due.iter().map(|d| T + d * S).collect(),
             missed: None,
+            passed: None,
             floor: floor.map(|f| T + f * S),
             unproven: false,
         }
@@ -343,15 +355,56 @@ mod tests {
                         last: T - S,
                         count: 2,
                     }),
+                    passed: None,
                     floor: at(-3),
                     unproven: false,
                 },
             ),
             (
-                "skip: the own tick only, whatever the record",
+                "skip: the own tick only, and the ticks it passes named",
                 Beat {
                     recorded: at(-3),
                     policy: Policy::Skip,
+                    ..beat(&ticks)
+                },
+                Plan::Run {
+                    due: vec![T],
+                    missed: None,
+                    passed: Some(Missed {
+                        first: T - 2 * S,
+                        last: T - S,
+                        count: 2,
+                    }),
+                    floor: at(-3),
+                    unproven: false,
+                },
+            ),
+            (
+                "skip beside a node that handled ticks: the record, not the node, names them",
+                Beat {
+                    recorded: at(-3),
+                    since: at(-1),
+                    policy: Policy::Skip,
+                    ..beat(&ticks)
+                },
+                Plan::Run {
+                    due: vec![T],
+                    missed: None,
+                    passed: Some(Missed {
+                        first: T - 2 * S,
+                        last: T - S,
+                        count: 2,
+                    }),
+                    floor: at(-3),
+                    unproven: false,
+                },
+            ),
+            (
+                "skip after an unproven record: the own tick only, nothing claimed",
+                Beat {
+                    recorded: at(-3),
+                    policy: Policy::Skip,
+                    proven: false,
                     ..beat(&ticks)
                 },
                 run(&[0], Some(-1)),
@@ -379,6 +432,7 @@ mod tests {
             Plan::Run {
                 due: vec![T],
                 missed: None,
+                passed: None,
                 floor: at(-1),
                 unproven: true
             }

@@ -56,6 +56,34 @@ async fn a_skip_node_never_runs_a_tick_another_node_ran() {
     assert_eq!(runs(&log), vec![(0, t), (1, t + SECOND), (2, t + 2 * SECOND)]);
 }
 
+/// A tick no node ran (the once-per-tick node's lock wait ran out, say) and a skip node then
+/// passed over is in the history as skipped, with the reason: it runs nowhere, but it is not
+/// lost without a trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_a_skip_node_passes_over_is_in_the_history() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let once = Node::start(&server, 0, "passed", Policy::OncePerTick, &log).await;
+    let skip = Node::start(&server, 1, "passed", Policy::Skip, &log).await;
+    let t = an_hour_ago();
+    once.fire_at(t).await;
+    // Tick t+1 fires nowhere; the skip node's timer comes at t+2, the other node's late.
+    skip.fire_at(t + 2 * SECOND).await;
+    once.fire_at(t + SECOND).await;
+    assert_eq!(runs(&log), vec![(0, t), (1, t + 2 * SECOND)]);
+    let history = job_history(&once.shared.client, "passed").await.unwrap();
+    assert_eq!(
+        outcomes(&history),
+        vec![
+            (Some(t + 2 * SECOND), Outcome::Ok),
+            (Some(t + SECOND), Outcome::Skipped),
+            (Some(t), Outcome::Ok),
+        ]
+    );
+    let reason = history[1].error.as_deref().unwrap_or_default();
+    assert!(reason.contains("skip policy"), "the entry says why: {reason:?}");
+}
+
 /// A scheduler that fires twice within one tick (tokio-cron-scheduler can) runs it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skip_node_fired_twice_in_one_tick_runs_it_once() {

@@ -184,6 +184,11 @@ async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// The tick and outcome of each history entry, newest first.
+fn outcomes(history: &[super::HistoryEntry]) -> Vec<(Option<i64>, Outcome)> {
+    history.iter().map(|e| (e.tick, e.outcome.clone())).collect()
+}
+
 fn runs(log: &Log) -> Vec<(usize, i64)> {
     log.lock().unwrap().clone()
 }

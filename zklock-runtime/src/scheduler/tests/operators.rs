@@ -3,11 +3,7 @@
 //! differ, and time zones across daylight saving changes.
 
 use super::*;
-use crate::scheduler::{remove_job, reset_job, HistoryEntry};
-
-fn outcomes(history: &[HistoryEntry]) -> Vec<(Option<i64>, Outcome)> {
-    history.iter().map(|e| (e.tick, e.outcome.clone())).collect()
-}
+use crate::scheduler::{remove_job, reset_job};
 
 /// A paused job runs on no node; each paused tick is taken as skipped (one history entry for
 /// the whole pause), and none of them is replayed after the resume.
