@@ -392,8 +392,11 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
         record: Some((Vec::new(), state.stat.version)),
         history: Some(b"[]".to_vec()),
         take: None,
+        markers: Vec::new(),
     };
-    let done = store.commit(&zk, guard.node_path(), commit).await;
+    let done = store
+        .commit(&zk, client.inner.config.acls(), guard.node_path(), commit)
+        .await;
     guard.release().await?;
     match done {
         Ok(_) => Ok(true),

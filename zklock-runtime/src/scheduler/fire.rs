@@ -14,6 +14,7 @@ use tracing::{debug, error, warn};
 use super::history::Outcome;
 use super::hold::Hold;
 use super::node::{ms_of, Handled, Shared};
+use super::outbox;
 use super::plan::{self, Plan};
 use super::policy::Policy;
 use super::record::TickRecord;
@@ -263,6 +264,15 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
         pending: Vec::new(),
     };
 
+    // What this node owes first (so that its own runs are not taken for dead ones), then
+    // the runs whose node's session ended before they reported back.
+    let mut runs = state.runs;
+    if !outbox::pay(&mut hold, &mut runs).await {
+        return None;
+    }
+    if !hold.settle_dead_runs(&runs).await {
+        return None;
+    }
     for request in &state.triggers {
         if !hold.run_requested(request).await {
             return None;

@@ -9,11 +9,12 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::history::{self, HistoryEntry, Outcome};
-use super::node::{ms_of, Handled, Shared};
+use super::node::{ms_of, End, Handled, Owed, Shared};
+use super::outbox::owe;
 use super::policy::Policy;
 use super::record::{RunState, TickRecord};
 use super::run::{execute, Ended, JobRun};
-use super::store::{Commit, WriteError};
+use super::store::{Commit, Marker, RunMarker, WriteError};
 use super::ticks::{show, tick_time};
 use crate::engine::guard::LockGuard;
 use crate::error::is_transient;
@@ -33,13 +34,14 @@ pub(crate) struct Hold<'a> {
 }
 
 impl Hold<'_> {
-    /// Writes the record (over the version read) and the pending history entries plus `entry`,
-    /// fenced by our lock node; keeps what was written.
-    async fn commit(
+    /// Writes the record (over the version read), the pending history entries plus `entry`
+    /// and the runs' `markers`, fenced by our lock node; keeps what was written.
+    pub async fn commit(
         &mut self,
         record: Option<TickRecord>,
         entry: Option<HistoryEntry>,
         take: Option<&str>,
+        markers: Vec<Marker>,
     ) -> Result<Option<zk::Stat>, WriteError> {
         let mut entries = std::mem::take(&mut self.pending);
         entries.extend(entry);
@@ -48,11 +50,13 @@ impl Hold<'_> {
             record: record.as_ref().map(|r| (r.encode(), self.version)),
             history: history.clone(),
             take,
+            markers,
         };
+        let acls = self.shared.client.inner.config.acls();
         let stat = self
             .shared
             .store
-            .commit(self.zk, self.guard.node_path(), commit)
+            .commit(self.zk, acls, self.guard.node_path(), commit)
             .await?;
         if let Some(history) = history {
             self.history = history::parse_raw(&history);
@@ -68,7 +72,13 @@ impl Hold<'_> {
     /// hold cannot go on (the lock was lost, or ZooKeeper failed).
     pub async fn run_requested(&mut self, name: &str) -> bool {
         let shared = self.shared;
-        match self.commit(None, None, Some(name)).await {
+        // The request's marker speaks for the run until its end is written: if this node dies
+        // first, the next holder records the run as lost.
+        let marker = Marker::Open {
+            key: name.to_owned(),
+            data: self.marker_data(),
+        };
+        match self.commit(None, None, Some(name), vec![marker]).await {
             Ok(_) => {}
             Err(WriteError::Taken) => return true,
             Err(err) => {
@@ -79,6 +89,17 @@ impl Hold<'_> {
         }
         if self.guard.is_lost() {
             shared.stats.lost_lock();
+            let entry = shared.entry(None, Outcome::Lost).because(format!(
+                "the run-now request {name} was taken, but the job's lock was lost before it ran"
+            ));
+            owe(
+                shared,
+                Owed {
+                    entry,
+                    end: None,
+                    marker: Some(name.to_owned()),
+                },
+            );
             return false;
         }
         shared.stats.ran(None);
@@ -100,30 +121,55 @@ impl Hold<'_> {
             name,
         )
         .await;
-        self.report(None, ended).await.is_some()
+        self.report(None, ended, Some(name)).await.is_some()
     }
 
-    /// Counts and records how a run ended; returns the record state for a tick's run, `None`
-    /// when the run was lost (the record can then no longer be written by this node).
-    async fn report(&mut self, tick: Option<i64>, ended: Ended) -> Option<RunState> {
+    /// What a run's marker says about its node.
+    fn marker_data(&self) -> String {
+        format!(
+            "session={} node={}",
+            self.shared.session(),
+            self.shared.client.identity()
+        )
+    }
+
+    /// Counts and records how a run ended (a tick's run, or the run-now request `marker`);
+    /// returns the record state for a tick's run. `None` when the hold cannot go on: the run
+    /// lost the lock, or its end could not be written; its end is then owed
+    /// ([`super::outbox`]) and written under a later hold.
+    async fn report(&mut self, tick: Option<i64>, ended: Ended, marker: Option<&str>) -> Option<RunState> {
         let shared = self.shared;
         let (state, entry) = tally(shared, tick, ended);
-        let state = state?;
-        let record = tick.and_then(|tick| {
-            let claim = self.record.as_ref().filter(|r| r.tick == tick)?;
-            Some(TickRecord::next(
-                Some(claim),
-                tick,
-                state.clone(),
-                claim.session,
-                self.version,
-            ))
-        });
-        match self.commit(record, Some(entry), None).await {
+        let claim = tick.and_then(|tick| self.record.as_ref().filter(|r| r.tick == tick).cloned());
+        let owed = |state: RunState, entry: HistoryEntry| Owed {
+            entry,
+            end: claim.as_ref().map(|claim| End {
+                tick: claim.tick,
+                state,
+                session: claim.session,
+            }),
+            marker: marker.map(str::to_owned),
+        };
+        let Some(state) = state else {
+            owe(shared, owed(RunState::Lost, entry));
+            return None;
+        };
+        let record = claim
+            .as_ref()
+            .map(|claim| TickRecord::next(Some(claim), claim.tick, state.clone(), claim.session, self.version));
+        let markers = marker
+            .map(|key| Marker::Close {
+                key: key.to_owned(),
+                alive: true,
+            })
+            .into_iter()
+            .collect();
+        match self.commit(record, Some(entry.clone()), None, markers).await {
             Ok(_) => Some(state),
             Err(err) => {
                 warn!(target: "zklock::scheduler", job = %shared.name, tick = ?tick.map(show), error = %err,
-                    "could not record how the run ended");
+                    "could not record how the run ended; trying again under a later hold");
+                owe(shared, owed(state, entry));
                 None
             }
         }
@@ -153,7 +199,7 @@ impl Hold<'_> {
             "the run by session {session} never reported back (its node died or lost the lock)"
         ));
         let tick = orphan.tick;
-        match self.commit(Some(lost), Some(entry), None).await {
+        match self.commit(Some(lost), Some(entry), None, Vec::new()).await {
             Ok(_) => {
                 warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), %session,
                     "the run of this tick never reported back (its node died or lost the lock); recorded as lost");
@@ -162,6 +208,46 @@ impl Hold<'_> {
             Err(err) => {
                 shared.stats.failed();
                 warn!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not record a dead run as lost");
+                false
+            }
+        }
+    }
+
+    /// Records as lost the runs whose marker outlived their node's session (`run-<key>`
+    /// without `alive-<key>`): the run's end was never written and never will be. Returns
+    /// false when the hold cannot go on.
+    pub async fn settle_dead_runs(&mut self, runs: &[RunMarker]) -> bool {
+        let shared = self.shared;
+        let dead: Vec<&RunMarker> = runs.iter().filter(|run| !run.alive).collect();
+        if dead.is_empty() {
+            return true;
+        }
+        for run in &dead {
+            let tick = run.key.parse::<i64>().ok();
+            let what = match tick {
+                Some(tick) => format!("the run of tick {}", show(tick)),
+                None => format!("the run for {}", run.key),
+            };
+            warn!(target: "zklock::scheduler", job = %shared.name, run = %run.key,
+                "{what} never reported back (its node's session ended); recorded as lost");
+            self.pending.push(
+                shared
+                    .entry(tick, Outcome::Lost)
+                    .because(format!("{what} never reported back (its node's session ended first)")),
+            );
+        }
+        let markers = dead
+            .iter()
+            .map(|run| Marker::Close {
+                key: run.key.clone(),
+                alive: false,
+            })
+            .collect();
+        match self.commit(None, None, None, markers).await {
+            Ok(_) => true,
+            Err(err) => {
+                shared.stats.failed();
+                warn!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not record dead runs as lost");
                 false
             }
         }
@@ -177,7 +263,7 @@ impl Hold<'_> {
             shared.client.session_id(),
             self.version,
         );
-        if let Err(err) = self.commit(Some(missed), None, None).await {
+        if let Err(err) = self.commit(Some(missed), None, None, Vec::new()).await {
             warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "could not record a missed tick");
         }
     }
@@ -197,7 +283,7 @@ impl Hold<'_> {
         );
         let already = self.record.as_ref().is_some_and(|r| r.state == RunState::Skipped);
         let entry = (!already).then(|| shared.entry(Some(own), Outcome::Skipped).because("paused"));
-        if let Err(err) = self.commit(Some(skipped), entry, None).await {
+        if let Err(err) = self.commit(Some(skipped), entry, None, Vec::new()).await {
             warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), error = %err, "could not record a paused tick");
         }
     }
@@ -263,7 +349,16 @@ impl Hold<'_> {
         let shared = self.shared;
         let tick = claim.tick;
         let pending = self.pending.clone();
-        let stat = match self.commit(Some(claim.clone()), None, None).await {
+        // A run under `Allow` goes on after the next claim writes over this one: its marker
+        // speaks for it until its end is written.
+        let markers = match shared.policy {
+            Policy::Allow => vec![Marker::Open {
+                key: tick.to_string(),
+                data: self.marker_data(),
+            }],
+            _ => Vec::new(),
+        };
+        let stat = match self.commit(Some(claim.clone()), None, None, markers).await {
             Ok(stat) => stat,
             Err(WriteError::ZooKeeper(err)) if is_transient(&err) => {
                 // The answer was lost, not necessarily the write: if it was applied, the tick
@@ -350,7 +445,7 @@ impl Hold<'_> {
         let ended = execute(&shared.run, run, guard.lost(), &shared.limits, replaced, &show(tick)).await;
         shared.running.store(i64::MIN, Ordering::SeqCst);
         let made_way = ended.outcome == Outcome::Replaced;
-        self.report(Some(tick), ended).await.is_some() && !made_way
+        self.report(Some(tick), ended, None).await.is_some() && !made_way
     }
 }
 
@@ -396,7 +491,7 @@ fn tally(shared: &Shared, tick: Option<i64>, ended: Ended) -> (Option<RunState>,
 }
 
 /// Under [`Policy::Allow`]: runs the taken tick of `claim` in a task of its own, without the
-/// lock, and records how it ended under the lock once it has.
+/// lock; its end is owed ([`super::outbox`]) and written under the lock once it has.
 fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
     let in_flight = shared.stats.fire_started();
     tokio::spawn(async move {
@@ -416,40 +511,18 @@ fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
         )
         .await;
         // No lock, so never lost: the run ends done or failed.
-        let (state_of_run, entry) = tally(&shared, Some(tick), ended);
-        let ended_as = state_of_run.unwrap_or(RunState::Failed);
-        let wait = shared.wait_for_lock(Some(tick));
-        let guard = match shared.lock.acquire_timeout(wait).await {
-            Ok(guard) => guard,
-            Err(err) => {
-                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "could not take the job's lock to record how the run ended");
-                return;
-            }
+        let (state, entry) = tally(&shared, Some(tick), ended);
+        let end = End {
+            tick,
+            state: state.unwrap_or(RunState::Failed),
+            session: claim.session,
         };
-        let Ok(zk) = guard.zk() else { return };
-        let Ok(state) = shared.store.read_state(&zk, shared.client.inner.config.acls()).await else {
-            return;
+        let owed = Owed {
+            entry,
+            end: Some(end),
+            marker: Some(tick.to_string()),
         };
-        // The record still names this tick only when no later tick was taken meanwhile.
-        let version = state.stat.version;
-        let record = state
-            .record
-            .ok()
-            .flatten()
-            .filter(|r| r.tick == tick && r.state == RunState::Running);
-        let commit = Commit {
-            record: record.map(|r| {
-                (
-                    TickRecord::next(Some(&r), tick, ended_as, r.session, version).encode(),
-                    version,
-                )
-            }),
-            history: Some(history::prepend(state.history, &[entry])),
-            take: None,
-        };
-        if let Err(err) = shared.store.commit(&zk, guard.node_path(), commit).await {
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "could not record how the run ended");
-        }
+        owe(&shared, owed);
     });
 }
 

@@ -312,6 +312,8 @@ impl SingletonJob {
             seen: std::sync::atomic::AtomicI64::new(i64::MIN),
             running: std::sync::atomic::AtomicI64::new(i64::MIN),
             replace: tokio::sync::Notify::new(),
+            owed: StdMutex::default(),
+            paying: Default::default(),
         });
         Ok(shared)
     }

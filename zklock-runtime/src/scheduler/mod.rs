@@ -151,6 +151,7 @@ mod history;
 mod hold;
 mod job;
 mod node;
+mod outbox;
 mod plan;
 mod policy;
 mod record;

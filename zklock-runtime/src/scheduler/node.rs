@@ -13,7 +13,7 @@ use super::clock::Clock;
 use super::control::JobSpec;
 use super::history::{HistoryEntry, Outcome};
 use super::policy::{CatchUp, Policy};
-use super::record::TickRecord;
+use super::record::{RunState, TickRecord};
 use super::registration::Registration;
 use super::run::{RunFn, RunLimits};
 use super::stats::JobStats;
@@ -49,6 +49,29 @@ pub(crate) struct Shared {
     pub running: AtomicI64,
     /// Tells this node's run to make way for a later tick ([`Policy::Replace`]).
     pub replace: tokio::sync::Notify,
+    /// The ends of runs not written yet ([`super::outbox`]).
+    pub owed: StdMutex<Vec<Owed>>,
+    /// Whether a task is on its way to write what is owed.
+    pub paying: AtomicBool,
+}
+
+/// One run's end this node has not written yet ([`super::outbox`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Owed {
+    pub entry: HistoryEntry,
+    /// The state the tick's run ended in, for the record while it still shows the claim.
+    pub end: Option<End>,
+    /// The key of the run's marker to delete (`run-<key>`, [`super::store::Marker`]).
+    pub marker: Option<String>,
+}
+
+/// How a claimed tick's run ended.
+#[derive(Debug, Clone)]
+pub(crate) struct End {
+    pub tick: i64,
+    pub state: RunState,
+    /// The session that claimed the tick (the record shows it while nobody settled the run).
+    pub session: Option<i64>,
 }
 
 /// What this node has done with the job so far.

@@ -146,7 +146,12 @@ pub(crate) async fn execute(
                 if outcome != Outcome::Ok {
                     warn!(target: "zklock::scheduler", job = %job, run = what, error = error.as_deref().unwrap_or(""), "run failed");
                 }
-                (Outcome::Lost, Some(err.to_string()))
+                // Lost, since part of it ran without the lock; the text says how it ended.
+                let then = match error {
+                    Some(error) => format!("{outcome:?}: {error}"),
+                    None => format!("{outcome:?}"),
+                };
+                (Outcome::Lost, Some(format!("{err}; the run went on and ended {then}")))
             }
         },
     };

@@ -13,6 +13,8 @@
 //! | `replace-N`  | a later tick asking the running run to make way (`Policy::Replace`); a tick past ZooKeeper's clock at its creation counts as the tick due then | nodes; deleted by the node that runs that tick or a later one |
 //! | `spec`       | the schedule, time zone and policy of the newest rollout ([`super::registration`]) | the first node, then nodes started after it was written |
 //! | `spec-conflict` | ephemeral: a differing registration of an older node still running | older nodes whose registration differs |
+//! | `run-<key>`  | a run that went on without the record to speak for it: a tick's under `Policy::Allow` (key: the tick in ms), a run-now request's (key: `trigger-N`); data: `session=<id> node=<identity>` | the node that starts the run; deleted when its end is written, or as lost once its `alive-<key>` is gone |
+//! | `alive-<key>` | ephemeral, beside `run-<key>`: the run's node still has the session it started the run in | the node that starts the run |
 //!
 //! The lock holder's writes are fenced: one multi-operation checks that its lock contender node
 //! still exists (and the record its version), so a node that lost the lock changes nothing.
@@ -39,6 +41,44 @@ pub(crate) const TRIGGER_PREFIX: &str = "trigger-";
 pub(crate) const REPLACE_PREFIX: &str = "replace-";
 /// The child describing how the job was registered.
 pub(crate) const SPEC: &str = "spec";
+/// The prefix of a run's persistent marker ([`Marker`]).
+pub(crate) const RUN_PREFIX: &str = "run-";
+/// The prefix of a run's ephemeral marker, which lives as long as the session of its node.
+pub(crate) const ALIVE_PREFIX: &str = "alive-";
+
+/// A run that the tick record cannot speak for (a run under `Policy::Allow`, whose tick the
+/// next claim writes over, or a run an operator asked for): it has a persistent `run-<key>`
+/// child while it goes on, and an ephemeral `alive-<key>` beside it. A `run-` child without its
+/// `alive-` child is a run whose node's session ended before it reported back: the next
+/// holder of the lock records it as lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Marker {
+    /// Creates `run-<key>` (with `data`) and `alive-<key>`.
+    Open { key: String, data: String },
+    /// Deletes `run-<key>`, and `alive-<key>` when `alive` (it exists: the run's node still
+    /// has the session it started the run in).
+    Close { key: String, alive: bool },
+}
+
+/// A `run-<key>` child as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RunMarker {
+    pub key: String,
+    /// Whether `alive-<key>` was listed too.
+    pub alive: bool,
+}
+
+/// The runs' markers among a job node's children.
+pub(crate) fn run_markers(children: &[String]) -> Vec<RunMarker> {
+    children
+        .iter()
+        .filter_map(|c| c.strip_prefix(RUN_PREFIX))
+        .map(|key| RunMarker {
+            key: key.to_owned(),
+            alive: children.iter().any(|c| c.strip_prefix(ALIVE_PREFIX) == Some(key)),
+        })
+        .collect()
+}
 
 /// Where the records of a client's jobs live (`<namespace>.jobs`).
 pub(crate) fn records_root(namespace: &str) -> String {
@@ -63,7 +103,8 @@ pub(crate) struct JobState {
     pub paused: bool,
     /// Pending run-now requests, oldest first.
     pub triggers: Vec<String>,
-
+    /// The markers of runs the record cannot speak for ([`Marker`]).
+    pub runs: Vec<RunMarker>,
     /// The history as written, newest first.
     pub history: Vec<Value>,
 }
@@ -77,6 +118,8 @@ pub(crate) struct Commit<'a> {
     pub history: Option<Vec<u8>>,
     /// A run-now request to take (delete): it must still be there.
     pub take: Option<&'a str>,
+    /// Runs' markers to create or delete; each must (or must not) still be there.
+    pub markers: Vec<Marker>,
 }
 
 /// Why a fenced write did not happen.
@@ -87,6 +130,8 @@ pub(crate) enum WriteError {
     Fenced,
     /// The run-now request is gone: another node took it.
     Taken,
+    /// A run's marker was not as read (another node settled it meanwhile): read again.
+    Stale,
     /// ZooKeeper could not be asked.
     ZooKeeper(zk::Error),
 }
@@ -98,6 +143,7 @@ impl std::fmt::Display for WriteError {
                 f.write_str("the lock node is gone or the record changed since it was read under the lock")
             }
             WriteError::Taken => f.write_str("the request was taken by another node"),
+            WriteError::Stale => f.write_str("a run's marker changed since it was read"),
             WriteError::ZooKeeper(e) => write!(f, "ZooKeeper: {e}"),
         }
     }
@@ -158,6 +204,7 @@ impl RecordStore {
                 record: TickRecord::decode(&data),
                 stat,
                 paused: children.iter().any(|c| c == PAUSED),
+                runs: run_markers(&children),
                 triggers: children.into_iter().filter(|c| c.starts_with(TRIGGER_PREFIX)).collect(),
                 history,
             });
@@ -187,6 +234,7 @@ impl RecordStore {
     pub async fn commit(
         &self,
         zk: &zk::Client,
+        acls: zk::Acls<'_>,
         lock_node: &str,
         commit: Commit<'_>,
     ) -> Result<Option<zk::Stat>, WriteError> {
@@ -209,6 +257,31 @@ impl RecordStore {
         if let Some(take) = &take {
             multi.add_delete(take, None).map_err(WriteError::ZooKeeper)?;
         }
+        let markers_from = take_index + usize::from(take.is_some());
+        let persistent = zk::CreateMode::Persistent.with_acls(acls);
+        let ephemeral = zk::CreateMode::Ephemeral.with_acls(acls);
+        for marker in &commit.markers {
+            match marker {
+                Marker::Open { key, data } => {
+                    multi
+                        .add_create(&self.child(&format!("{RUN_PREFIX}{key}")), data.as_bytes(), &persistent)
+                        .map_err(WriteError::ZooKeeper)?;
+                    multi
+                        .add_create(&self.child(&format!("{ALIVE_PREFIX}{key}")), &[], &ephemeral)
+                        .map_err(WriteError::ZooKeeper)?;
+                }
+                Marker::Close { key, alive } => {
+                    multi
+                        .add_delete(&self.child(&format!("{RUN_PREFIX}{key}")), None)
+                        .map_err(WriteError::ZooKeeper)?;
+                    if *alive {
+                        multi
+                            .add_delete(&self.child(&format!("{ALIVE_PREFIX}{key}")), None)
+                            .map_err(WriteError::ZooKeeper)?;
+                    }
+                }
+            }
+        }
         match multi.commit().await {
             Ok(results) if data.is_some() => match results.into_iter().nth(1) {
                 Some(zk::MultiWriteResult::SetData { stat }) => Ok(Some(stat)),
@@ -221,6 +294,10 @@ impl RecordStore {
                 source: zk::Error::NoNode,
                 index,
             }) if take.is_some() && index == take_index => Err(WriteError::Taken),
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NoNode | zk::Error::NodeExists,
+                index,
+            }) if index >= markers_from => Err(WriteError::Stale),
             Err(zk::MultiWriteError::OperationFailed {
                 source: zk::Error::NoNode | zk::Error::BadVersion,
                 ..

@@ -196,3 +196,4 @@ fn runs(log: &Log) -> Vec<(usize, i64)> {
 mod clocks;
 mod decisions;
 mod operators;
+mod reports;

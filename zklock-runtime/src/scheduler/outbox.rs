@@ -1,0 +1,155 @@
+//! The ends of runs this node owes the job's history: a run whose lock was lost before it
+//! could report, a write of its end that failed, a run under [`Policy::Allow`] (which ends
+//! without the lock), a run-now request taken and then not run. Each is written under the
+//! next hold of the job's lock, by the next beat or by a task that takes the lock for it and
+//! tries again (backing off up to [`LONGEST_PAUSE`]) until it is written or the client is
+//! closed. What is owed lives in this process only: a node that dies owing leaves its runs
+//! to be recorded as lost by the next holder (the record's `running` state, or the run's
+//! marker, [`super::store::Marker`]).
+//!
+//! [`Policy::Allow`]: super::Policy::Allow
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use super::hold::Hold;
+use super::node::{Owed, Shared};
+use super::record::{RunState, TickRecord};
+use super::store::{Marker, RunMarker};
+use super::ticks::show;
+use crate::error::LockError;
+
+/// The longest pause between two tries to write what is owed.
+pub(crate) const LONGEST_PAUSE: Duration = Duration::from_secs(30);
+
+/// Notes `owed` and makes sure a task is on its way to write it.
+pub(crate) fn owe(shared: &Arc<Shared>, owed: Owed) {
+    debug!(target: "zklock::scheduler", job = %shared.name, tick = ?owed.entry.tick.map(show),
+        outcome = ?owed.entry.outcome, "a run's end is written under the next hold of the job's lock");
+    shared.owed.lock().unwrap_or_else(|e| e.into_inner()).push(owed);
+    if !shared.paying.swap(true, Ordering::SeqCst) {
+        // Counted in flight (as the run was) until everything owed is written.
+        let in_flight = shared.stats.fire_started();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let _in_flight = in_flight;
+            pay_later(shared).await;
+        });
+    }
+}
+
+/// Writes everything owed in this hold: the history entries, the record's end state of a run
+/// it still shows as claimed, the markers' deletion (those in `runs`, as read under this hold,
+/// which then leave `runs`). Returns false when the write failed; what was owed is owed again.
+pub(crate) async fn pay(hold: &mut Hold<'_>, runs: &mut Vec<RunMarker>) -> bool {
+    let shared = hold.shared;
+    let owed: Vec<Owed> = std::mem::take(&mut *shared.owed.lock().unwrap_or_else(|e| e.into_inner()));
+    if owed.is_empty() {
+        return true;
+    }
+    let mut record = None;
+    let mut markers = Vec::new();
+    for debt in &owed {
+        hold.pending.push(debt.entry.clone());
+        if let Some(end) = &debt.end {
+            let shows = hold
+                .record
+                .as_ref()
+                .filter(|r| r.tick == end.tick && r.state == RunState::Running && r.session == end.session);
+            if let (None, Some(claimed)) = (&record, shows) {
+                record = Some(TickRecord::next(
+                    Some(claimed),
+                    end.tick,
+                    end.state.clone(),
+                    claimed.session,
+                    hold.version,
+                ));
+            }
+        }
+        if let Some(run) = debt.marker.as_ref().and_then(|key| runs.iter().find(|m| m.key == *key)) {
+            markers.push(Marker::Close {
+                key: run.key.clone(),
+                alive: run.alive,
+            });
+        }
+    }
+    match hold.commit(record, None, None, markers).await {
+        Ok(_) => {
+            debug!(target: "zklock::scheduler", job = %shared.name, runs = owed.len(), "wrote the runs' ends owed");
+            runs.retain(|run| !owed.iter().any(|debt| debt.marker.as_deref() == Some(run.key.as_str())));
+            true
+        }
+        Err(err) => {
+            warn!(target: "zklock::scheduler", job = %shared.name, runs = owed.len(), error = %err,
+                "could not write how runs ended; trying again under a later hold");
+            let mut again = shared.owed.lock().unwrap_or_else(|e| e.into_inner());
+            let later = std::mem::replace(&mut *again, owed);
+            again.extend(later);
+            false
+        }
+    }
+}
+
+/// Takes the job's lock to write what is owed, again and again (backing off) until nothing is
+/// owed or the client is closed.
+async fn pay_later(shared: Arc<Shared>) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        // The hold that could not write is usually still going on: let it end first.
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
+        if shared.owed.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            shared.paying.store(false, Ordering::SeqCst);
+            // Owed meanwhile, after the check but before the flag went down: still ours.
+            if shared.owed.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+                || shared.paying.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
+            continue;
+        }
+        // Waits as a beat would (a period), then queues again: the loop also notices a client
+        // closed meanwhile.
+        let wait = shared.wait_for_lock(shared.ticks.tick_at(shared.clock.now()));
+        let guard = match shared.lock.acquire_timeout(wait).await {
+            Ok(guard) => guard,
+            Err(err @ LockError::Closed(_)) => {
+                let dropped = std::mem::take(&mut *shared.owed.lock().unwrap_or_else(|e| e.into_inner()));
+                warn!(target: "zklock::scheduler", job = %shared.name, runs = dropped.len(), error = %err,
+                    "the client was closed before the ends of these runs were written; the next holder records them as lost");
+                shared.paying.store(false, Ordering::SeqCst);
+                return;
+            }
+            Err(err) => {
+                debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not take the job's lock to write the runs' ends");
+                continue;
+            }
+        };
+        let Ok(zk) = guard.zk() else { continue };
+        let acls = shared.client.inner.config.acls();
+        let state = match shared.store.read_state(&zk, acls).await {
+            Ok(state) => state,
+            Err(err) => {
+                debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not read the job's state to write the runs' ends");
+                continue;
+            }
+        };
+        let Ok(record) = state.record else { continue };
+        let mut hold = Hold {
+            shared: &shared,
+            guard: &guard,
+            zk: &zk,
+            record,
+            version: state.stat.version,
+            history: state.history,
+            pending: Vec::new(),
+        };
+        let mut runs = state.runs;
+        if pay(&mut hold, &mut runs).await {
+            pause = Duration::from_millis(100);
+        }
+    }
+}
