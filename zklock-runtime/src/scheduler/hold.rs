@@ -9,8 +9,7 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::history::{self, HistoryEntry, Outcome};
-use super::node::{ms_of, End, Handled, Owed, Shared};
-use super::outbox::owe;
+use super::node::{ms_of, End, Handled, Shared};
 use super::policy::Policy;
 use super::record::{RunState, TickRecord};
 use super::run::{execute, Ended, JobRun};
@@ -92,14 +91,7 @@ impl Hold<'_> {
             let entry = shared.entry(None, Outcome::Lost).because(format!(
                 "the run-now request {name} was taken, but the job's lock was lost before it ran"
             ));
-            owe(
-                shared,
-                Owed {
-                    entry,
-                    end: None,
-                    marker: Some(name.to_owned()),
-                },
-            );
+            shared.owe(entry, None, Some(name.to_owned()));
             return false;
         }
         shared.stats.ran(None);
@@ -141,17 +133,16 @@ impl Hold<'_> {
         let shared = self.shared;
         let (state, entry) = tally(shared, tick, ended);
         let claim = tick.and_then(|tick| self.record.as_ref().filter(|r| r.tick == tick).cloned());
-        let owed = |state: RunState, entry: HistoryEntry| Owed {
-            entry,
-            end: claim.as_ref().map(|claim| End {
+        let owe = |state: RunState, entry: HistoryEntry| {
+            let end = claim.as_ref().map(|claim| End {
                 tick: claim.tick,
                 state,
                 session: claim.session,
-            }),
-            marker: marker.map(str::to_owned),
+            });
+            shared.owe(entry, end, marker.map(str::to_owned));
         };
         let Some(state) = state else {
-            owe(shared, owed(RunState::Lost, entry));
+            owe(RunState::Lost, entry);
             return None;
         };
         let record = claim
@@ -169,7 +160,7 @@ impl Hold<'_> {
             Err(err) => {
                 warn!(target: "zklock::scheduler", job = %shared.name, tick = ?tick.map(show), error = %err,
                     "could not record how the run ended; trying again under a later hold");
-                owe(shared, owed(state, entry));
+                owe(state, entry);
                 None
             }
         }
@@ -491,7 +482,7 @@ fn tally(shared: &Shared, tick: Option<i64>, ended: Ended) -> (Option<RunState>,
 }
 
 /// Under [`Policy::Allow`]: runs the taken tick of `claim` in a task of its own, without the
-/// lock; its end is owed ([`super::outbox`]) and written under the lock once it has.
+/// lock; its end is owed ([`super::outbox`]) and written under the lock by a later beat.
 fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
     let in_flight = shared.stats.fire_started();
     tokio::spawn(async move {
@@ -517,12 +508,7 @@ fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
             state: state.unwrap_or(RunState::Failed),
             session: claim.session,
         };
-        let owed = Owed {
-            entry,
-            end: Some(end),
-            marker: Some(tick.to_string()),
-        };
-        owe(&shared, owed);
+        shared.owe(entry, Some(end), Some(tick.to_string()));
     });
 }
 

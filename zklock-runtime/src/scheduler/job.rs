@@ -314,6 +314,7 @@ impl SingletonJob {
             replace: tokio::sync::Notify::new(),
             owed: StdMutex::default(),
             paying: Default::default(),
+            start_paying: super::outbox::pay_later_if_owing,
         });
         Ok(shared)
     }

@@ -16,7 +16,7 @@ use super::policy::{CatchUp, Policy};
 use super::record::{RunState, TickRecord};
 use super::registration::Registration;
 use super::run::{RunFn, RunLimits};
-use super::stats::JobStats;
+use super::stats::{InFlight, JobStats};
 use super::store::RecordStore;
 use super::ticks::Ticks;
 use crate::client::LockClient;
@@ -53,16 +53,22 @@ pub(crate) struct Shared {
     pub owed: StdMutex<Vec<Owed>>,
     /// Whether a task is on its way to write what is owed.
     pub paying: AtomicBool,
+    /// Starts the task that writes what is owed (`outbox::pay_later_if_owing`, which holds
+    /// the lock to do it: passed in, so that this module stays below the hold's).
+    pub start_paying: fn(&Arc<Shared>),
 }
 
-/// One run's end this node has not written yet ([`super::outbox`]).
-#[derive(Debug, Clone)]
+/// One run's end this node has not written yet ([`super::outbox`]). The run stays counted in
+/// flight ([`JobStats::fires_in_flight`]) until it is written or given up.
+#[derive(Debug)]
 pub(crate) struct Owed {
     pub entry: HistoryEntry,
     /// The state the tick's run ended in, for the record while it still shows the claim.
     pub end: Option<End>,
     /// The key of the run's marker to delete (`run-<key>`, [`super::store::Marker`]).
     pub marker: Option<String>,
+    /// Held, not read: counts the run in flight until this drops.
+    pub _in_flight: InFlight,
 }
 
 /// How a claimed tick's run ended.
@@ -109,6 +115,21 @@ impl Shared {
         self.lock_wait
             .or_else(|| own.and_then(|own| self.ticks.period_after(own)))
             .unwrap_or(Duration::from_secs(60))
+    }
+
+    /// Notes a run's end this node could not write, and starts a task that writes it under
+    /// a later hold of the lock ([`super::outbox`]).
+    pub fn owe(self: &Arc<Self>, entry: HistoryEntry, end: Option<End>, marker: Option<String>) {
+        tracing::debug!(target: "zklock::scheduler", job = %self.name, tick = ?entry.tick,
+            outcome = ?entry.outcome, "a run's end is written under a later hold of the job's lock");
+        let owed = Owed {
+            entry,
+            end,
+            marker,
+            _in_flight: self.stats.fire_started(),
+        };
+        self.owed.lock().unwrap_or_else(|e| e.into_inner()).push(owed);
+        (self.start_paying)(self);
     }
 
     pub fn entry(&self, tick: Option<i64>, outcome: Outcome) -> HistoryEntry {

@@ -1,9 +1,9 @@
-//! The ends of runs this node owes the job's history: a run whose lock was lost before it
-//! could report, a write of its end that failed, a run under [`Policy::Allow`] (which ends
-//! without the lock), a run-now request taken and then not run. Each is written under the
-//! next hold of the job's lock, by the next beat or by a task that takes the lock for it and
-//! tries again (backing off up to [`LONGEST_PAUSE`]) until it is written or the client is
-//! closed. What is owed lives in this process only: a node that dies owing leaves its runs
+//! The ends of runs this node owes the job's history ([`Shared::owe`]): a run whose lock was
+//! lost before it could report, a write of its end that failed, a run under [`Policy::Allow`]
+//! (which ends without the lock), a run-now request taken and then not run. Each is written
+//! under the next hold of the job's lock: the next beat's, or that of a task, started when the
+//! first end was owed, that queues for the lock again and again (backing off up to
+//! [`LONGEST_PAUSE`]) until everything owed is written or the client is closed. What is owed lives in this process only: a node that dies owing leaves its runs
 //! to be recorded as lost by the next holder (the record's `running` state, or the run's
 //! marker, [`super::store::Marker`]).
 //!
@@ -19,25 +19,17 @@ use super::hold::Hold;
 use super::node::{Owed, Shared};
 use super::record::{RunState, TickRecord};
 use super::store::{Marker, RunMarker};
-use super::ticks::show;
 use crate::error::LockError;
 
 /// The longest pause between two tries to write what is owed.
 pub(crate) const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 
-/// Notes `owed` and makes sure a task is on its way to write it.
-pub(crate) fn owe(shared: &Arc<Shared>, owed: Owed) {
-    debug!(target: "zklock::scheduler", job = %shared.name, tick = ?owed.entry.tick.map(show),
-        outcome = ?owed.entry.outcome, "a run's end is written under the next hold of the job's lock");
-    shared.owed.lock().unwrap_or_else(|e| e.into_inner()).push(owed);
-    if !shared.paying.swap(true, Ordering::SeqCst) {
-        // Counted in flight (as the run was) until everything owed is written.
-        let in_flight = shared.stats.fire_started();
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let _in_flight = in_flight;
-            pay_later(shared).await;
-        });
+/// Called when a run's end is owed ([`Shared::owe`]): when no task is writing what is owed
+/// yet, starts one ([`pay_later`]).
+pub(crate) fn pay_later_if_owing(shared: &Arc<Shared>) {
+    let owing = !shared.owed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+    if owing && !shared.paying.swap(true, Ordering::SeqCst) {
+        tokio::spawn(pay_later(shared.clone()));
     }
 }
 
@@ -98,15 +90,11 @@ pub(crate) async fn pay(hold: &mut Hold<'_>, runs: &mut Vec<RunMarker>) -> bool 
 async fn pay_later(shared: Arc<Shared>) {
     let mut pause = Duration::from_millis(100);
     loop {
-        // The hold that could not write is usually still going on: let it end first.
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(LONGEST_PAUSE);
-        if shared.owed.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+        let empty = || shared.owed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+        if empty() {
             shared.paying.store(false, Ordering::SeqCst);
-            // Owed meanwhile, after the check but before the flag went down: still ours.
-            if shared.owed.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
-                || shared.paying.swap(true, Ordering::SeqCst)
-            {
+            // Owed after the check but before the flag went down: nobody else starts for it.
+            if empty() || shared.paying.swap(true, Ordering::SeqCst) {
                 return;
             }
             continue;
@@ -125,19 +113,27 @@ async fn pay_later(shared: Arc<Shared>) {
             }
             Err(err) => {
                 debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not take the job's lock to write the runs' ends");
+                pause = back_off(pause).await;
                 continue;
             }
         };
-        let Ok(zk) = guard.zk() else { continue };
+        let Ok(zk) = guard.zk() else {
+            pause = back_off(pause).await;
+            continue;
+        };
         let acls = shared.client.inner.config.acls();
         let state = match shared.store.read_state(&zk, acls).await {
             Ok(state) => state,
             Err(err) => {
                 debug!(target: "zklock::scheduler", job = %shared.name, error = %err, "could not read the job's state to write the runs' ends");
+                pause = back_off(pause).await;
                 continue;
             }
         };
-        let Ok(record) = state.record else { continue };
+        let Ok(record) = state.record else {
+            pause = back_off(pause).await;
+            continue;
+        };
         let mut hold = Hold {
             shared: &shared,
             guard: &guard,
@@ -148,8 +144,15 @@ async fn pay_later(shared: Arc<Shared>) {
             pending: Vec::new(),
         };
         let mut runs = state.runs;
-        if pay(&mut hold, &mut runs).await {
-            pause = Duration::from_millis(100);
+        if !pay(&mut hold, &mut runs).await {
+            drop(guard);
+            pause = back_off(pause).await;
         }
     }
+}
+
+/// Sleeps `pause`; returns the next, twice as long up to [`LONGEST_PAUSE`].
+async fn back_off(pause: Duration) -> Duration {
+    tokio::time::sleep(pause).await;
+    (pause * 2).min(LONGEST_PAUSE)
 }

@@ -203,13 +203,7 @@ impl JobStats {
 
     /// Counts a fire as in flight until the returned value drops (also when the fire is
     /// cancelled).
-    pub(crate) fn fire_started(&self) -> impl Drop {
-        struct InFlight(Arc<Counters>);
-        impl Drop for InFlight {
-            fn drop(&mut self) {
-                self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
+    pub(crate) fn fire_started(&self) -> InFlight {
         self.inner.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(self.inner.clone())
     }
@@ -279,5 +273,16 @@ fn load_tick(cell: &AtomicI64) -> Option<SystemTime> {
     match cell.load(Ordering::Relaxed) {
         NONE => None,
         tick => Some(tick_time(tick)),
+    }
+}
+
+/// A fire, a run or a run's unwritten end, counted in [`JobStats::fires_in_flight`] until it
+/// drops.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Counters>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
