@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::history::{self, HistoryEntry, Outcome};
-use super::record::TickRecord;
+use super::record::{RunState, TickRecord};
 use super::store::{records_root, Commit, RecordStore, WriteError, HISTORY, PAUSED, SPEC, TRIGGER_PREFIX};
 use super::ticks::Ticks;
 use crate::client::LockClient;
@@ -362,7 +362,9 @@ pub async fn trigger_job(client: &LockClient, job: &str) -> Result<Option<String
 
 /// Clears `job`'s tick record and history, under the job's lock (waiting at most `wait` for a
 /// run to end): the next tick runs as a first tick would, no late ticks are run from before the
-/// reset. Pause and pending run-now requests are kept. Returns whether the job existed.
+/// reset. The record keeps the time of the reset (state `reset`), so that a tick due before it
+/// is not run again by a node whose clock runs behind. Pause and pending run-now requests are
+/// kept. Returns whether the job existed.
 ///
 /// # Cancel safety
 ///
@@ -388,8 +390,16 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
         .read_state(&zk, client.inner.config.acls())
         .await
         .map_err(zk_error("reset job"))?;
+    // Not cleared: a tombstone of the reset, the time it happened by ZooKeeper's clock as its
+    // tick, without a version stamp. A node whose clock runs behind cannot run a tick again
+    // that was run before the reset, and no late tick is run from before it.
+    let tombstone = guard.server_now_ms().map(|now| {
+        let mut record = TickRecord::next(None, now, RunState::Reset, client.session_id(), state.stat.version);
+        record.version = None;
+        record.encode()
+    });
     let commit = Commit {
-        record: Some((Vec::new(), state.stat.version)),
+        record: Some((tombstone.unwrap_or_default(), state.stat.version)),
         history: Some(b"[]".to_vec()),
         take: None,
         markers: Vec::new(),

@@ -24,6 +24,9 @@ pub(crate) enum RunState {
     Missed,
     /// Aborted to make way for a later tick.
     Replaced,
+    /// Not a run: an operator reset the job ([`reset_job`](super::reset_job)) when ZooKeeper's
+    /// clock read `tick`; every tick up to then counts as taken, no later one as proven.
+    Reset,
     /// A state written by a later version: kept as written, never a reason to stop.
     Other(String),
 }
@@ -38,6 +41,7 @@ impl RunState {
             RunState::Skipped => "skipped",
             RunState::Missed => "missed",
             RunState::Replaced => "replaced",
+            RunState::Reset => "reset",
             RunState::Other(state) => state,
         }
     }
@@ -51,6 +55,7 @@ impl RunState {
             "skipped" => RunState::Skipped,
             "missed" => RunState::Missed,
             "replaced" => RunState::Replaced,
+            "reset" => RunState::Reset,
             other => RunState::Other(other.to_owned()),
         }
     }

@@ -178,13 +178,11 @@ async fn reset_and_remove_clear_a_job() {
     node.fire_at(t).await;
     assert!(reset_job(&client, "cleared", wait).await.unwrap());
     assert!(job_history(&client, "cleared").await.unwrap().is_empty());
-    assert_eq!(job_records(&client).await.unwrap()[0].state, "none");
-    node.fire_at(t + 3 * SECOND).await;
-    assert_eq!(
-        runs(&log),
-        vec![(0, t), (0, t + 3 * SECOND)],
-        "no late ticks after a reset"
-    );
+    assert_eq!(job_records(&client).await.unwrap()[0].state, "reset");
+    // The next tick after the reset (by ZooKeeper's clock) runs, and no late tick before it.
+    let after = (now_ms() / SECOND + 1) * SECOND;
+    node.fire_at(after).await;
+    assert_eq!(runs(&log), vec![(0, t), (0, after)], "no late ticks after a reset");
 
     pause_job(&client, "cleared").await.unwrap();
     trigger_job(&client, "cleared").await.unwrap();
@@ -197,13 +195,28 @@ async fn reset_and_remove_clear_a_job() {
     assert_eq!(trigger_job(&client, "cleared").await.unwrap(), None);
     assert!(zk.check_stat(&record_path("cleared")).await.unwrap().is_none());
     assert!(!reset_job(&client, "cleared", wait).await.unwrap());
-    node.fire_at(t + 5 * SECOND).await;
-    node.fire_at(t + 6 * SECOND).await;
-    assert_eq!(
-        runs(&log).last(),
-        Some(&(0, t + 6 * SECOND)),
-        "the node runs the job afresh"
-    );
+    // A node (with the clock of before) runs the job afresh once it is removed.
+    let fresh = Node::start(&server, 1, "cleared", Policy::OncePerTick, &log).await;
+    fresh.fire_at(t + 5 * SECOND).await;
+    fresh.fire_at(t + 6 * SECOND).await;
+    assert_eq!(runs(&log).last(), Some(&(1, t + 6 * SECOND)), "the job runs afresh");
+}
+
+/// A reset keeps the time it happened: a node whose clock runs behind, firing a tick that
+/// ran before the reset, finds it taken instead of running it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_run_before_a_reset_is_not_run_again_by_a_node_behind() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let ahead = Node::start(&server, 0, "reset-behind", Policy::OncePerTick, &log).await;
+    let behind = Node::start(&server, 1, "reset-behind", Policy::OncePerTick, &log).await;
+    let t = an_hour_ago();
+    ahead.fire_at(t).await;
+    assert!(reset_job(&ahead.shared.client, "reset-behind", Duration::from_secs(5))
+        .await
+        .unwrap());
+    behind.fire_at(t).await;
+    assert_eq!(runs(&log), vec![(0, t)], "tick t ran once");
 }
 
 /// A rolling deploy that changes a job's schedule: the node started later (the new version)
