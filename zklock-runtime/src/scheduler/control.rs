@@ -189,6 +189,9 @@ async fn read_job(zk: &zk::Client, store: RecordStore) -> Result<Option<JobRecor
         Err(zk::Error::NoNode) => return Ok(None),
         Err(err) => return Err(err),
     };
+    if removed(&data, &stat) {
+        return Ok(None);
+    }
     let mut shown = JobRecord::read(job, &data, &stat);
     let children = children.unwrap_or_default();
     shown.paused = children.iter().any(|c| c == PAUSED);
@@ -262,6 +265,9 @@ pub async fn job_history(client: &LockClient, job: &str) -> Result<Vec<HistoryEn
 pub async fn pause_job(client: &LockClient, job: &str) -> Result<Option<bool>, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "pause job").await?;
+    if !exists(&zk, &store, "pause job").await? {
+        return Ok(None);
+    }
     let acls = client.inner.config.acls();
     let note = format!("by={} at={}", client.identity().replace(' ', "_"), now_ms());
     let options = zk::CreateMode::Persistent.with_acls(acls);
@@ -294,14 +300,20 @@ pub async fn pause_job(client: &LockClient, job: &str) -> Result<Option<bool>, L
 pub async fn create_job(client: &LockClient, job: &str) -> Result<bool, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "create job").await?;
-    if exists(&zk, &store.path, "create job").await? {
+    if exists(&zk, &store, "create job").await? {
         return Ok(false);
     }
     store
         .create(&zk, client.inner.config.acls())
         .await
         .map_err(zk_error("create job"))?;
-    Ok(true)
+    // What a removal left: the history makes it a job again (and keeps the server from
+    // reaping it); its record still stands for the ticks before the removal.
+    let options = zk::CreateMode::Persistent.with_acls(client.inner.config.acls());
+    match zk.create(&store.child(HISTORY), b"[]", &options).await {
+        Ok(_) | Err(zk::Error::NodeExists) => Ok(true),
+        Err(err) => Err(LockError::zk("create job", err)),
+    }
 }
 
 /// Resumes a job paused with [`pause_job`]: its next tick runs as usual; the ticks that passed
@@ -350,6 +362,9 @@ pub async fn resume_job(client: &LockClient, job: &str) -> Result<bool, LockErro
 pub async fn trigger_job(client: &LockClient, job: &str) -> Result<Option<String>, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "trigger job").await?;
+    if !exists(&zk, &store, "trigger job").await? {
+        return Ok(None);
+    }
     let acls = client.inner.config.acls();
     let note = format!("by={} at={}", client.identity().replace(' ', "_"), now_ms());
     let options = zk::CreateMode::PersistentSequential.with_acls(acls);
@@ -382,7 +397,7 @@ pub async fn trigger_job(client: &LockClient, job: &str) -> Result<Option<String
 pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result<bool, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "reset job").await?;
-    if !exists(&zk, &store.path, "reset job").await? {
+    if !exists(&zk, &store, "reset job").await? {
         return Ok(false);
     }
     let guard = client.mutex(job)?.acquire_timeout(wait).await?;
@@ -417,7 +432,10 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
 
 /// Deletes everything `job` keeps in ZooKeeper (tick record, history, pause, requests,
 /// registration), under the job's lock (waiting at most `wait`), for a job no node runs any
-/// more. A node still running it starts afresh at its next tick. Returns whether it existed;
+/// more. What is left is the job's empty znode with a record of the removal's time (by
+/// ZooKeeper's clock), which the server reaps (a container node; `znode.container.checkIntervalMs`,
+/// a minute by default): a node still running the job starts afresh at its next tick after the
+/// removal, and does not run a tick again that ran before it, even with a clock behind. Returns whether it existed;
 /// an error when it could not be deleted (requests kept coming between the listing and the
 /// delete, or a child has children of its own that this does not delete).
 ///
@@ -437,19 +455,32 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
 pub async fn remove_job(client: &LockClient, job: &str, wait: Duration) -> Result<bool, LockError> {
     let store = store_of(client, job)?;
     let zk = session_zk(client, "remove job").await?;
-    if !exists(&zk, &store.path, "remove job").await? {
+    if !exists(&zk, &store, "remove job").await? {
         return Ok(false);
     }
     let guard = client.mutex(job)?.acquire_timeout(wait).await?;
-    let outcome = delete_job_tree(&zk, &store, guard.node_path()).await;
+    let tombstone = guard.server_now_ms().map(|now| {
+        let mut record = TickRecord::next(None, now, RunState::Removed, client.session_id(), 0);
+        record.version = None;
+        record.encode()
+    });
+    let outcome = delete_job_tree(&zk, &store, guard.node_path(), tombstone).await;
     guard.release().await?;
     outcome.map(|()| true)
 }
 
-/// Deletes the job's node and its children in one multi-operation fenced by our lock node
-/// `lock_node`. A request created between the listing and the delete makes the multi fail:
-/// lists again, [`REMOVE_ATTEMPTS`] times at most, then answers the last failure.
-async fn delete_job_tree(zk: &zk::Client, store: &RecordStore, lock_node: &str) -> Result<(), LockError> {
+/// Deletes the job's children in one multi-operation fenced by our lock node `lock_node`,
+/// and leaves the job's node (a container) with the `tombstone` record for the server to
+/// reap, so that a node whose clock runs behind sees the ticks before the removal as taken;
+/// without a tombstone (ZooKeeper's clock unknown), deletes the job's node too. A request created between the listing and the
+/// delete makes the multi fail: lists again, [`REMOVE_ATTEMPTS`] times at most, then answers
+/// the last failure.
+async fn delete_job_tree(
+    zk: &zk::Client,
+    store: &RecordStore,
+    lock_node: &str,
+    tombstone: Option<Vec<u8>>,
+) -> Result<(), LockError> {
     let mut last = zk::Error::NotEmpty;
     for _ in 0..REMOVE_ATTEMPTS {
         let children = match zk.list_children(&store.path).await {
@@ -464,7 +495,10 @@ async fn delete_job_tree(zk: &zk::Client, store: &RecordStore, lock_node: &str) 
             for child in &children {
                 multi.add_delete(&store.child(child), None)?;
             }
-            multi.add_delete(&store.path, None)
+            match tombstone.as_deref() {
+                Some(tombstone) => multi.add_set_data(&store.path, tombstone, None),
+                None => multi.add_delete(&store.path, None),
+            }
         };
         add().map_err(zk_error("remove job"))?;
         match multi.commit().await {
@@ -482,11 +516,23 @@ async fn delete_job_tree(zk: &zk::Client, store: &RecordStore, lock_node: &str) 
 /// How many times [`remove_job`] lists and deletes before it gives up.
 const REMOVE_ATTEMPTS: usize = 5;
 
-async fn exists(zk: &zk::Client, path: &str, op: &'static str) -> Result<bool, LockError> {
-    match zk.check_stat(path).await {
-        Ok(stat) => Ok(stat.is_some()),
+/// Whether the job's znode exists and is not what [`remove_job`] left of it (a record saying
+/// `removed`, no children), which the server reaps.
+async fn exists(zk: &zk::Client, store: &RecordStore, op: &'static str) -> Result<bool, LockError> {
+    match zk.get_data(&store.path).await {
+        Ok((data, stat)) => Ok(!removed(&data, &stat)),
+        Err(zk::Error::NoNode) => Ok(false),
         Err(err) => Err(LockError::zk(op, err)),
     }
+}
+
+/// Whether a job's znode is what [`remove_job`] left of it.
+fn removed(data: &[u8], stat: &zk::Stat) -> bool {
+    stat.num_children == 0
+        && TickRecord::decode(data)
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.state == RunState::Removed)
 }
 
 #[cfg(test)]

@@ -27,6 +27,11 @@ pub(crate) enum RunState {
     /// Not a run: an operator reset the job ([`reset_job`](super::reset_job)) when ZooKeeper's
     /// clock read `tick`; every tick up to then counts as taken, no later one as proven.
     Reset,
+    /// Not a run: an operator removed the job ([`remove_job`](super::remove_job)) when
+    /// ZooKeeper's clock read `tick`. The job's znode is left empty with this record until the
+    /// server reaps it (it is a container node), so that a node still running the job, with a
+    /// clock behind, does not run a tick again that ran before the removal.
+    Removed,
     /// A state written by a later version: kept as written, never a reason to stop.
     Other(String),
 }
@@ -42,6 +47,7 @@ impl RunState {
             RunState::Missed => "missed",
             RunState::Replaced => "replaced",
             RunState::Reset => "reset",
+            RunState::Removed => "removed",
             RunState::Other(state) => state,
         }
     }
@@ -56,6 +62,7 @@ impl RunState {
             "missed" => RunState::Missed,
             "replaced" => RunState::Replaced,
             "reset" => RunState::Reset,
+            "removed" => RunState::Removed,
             other => RunState::Other(other.to_owned()),
         }
     }

@@ -1,8 +1,9 @@
 //! Where a singleton job's state lives in ZooKeeper, and the fenced writes that change it.
 //!
-//! Every job has one persistent znode, `<namespace>.jobs/<job>`, outside the lock namespace (a
-//! lock directory is a container node the server reaps when empty, and its children must be
-//! contenders only). Its data is the tick record ([`super::record`]); its children hold the rest
+//! Every job has one znode, `<namespace>.jobs/<job>`, outside the lock namespace (its children
+//! are not contenders). It is a container node: it always has children while the job exists
+//! (its `history`), and what a removal leaves (no children, a `removed` record) is reaped by
+//! the server. Its data is the tick record ([`super::record`]); its children hold the rest
 //! of the job's state, so that listing `<namespace>.jobs` lists jobs and nothing else:
 //!
 //! | child        | what it is                                                        | written by |
@@ -211,7 +212,9 @@ impl RecordStore {
         }
     }
 
-    /// Creates the job's (empty) node and its parents.
+    /// Creates the job's (empty) node and its parents. The job's node is a container: a
+    /// removed job's node, left without children ([`super::record::RunState::Removed`]), is
+    /// reaped by the server.
     pub async fn create(&self, zk: &zk::Client, acls: zk::Acls<'_>) -> Result<(), zk::Error> {
         let options = zk::CreateMode::Persistent.with_acls(acls);
         let mut at = 0;
@@ -222,7 +225,8 @@ impl RecordStore {
                 Err(e) => return Err(e),
             }
         }
-        match zk.create(&self.path, b"", &options).await {
+        let container = zk::CreateMode::Container.with_acls(acls);
+        match zk.create(&self.path, b"", &container).await {
             Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
             Err(e) => Err(e),
         }

@@ -187,19 +187,76 @@ async fn reset_and_remove_clear_a_job() {
     pause_job(&client, "cleared").await.unwrap();
     trigger_job(&client, "cleared").await.unwrap();
     assert!(remove_job(&client, "cleared", wait).await.unwrap());
-    assert!(zk.check_stat(&record_path("cleared")).await.unwrap().is_none());
+    assert_removed(&zk, "cleared").await;
     assert!(job_records(&client).await.unwrap().is_empty());
     assert!(!remove_job(&client, "cleared", wait).await.unwrap(), "gone already");
     // Gone: pausing or triggering it changes nothing and says so.
     assert_eq!(pause_job(&client, "cleared").await.unwrap(), None);
     assert_eq!(trigger_job(&client, "cleared").await.unwrap(), None);
-    assert!(zk.check_stat(&record_path("cleared")).await.unwrap().is_none());
+    assert_removed(&zk, "cleared").await;
     assert!(!reset_job(&client, "cleared", wait).await.unwrap());
-    // A node (with the clock of before) runs the job afresh once it is removed.
+    // A node runs the job afresh from its next tick after the removal.
     let fresh = Node::start(&server, 1, "cleared", Policy::OncePerTick, &log).await;
-    fresh.fire_at(t + 5 * SECOND).await;
-    fresh.fire_at(t + 6 * SECOND).await;
-    assert_eq!(runs(&log).last(), Some(&(1, t + 6 * SECOND)), "the job runs afresh");
+    let later = (now_ms() / SECOND + 1) * SECOND;
+    fresh.fire_at(later).await;
+    assert_eq!(runs(&log).last(), Some(&(1, later)), "the job runs afresh");
+    assert_eq!(job_records(&client).await.unwrap().len(), 1, "a job again");
+}
+
+/// What a removal leaves of a job: nothing, or its empty znode with a `removed` record.
+async fn assert_removed(zk: &zk::Client, job: &str) {
+    match zk.get_data(&record_path(job)).await {
+        Err(zk::Error::NoNode) => {}
+        Ok((data, stat)) => {
+            assert_eq!(stat.num_children, 0, "nothing under a removed job");
+            let record = TickRecord::decode(&data).unwrap().expect("a record");
+            assert_eq!(record.state, RunState::Removed);
+        }
+        Err(err) => panic!("reading {job}: {err}"),
+    }
+}
+
+/// A removal keeps the time it happened: a node whose clock runs behind, still running the
+/// job, finds a tick that ran before the removal taken instead of running it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_run_before_a_remove_is_not_run_again_by_a_node_behind() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let ahead = Node::start(&server, 0, "removed-behind", Policy::OncePerTick, &log).await;
+    let behind = Node::start(&server, 1, "removed-behind", Policy::OncePerTick, &log).await;
+    let t = an_hour_ago();
+    ahead.fire_at(t).await;
+    assert!(
+        remove_job(&ahead.shared.client, "removed-behind", Duration::from_secs(5))
+            .await
+            .unwrap()
+    );
+    behind.fire_at(t).await;
+    assert_eq!(runs(&log), vec![(0, t)], "tick t ran once");
+}
+
+/// A removed job whose nodes are gone leaves nothing behind: the server reaps its znode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_job_leaves_nothing_behind() {
+    let server = ZkServer::builder()
+        .system_property("znode.container.checkIntervalMs", "100")
+        .start()
+        .unwrap();
+    let zk = raw(&server).await;
+    let log = Log::default();
+    let node = Node::start(&server, 0, "reaped", Policy::OncePerTick, &log).await;
+    node.fire_at(an_hour_ago()).await;
+    let client = node.shared.client.clone();
+    drop(node);
+    assert!(remove_job(&client, "reaped", Duration::from_secs(5)).await.unwrap());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while zk.check_stat(&record_path("reaped")).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the removed job's znode was never reaped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A reset keeps the time it happened: a node whose clock runs behind, firing a tick that
