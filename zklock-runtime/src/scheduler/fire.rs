@@ -301,13 +301,20 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
     // One tick at a time: between the runs of a backlog the state is read again and the plan
     // made again, so a pause or a starting deadline that passed during a run is honoured.
     loop {
-        let recorded = match &hold.record {
+        let claimed = match &hold.record {
             Some(record) => {
                 shared.stats.saw_recorded(record.tick);
                 taken_up_to(shared, record, written)
             }
             None => None,
         };
+        // A record not written by a scheduler node says nothing of the ticks due before it
+        // was written: they count as taken, and the history says they are in doubt.
+        let in_doubt = match (&hold.record, proven) {
+            (Some(_), false) => plan::in_doubt_up_to(&shared.ticks, written).filter(|last| Some(*last) > claimed),
+            _ => None,
+        };
+        let recorded = claimed.max(in_doubt);
         let beat = plan::Beat {
             ticks: &shared.ticks,
             policy: shared.policy,
@@ -350,14 +357,32 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
             }
         };
         done = done.max(floor);
+        if let Some(last) = in_doubt {
+            let first = claimed
+                .and_then(|claimed| shared.ticks.after(claimed))
+                .filter(|first| *first <= last)
+                .unwrap_or(last);
+            warn!(target: "zklock::scheduler", job = %shared.name, first = %show(first), last = %show(last),
+                "the tick record was restored or edited: ticks from first to last may have run before; none is run now");
+            let entry = shared.entry(Some(last), Outcome::Missed).from_tick(first).because(format!(
+                "the tick record was restored or edited at {}: whether the ticks from {} to {} ran before is unknown; none is run again",
+                show(written),
+                show(first),
+                show(last)
+            ));
+            hold.pending.push(entry);
+        }
         if let Some(Missed { first, last, count }) = passed {
             debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
                 count, "skipped: ticks that came while the job's lock was busy (skip policy)");
-            let entry = shared.entry(Some(last), Outcome::Skipped).because(format!(
-                "{count} tick(s) from {} to {} came while the job's lock was busy and are not run (skip policy)",
-                show(first),
-                show(last),
-            ));
+            let entry = shared
+                .entry(Some(last), Outcome::Skipped)
+                .from_tick(first)
+                .because(format!(
+                    "{count} tick(s) from {} to {} came while the job's lock was busy and are not run (skip policy)",
+                    show(first),
+                    show(last),
+                ));
             hold.pending.push(entry);
             done = done.max(Some(last));
         }
@@ -365,13 +390,16 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
             shared.stats.gave_up(count);
             warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
                 count, "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
-            let entry = shared.entry(Some(last), Outcome::Missed).because(format!(
-                "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
-                show(first),
-                show(last),
-                shared.catch_up,
-                shared.starting_deadline
-            ));
+            let entry = shared
+                .entry(Some(last), Outcome::Missed)
+                .from_tick(first)
+                .because(format!(
+                    "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
+                    show(first),
+                    show(last),
+                    shared.catch_up,
+                    shared.starting_deadline
+                ));
             hold.pending.push(entry);
             done = done.max(Some(last));
         }

@@ -63,6 +63,10 @@ pub struct HistoryEntry {
     pub outcome: Outcome,
     /// The run's error, cut to a bounded length; what was skipped or missed, and why.
     pub error: Option<String>,
+    /// For an entry that stands for a run of ticks not run (missed, or passed over by the skip
+    /// policy): the first of them; [`tick`](Self::tick) is the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_tick: Option<i64>,
 }
 
 impl HistoryEntry {
@@ -74,7 +78,14 @@ impl HistoryEntry {
             duration_ms,
             outcome,
             error: None,
+            first_tick: None,
         }
+    }
+
+    /// Makes the entry stand for the ticks from `first` to its own.
+    pub(crate) fn from_tick(mut self, first: i64) -> HistoryEntry {
+        self.first_tick = Some(first);
+        self
     }
 
     pub(crate) fn because(mut self, error: impl Into<String>) -> HistoryEntry {

@@ -73,6 +73,15 @@ pub(crate) fn credible(ticks: &Ticks, claimed: i64, written: i64) -> Option<i64>
     }
 }
 
+/// The latest tick an unproven record (restored from a backup, edited by hand, a reset's or a
+/// removal's tombstone) leaves in doubt: it was written when ZooKeeper's clock read `written`,
+/// so any tick due by then (or up to [`CLOCK_AHEAD_LIMIT`] later, which a node ahead may take)
+/// may have run before it was written, whatever tick the record names. Such ticks count as
+/// taken: none runs twice.
+pub(crate) fn in_doubt_up_to(ticks: &Ticks, written: i64) -> Option<i64> {
+    ticks.tick_at(tick_time(written.saturating_add(limit_ms())))
+}
+
 /// What a beat knows when it decides which ticks to run.
 #[derive(Clone)]
 pub(crate) struct Beat<'a> {
@@ -238,6 +247,18 @@ mod tests {
         for (schedule, claimed, written, expected) in cases {
             assert_eq!(credible(schedule, claimed, written), expected, "{claimed} at {written}");
         }
+    }
+
+    /// A restored or edited record leaves every tick due when it was written in doubt (a
+    /// second of ZooKeeper's clock ahead included), whatever tick it names.
+    #[test]
+    fn an_unproven_record_leaves_the_ticks_due_when_it_was_written_in_doubt() {
+        let ticks = every_second();
+        let five = Ticks::parse("*/5 * * * * *").unwrap();
+        assert_eq!(in_doubt_up_to(&ticks, T), Some(T + S));
+        assert_eq!(in_doubt_up_to(&ticks, T + 300), Some(T + S));
+        assert_eq!(in_doubt_up_to(&five, T + 300), Some(T));
+        assert_eq!(in_doubt_up_to(&five, T + 4 * S + 300), Some(T + 5 * S));
     }
 
     fn beat(ticks: &Ticks) -> Beat<'_> {

@@ -184,6 +184,20 @@ async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// A tick a node may take after a record written at `written_ms` (ZooKeeper's clock) that no
+/// scheduler node wrote: past the ticks that record leaves in doubt. Waits until the real clock
+/// reaches it, so that ZooKeeper's clock lets a node take it.
+async fn tick_after_doubt(written_ms: i64) -> i64 {
+    let tick = (written_ms / SECOND + 2) * SECOND;
+    wait_until("the real clock reached the tick after the doubt", || now_ms() >= tick).await;
+    tick
+}
+
+/// ZooKeeper's time of the latest write of the job's record.
+async fn written(zk: &zk::Client, job: &str) -> i64 {
+    zk.get_data(&record_path(job)).await.unwrap().1.mtime
+}
+
 /// The tick and outcome of each history entry, newest first.
 fn outcomes(history: &[super::HistoryEntry]) -> Vec<(Option<i64>, Outcome)> {
     history.iter().map(|e| (e.tick, e.outcome.clone())).collect()

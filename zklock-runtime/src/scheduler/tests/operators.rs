@@ -180,7 +180,7 @@ async fn reset_and_remove_clear_a_job() {
     assert!(job_history(&client, "cleared").await.unwrap().is_empty());
     assert_eq!(job_records(&client).await.unwrap()[0].state, "reset");
     // The next tick after the reset (by ZooKeeper's clock) runs, and no late tick before it.
-    let after = (now_ms() / SECOND + 1) * SECOND;
+    let after = tick_after_doubt(written(&zk, "cleared").await).await;
     node.fire_at(after).await;
     assert_eq!(runs(&log), vec![(0, t), (0, after)], "no late ticks after a reset");
 
@@ -197,7 +197,7 @@ async fn reset_and_remove_clear_a_job() {
     assert!(!reset_job(&client, "cleared", wait).await.unwrap());
     // A node runs the job afresh from its next tick after the removal.
     let fresh = Node::start(&server, 1, "cleared", Policy::OncePerTick, &log).await;
-    let later = (now_ms() / SECOND + 1) * SECOND;
+    let later = tick_after_doubt(written(&zk, "cleared").await).await;
     fresh.fire_at(later).await;
     assert_eq!(runs(&log).last(), Some(&(1, later)), "the job runs afresh");
     assert_eq!(job_records(&client).await.unwrap().len(), 1, "a job again");
