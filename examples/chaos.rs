@@ -154,6 +154,12 @@ struct JobsArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     quiet: bool,
+    /// Start the nodes with clocks off by minutes to hours, ahead and behind.
+    #[arg(long)]
+    skew: bool,
+    /// Give the nodes different overlap policies (once-per-tick, skip, buffer-one).
+    #[arg(long)]
+    mixed: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -333,6 +339,8 @@ fn run_jobs(args: &JobsArgs) -> i32 {
             args: vec!["job-node".into()],
         },
         verbose: !args.quiet,
+        skew: args.skew,
+        mixed: args.mixed,
     };
     match chaos::jobs::run_jobs(&config) {
         Ok(report) => {

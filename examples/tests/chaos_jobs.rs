@@ -1,10 +1,13 @@
 //! The scheduler under faults, CI-sized: three node processes run one singleton job every
-//! second through fault proxies in front of a 3-member ensemble, while the node running the
-//! job is killed, then partitioned until its session expires, and the leader is killed. No tick
-//! may run twice, every tick between the first and the last run must have run or been reported
-//! given up or lost (that tick itself, not a count), and the job's history must agree with the
-//! runs seen. The longer run is
-//! `cargo run --release -p zklock-examples --example chaos -- jobs --duration 10m`.
+//! second through fault proxies in front of a 3-member ensemble, with clocks off ZooKeeper's
+//! (one right, one 37 minutes ahead, one 23 minutes behind) and three overlap policies
+//! (once-per-tick, skip, buffer-one), while the node running the job is killed, then
+//! partitioned until its session expires, the tick record is restored from a backup taken at
+//! the start of the round, and the leader is killed. No tick may run twice, every tick between
+//! the first and the last run must have run or been reported given up, skipped or lost (that
+//! tick itself, not a count), and the job's history must agree with the runs seen. The longer
+//! run is `cargo run --release -p zklock-examples --example chaos -- jobs --duration 10m --skew
+//! --mixed`.
 
 use std::time::Duration;
 
@@ -15,7 +18,7 @@ use zklock_examples::chaos::runner::ChildCommand;
 const NODE_ENTRY: &str = "chaos_job_node_process";
 
 #[test]
-fn no_tick_runs_twice_or_unaccounted_under_kills_partitions_and_leader_loss() {
+fn no_tick_runs_twice_or_unaccounted_under_skewed_clocks_mixed_policies_kills_partitions_restores_and_leader_loss() {
     let program = std::env::current_exe().expect("the test binary's path");
     let config = JobsConfig {
         duration: Duration::ZERO, // one round: every fault kind once
@@ -27,10 +30,12 @@ fn no_tick_runs_twice_or_unaccounted_under_kills_partitions_and_leader_loss() {
             args: zklock::testing::process::rerun_args(NODE_ENTRY).to_vec(),
         },
         verbose: true,
+        skew: true,
+        mixed: true,
     };
     let report = run_jobs(&config).expect("the run completes");
     eprintln!("{}", report.json_line());
-    for kind in ["kill_runner", "partition_runner", "leader_kill"] {
+    for kind in ["kill_runner", "partition_runner", "restore_record", "leader_kill"] {
         assert_eq!(report.faults.get(kind), Some(&1), "{kind} was injected");
     }
     assert!(

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use zklock::scheduler::tokio_cron_scheduler::JobScheduler;
-use zklock::scheduler::{job_history, JobSchedulerExt, Outcome, SingletonJob};
+use zklock::scheduler::{job_history, JobSchedulerExt, OffsetClock, Outcome, Policy, SingletonJob};
 use zklock::testing::{FaultProxy, ZkEnsemble};
-use zklock::LockClient;
+use zklock::{zk, LockClient};
 
 use super::runner::ChildCommand;
 
@@ -46,6 +46,30 @@ pub struct JobsConfig {
     pub child: ChildCommand,
     /// Print progress to stderr.
     pub verbose: bool,
+    /// Start the nodes with clocks off ZooKeeper's by minutes to hours, ahead and behind
+    /// ([`clock_offset_ms`]), through the scheduler's clock seam.
+    pub skew: bool,
+    /// Give the nodes different overlap policies for the one job ([`policy_of`]).
+    pub mixed: bool,
+}
+
+/// How far node `index`'s clock is off, in ms (positive: ahead), when the run skews clocks.
+pub fn clock_offset_ms(index: usize) -> i64 {
+    const MINUTE: i64 = 60_000;
+    [0, 37 * MINUTE, -23 * MINUTE, 2 * 60 * MINUTE, -3 * MINUTE][index % 5]
+}
+
+/// The overlap policy of node `index` when the run mixes policies.
+pub fn policy_of(index: usize) -> Policy {
+    [Policy::OncePerTick, Policy::Skip, Policy::BufferOne][index % 3]
+}
+
+fn policy_name(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Skip => "skip",
+        Policy::BufferOne => "buffer-one",
+        _ => "once-per-tick",
+    }
 }
 
 /// What a node process says.
@@ -164,6 +188,18 @@ fn spawn(
             "ZKLOCK_CHAOS_SESSION_MS",
             config.session_timeout.as_millis().to_string(),
         )
+        .env(
+            "ZKLOCK_CHAOS_OFFSET_MS",
+            if config.skew { clock_offset_ms(index) } else { 0 }.to_string(),
+        )
+        .env(
+            "ZKLOCK_CHAOS_POLICY",
+            policy_name(if config.mixed {
+                policy_of(index)
+            } else {
+                Policy::OncePerTick
+            }),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -229,6 +265,8 @@ pub fn run_jobs(config: &JobsConfig) -> Result<JobsReport, BoxError> {
     let mut round = 0;
     while round == 0 || started.elapsed() < config.duration {
         round += 1;
+        // A copy of the tick record as a backup would take it; restored later in the round.
+        let backup = read_record(&ensemble)?;
         // The node that ran the latest tick, killed; a new life of it starts at once.
         let victim = runner(&seen_now());
         nodes[victim].child.kill()?;
@@ -253,6 +291,14 @@ pub fn run_jobs(config: &JobsConfig) -> Result<JobsReport, BoxError> {
         }
         *report.faults.entry("partition_runner".into()).or_default() += 1;
         say(format!("partitioned node {victim} past its session, then healed it"));
+        thread::sleep(settle);
+        note_history(&ensemble, &mut seen_now())?;
+
+        // The record restored from the round's backup, as an operator restoring ZooKeeper's
+        // data would: it says an earlier tick was the last taken.
+        restore_record(&ensemble, &backup)?;
+        *report.faults.entry("restore_record".into()).or_default() += 1;
+        say("restored the tick record from the round's backup".to_string());
         thread::sleep(settle);
         note_history(&ensemble, &mut seen_now())?;
 
@@ -332,8 +378,47 @@ fn unexplained_gaps(first: i64, last: i64, ran: &BTreeMap<i64, usize>, seen: &Se
         .collect()
 }
 
+/// The path of the chaos job's znode (its data is the tick record).
+fn record_path() -> String {
+    format!("/zklock.jobs/{JOB}")
+}
+
+/// A raw ZooKeeper session to the ensemble, for what an operator does by hand.
+async fn raw(ensemble: &ZkEnsemble) -> Result<zk::Client, BoxError> {
+    Ok(zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(&ensemble.connect_string())
+        .await?)
+}
+
+/// The job's tick record as it is now (empty when there is none yet).
+fn read_record(ensemble: &ZkEnsemble) -> Result<Vec<u8>, BoxError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let zk = raw(ensemble).await?;
+        match zk.get_data(&record_path()).await {
+            Ok((data, _)) => Ok(data),
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            Err(err) => Err(err.into()),
+        }
+    })
+}
+
+/// Writes `backup` over the job's tick record, whatever it holds now.
+fn restore_record(ensemble: &ZkEnsemble, backup: &[u8]) -> Result<(), BoxError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let zk = raw(ensemble).await?;
+        match zk.set_data(&record_path(), backup, None).await {
+            Ok(_) | Err(zk::Error::NoNode) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    })
+}
+
 /// Reads the job's history (its latest runs only, so the runner reads it after every fault)
-/// and notes the ticks it records as lost or missed; returns it.
+/// and notes the ticks it records as lost, missed or skipped (each tick an entry stands for);
+/// returns it.
 fn note_history(ensemble: &ZkEnsemble, seen: &mut Seen) -> Result<Vec<zklock::scheduler::HistoryEntry>, BoxError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let history = rt.block_on(async {
@@ -343,8 +428,9 @@ fn note_history(ensemble: &ZkEnsemble, seen: &mut Seen) -> Result<Vec<zklock::sc
         history
     })?;
     for entry in &history {
-        if let (Some(tick), Outcome::Lost | Outcome::Missed) = (entry.tick, &entry.outcome) {
-            seen.recorded_not_run.insert(tick);
+        if let (Some(tick), Outcome::Lost | Outcome::Missed | Outcome::Skipped) = (entry.tick, &entry.outcome) {
+            let first = entry.first_tick.unwrap_or(tick);
+            seen.recorded_not_run.extend((first..=tick).step_by(1000));
         }
     }
     Ok(history)
@@ -424,6 +510,17 @@ pub fn node_main_from_env() -> i32 {
     let connect = env("ZKLOCK_CHAOS_CONNECT");
     let node: usize = env("ZKLOCK_CHAOS_NODE").parse().unwrap_or(0);
     let session = Duration::from_millis(env("ZKLOCK_CHAOS_SESSION_MS").parse().unwrap_or(4000));
+    let offset_ms: i64 = env("ZKLOCK_CHAOS_OFFSET_MS").parse().unwrap_or(0);
+    let clock = if offset_ms >= 0 {
+        OffsetClock::ahead(Duration::from_millis(offset_ms.unsigned_abs()))
+    } else {
+        OffsetClock::behind(Duration::from_millis(offset_ms.unsigned_abs()))
+    };
+    let policy = match env("ZKLOCK_CHAOS_POLICY").as_str() {
+        "skip" => Policy::Skip,
+        "buffer-one" => Policy::BufferOne,
+        _ => Policy::OncePerTick,
+    };
     let say = say_line;
     if let Err(e) = tracing::subscriber::set_global_default(TickWarnings { node, say: say_line }) {
         // The runner would then take every tick given up here for one that vanished.
@@ -454,7 +551,9 @@ pub fn node_main_from_env() -> i32 {
                 token: run.fencing_token().to_string(),
             });
             tokio::time::sleep(Duration::from_millis(200)).await;
-        })?;
+        })?
+        .policy(policy)
+        .clock(clock);
         let mut scheduler = JobScheduler::new().await?;
         let (_, stats) = scheduler.add_singleton(job).await?;
         scheduler.start().await?;
