@@ -364,7 +364,7 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
                 .unwrap_or(last);
             warn!(target: "zklock::scheduler", job = %shared.name, first = %show(first), last = %show(last),
                 "the tick record was restored or edited: ticks from first to last may have run before; none is run now");
-            let entry = shared.entry(Some(last), Outcome::Missed).from_tick(first).because(format!(
+            let entry = shared.entry(Some(last), Outcome::Missed).starting_at(first).because(format!(
                 "the tick record was restored or edited at {}: whether the ticks from {} to {} ran before is unknown; none is run again",
                 show(written),
                 show(first),
@@ -377,7 +377,7 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
                 count, "skipped: ticks that came while the job's lock was busy (skip policy)");
             let entry = shared
                 .entry(Some(last), Outcome::Skipped)
-                .from_tick(first)
+                .starting_at(first)
                 .because(format!(
                     "{count} tick(s) from {} to {} came while the job's lock was busy and are not run (skip policy)",
                     show(first),
@@ -392,7 +392,7 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
                 count, "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
             let entry = shared
                 .entry(Some(last), Outcome::Missed)
-                .from_tick(first)
+                .starting_at(first)
                 .because(format!(
                     "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
                     show(first),

@@ -83,7 +83,7 @@ impl HistoryEntry {
     }
 
     /// Makes the entry stand for the ticks from `first` to its own.
-    pub(crate) fn from_tick(mut self, first: i64) -> HistoryEntry {
+    pub(crate) fn starting_at(mut self, first: i64) -> HistoryEntry {
         self.first_tick = Some(first);
         self
     }
