@@ -467,20 +467,25 @@ pub fn check(history: &History) -> Report {
     // 7. Multi-lock parts.
     let multi: Vec<&Section> = sections.iter().filter(|s| s.second.is_some()).collect();
     let multi_granted_lost: Vec<String> = multi.iter().filter_map(|s| multi_grant_lost(history, s)).collect();
-    let mut writes_by: HashMap<&str, Vec<&WriteRecord>> = HashMap::new();
-    for w in &history.writes {
-        writes_by.entry(w.client.as_str()).or_default().push(w);
+    // The writes of each client by (lock, token) they carry, so that a section finds its own
+    // without a pass over all of its client's writes (a long run has millions).
+    let mut carrying: HashMap<(&str, &str, Token), Vec<usize>> = HashMap::new();
+    for (i, w) in history.writes.iter().enumerate() {
+        carrying.entry((w.client.as_str(), w.lock.as_str(), w.token)).or_default().push(i);
+        if let Some(part) = &w.second {
+            carrying.entry((w.client.as_str(), part.lock.as_str(), part.token)).or_default().push(i);
+        }
     }
     let mut multi_writes_unfenced = 0;
     for s in &multi {
         let second = s.second.as_ref().expect("a multi-lock section");
-        for w in writes_by.get(s.client.as_str()).into_iter().flatten() {
-            let first_ok = w.token_for(&s.lock) == Some(s.token);
-            let second_ok = w.token_for(&second.lock) == Some(second.token);
-            if first_ok != second_ok {
-                multi_writes_unfenced += 1;
-            }
-        }
+        let client = s.client.as_str();
+        let first = carrying.get(&(client, s.lock.as_str(), s.token));
+        let other = carrying.get(&(client, second.lock.as_str(), second.token));
+        // A write carrying one of the section's two tokens and not the other.
+        let (first, other) = (first.map_or(&[][..], Vec::as_slice), other.map_or(&[][..], Vec::as_slice));
+        let both = first.iter().filter(|i| other.contains(i)).count();
+        multi_writes_unfenced += first.len() + other.len() - 2 * both;
     }
     let (mut multi_waits_cut, mut multi_waits_cut_sound) = (0, 0);
     for f in history
