@@ -471,9 +471,15 @@ pub fn check(history: &History) -> Report {
     // without a pass over all of its client's writes (a long run has millions).
     let mut carrying: HashMap<(&str, &str, Token), Vec<usize>> = HashMap::new();
     for (i, w) in history.writes.iter().enumerate() {
-        carrying.entry((w.client.as_str(), w.lock.as_str(), w.token)).or_default().push(i);
+        carrying
+            .entry((w.client.as_str(), w.lock.as_str(), w.token))
+            .or_default()
+            .push(i);
         if let Some(part) = &w.second {
-            carrying.entry((w.client.as_str(), part.lock.as_str(), part.token)).or_default().push(i);
+            carrying
+                .entry((w.client.as_str(), part.lock.as_str(), part.token))
+                .or_default()
+                .push(i);
         }
     }
     let mut multi_writes_unfenced = 0;
@@ -483,7 +489,10 @@ pub fn check(history: &History) -> Report {
         let first = carrying.get(&(client, s.lock.as_str(), s.token));
         let other = carrying.get(&(client, second.lock.as_str(), second.token));
         // A write carrying one of the section's two tokens and not the other.
-        let (first, other) = (first.map_or(&[][..], Vec::as_slice), other.map_or(&[][..], Vec::as_slice));
+        let (first, other) = (
+            first.map_or(&[][..], Vec::as_slice),
+            other.map_or(&[][..], Vec::as_slice),
+        );
         let both = first.iter().filter(|i| other.contains(i)).count();
         multi_writes_unfenced += first.len() + other.len() - 2 * both;
     }
