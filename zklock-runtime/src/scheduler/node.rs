@@ -16,7 +16,7 @@ use super::policy::{CatchUp, Policy};
 use super::record::{RunState, TickRecord};
 use super::registration::Registration;
 use super::run::{RunFn, RunLimits};
-use super::stats::{InFlight, JobStats};
+use super::stats::JobStats;
 use super::store::RecordStore;
 use super::ticks::Ticks;
 use crate::client::LockClient;
@@ -58,8 +58,9 @@ pub(crate) struct Shared {
     pub start_paying: fn(&Arc<Shared>),
 }
 
-/// One run's end this node has not written yet ([`super::outbox`]). The run stays counted in
-/// flight ([`JobStats::fires_in_flight`]) until it is written or given up.
+/// One run's end this node has not written yet ([`super::outbox`]). It is not counted in
+/// [`JobStats::fires_in_flight`]: waiting for that before closing the client must not wait on
+/// a ZooKeeper that is gone.
 #[derive(Debug)]
 pub(crate) struct Owed {
     pub entry: HistoryEntry,
@@ -67,8 +68,6 @@ pub(crate) struct Owed {
     pub end: Option<End>,
     /// The key of the run's marker to delete (`run-<key>`, [`super::store::Marker`]).
     pub marker: Option<String>,
-    /// Held, not read: counts the run in flight until this drops.
-    pub _in_flight: InFlight,
 }
 
 /// How a claimed tick's run ended.
@@ -122,12 +121,7 @@ impl Shared {
     pub fn owe(self: &Arc<Self>, entry: HistoryEntry, end: Option<End>, marker: Option<String>) {
         tracing::debug!(target: "zklock::scheduler", job = %self.name, tick = ?entry.tick,
             outcome = ?entry.outcome, "a run's end is written under a later hold of the job's lock");
-        let owed = Owed {
-            entry,
-            end,
-            marker,
-            _in_flight: self.stats.fire_started(),
-        };
+        let owed = Owed { entry, end, marker };
         self.owed.lock().unwrap_or_else(|e| e.into_inner()).push(owed);
         (self.start_paying)(self);
     }

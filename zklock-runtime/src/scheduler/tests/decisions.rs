@@ -551,10 +551,27 @@ async fn allow_overlaps_runs_and_still_runs_each_tick_once() {
         vec![(0, t), (1, t + SECOND)],
         "t + 1 ran while t was still running"
     );
-    wait_until("b's run was recorded", || b.shared.stats.fires_in_flight() == 0).await;
+    // Each end is written under the lock once its run has ended: b's first, then a's.
+    let ends = |count: usize| {
+        let client = a.shared.client.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let history = job_history(&client, "overlap").await.unwrap();
+                if history.len() == count {
+                    return history;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{count} end(s) written: {history:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    ends(1).await;
     a.release.notify_one();
-    wait_until("a's run ended", || a.shared.stats.fires_in_flight() == 0).await;
-    let history = job_history(&a.shared.client, "overlap").await.unwrap();
+    let history = ends(2).await;
     let mut ended: Vec<(i64, Outcome)> = history
         .iter()
         .map(|e| ((e.tick.unwrap() - t) / SECOND, e.outcome.clone()))

@@ -60,7 +60,7 @@ async fn an_allow_run_whose_node_died_is_recorded_as_lost() {
             .contains("never reported back"),
         "{lost:?}"
     );
-    wait_until("b's run was recorded", || b.shared.stats.fires_in_flight() == 0).await;
+    wait_for_entry(&b, "allow-died", "b's run's end", |e| e.tick == Some(t + SECOND)).await;
     assert!(children(&zk, "allow-died", "run-").await.is_empty());
     assert!(children(&zk, "allow-died", "alive-").await.is_empty());
 }
