@@ -276,7 +276,7 @@ fn load_tick(cell: &AtomicI64) -> Option<SystemTime> {
     }
 }
 
-/// A fire, a run or a run's unwritten end, counted in [`JobStats::fires_in_flight`] until it
+/// A fire or a run, counted in [`JobStats::fires_in_flight`] until it
 /// drops.
 #[derive(Debug)]
 pub(crate) struct InFlight(Arc<Counters>);
