@@ -418,6 +418,7 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
         history: Some(b"[]".to_vec()),
         take: None,
         markers: Vec::new(),
+        unless_paused: false,
     };
     let done = store
         .commit(&zk, client.inner.config.acls(), guard.node_path(), commit)

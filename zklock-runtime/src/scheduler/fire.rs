@@ -11,13 +11,12 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use tracing::{debug, error, warn};
 
-use super::history::Outcome;
+use super::history::{self, HistoryEntry, Outcome};
 use super::hold::Hold;
 use super::node::{ms_of, Handled, Shared};
 use super::outbox;
 use super::plan::{self, Plan};
 use super::policy::Policy;
-use super::record::TickRecord;
 use super::registration::Job;
 use super::store::{SPEC, TRIGGER_PREFIX};
 use super::ticks::{show, Missed};
@@ -205,15 +204,87 @@ fn cap_by_server_clock(shared: &Shared, server_now: Option<i64>, own: i64) -> Op
     capped
 }
 
-/// The tick a record proves taken ([`plan::credible`] by its write time `written_ms`); warns
-/// when the record claims more, as only a node with a clock far ahead writes.
-fn taken_up_to(shared: &Shared, record: &TickRecord, written_ms: i64) -> Option<i64> {
-    let credible = plan::credible(&shared.ticks, record.tick, written_ms);
-    if credible != Some(record.tick) {
-        warn!(target: "zklock::scheduler", job = %shared.name, recorded = %show(record.tick), written = %show(written_ms),
+/// Warns when the record claims a tick past what it can stand for ([`plan::credible`] by its
+/// write time `written_ms`), as only a node with a clock far ahead writes.
+fn warn_if_ahead(shared: &Shared, recorded: i64, taken: plan::Taken, written_ms: i64) {
+    if taken.credible != Some(recorded) {
+        warn!(target: "zklock::scheduler", job = %shared.name, recorded = %show(recorded), written = %show(written_ms),
             "the record claims a tick far ahead of when it was written (a node's clock ran ahead); honouring only the ticks due by then");
     }
-    credible
+}
+
+/// Puts the history entries for the ticks a beat leaves unrun ([`plan::gaps`]) into the
+/// hold's next write; returns the last of those given up or passed over (in doubt they are
+/// taken already).
+fn name_gaps(
+    hold: &mut Hold<'_>,
+    taken: &plan::Taken,
+    written: i64,
+    passed: Option<&Missed>,
+    missed: Option<&Missed>,
+) -> Option<i64> {
+    let shared = hold.shared;
+    let mut given_up = None;
+    for gap in plan::gaps(&shared.ticks, taken, written, named(hold), passed, missed) {
+        if gap.why == plan::Why::GaveUp {
+            shared.stats.gave_up(gap.count);
+        }
+        if !matches!(gap.why, plan::Why::InDoubt { .. }) {
+            given_up = given_up.max(Some(gap.last));
+        }
+        hold.pending.push(gap_entry(shared, &gap));
+    }
+    given_up
+}
+
+/// The latest tick the history names: where a doubt starts when the record was emptied
+/// ([`plan::Taken::doubt`]).
+fn named(hold: &Hold<'_>) -> Option<i64> {
+    history::latest_tick(&hold.history)
+}
+
+/// The history entry for a run of ticks not run ([`plan::gaps`]), with the reason, and a log
+/// line.
+fn gap_entry(shared: &Shared, gap: &plan::Gap) -> HistoryEntry {
+    let (first, last, count) = (show(gap.first), show(gap.last), gap.count);
+    let (outcome, reason) = match gap.why {
+        plan::Why::InDoubt { written, open } => {
+            let which = if open {
+                format!("the ticks up to {last}")
+            } else {
+                format!("the ticks from {first} to {last}")
+            };
+            warn!(target: "zklock::scheduler", job = %shared.name, %first, %last, open,
+                "the tick record was restored or edited: ticks up to last may have run before; none is run now");
+            let entry = shared.entry(Some(gap.last), Outcome::Missed).because(format!(
+                "the tick record was restored or edited at {}: whether {which} ran before is unknown; none is run again",
+                show(written)
+            ));
+            return if open { entry } else { entry.starting_at(gap.first) };
+        }
+        plan::Why::Passed => {
+            debug!(target: "zklock::scheduler", job = %shared.name, %first, %last, count,
+                "skipped: ticks that came while the job's lock was busy (skip policy)");
+            (Outcome::Skipped, format!(
+                "{count} tick(s) from {first} to {last} came while the job's lock was busy and are not run (skip policy)"
+            ))
+        }
+        plan::Why::GaveUp => {
+            warn!(target: "zklock::scheduler", job = %shared.name, %first, %last, count,
+                "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
+            (
+                Outcome::Missed,
+                format!(
+                    "{count} tick(s) from {first} to {last} given up (catch-up policy {:?}, starting deadline {:?})",
+                    shared.catch_up, shared.starting_deadline
+                ),
+            )
+        }
+    };
+    shared
+        .entry(Some(gap.last), outcome)
+        .starting_at(gap.first)
+        .because(reason)
 }
 
 /// Under one hold of the job's lock: serves run-now requests, settles what the record says
@@ -254,15 +325,7 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
     // Whether the record proves which ticks after its own are untaken is judged on the record
     // as read, before this hold writes anything over it.
     let proven = record.as_ref().is_some_and(|r| r.intact(state.stat.version));
-    let mut hold = Hold {
-        shared,
-        guard,
-        zk: &zk,
-        record,
-        version: state.stat.version,
-        history: state.history,
-        pending: Vec::new(),
-    };
+    let mut hold = Hold::over(shared, guard, &zk, record, state.stat.version, state.history);
 
     // What this node owes first (so that its own runs are not taken for dead ones), then
     // the runs whose node's session ended before they reported back.
@@ -280,41 +343,25 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
     }
     let own = own?;
     // Earlier runs: our own claim whose answer was lost, or someone's run that never reported.
-    if let Some((claim, over)) = handled.unconfirmed.take() {
-        if hold.record.as_ref() == Some(&claim) && hold.version == over + 1 {
-            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(claim.tick),
-                "an earlier claim of this node was applied after all; running its tick now");
-            if !hold.run_claimed(claim).await {
-                return None;
-            }
-        }
-    }
-    if !hold.settle_orphan(proven).await {
+    if !hold.settle_earlier_runs(handled.unconfirmed.take(), &runs).await {
         return None;
     }
 
     let own = cap_by_server_clock(shared, guard.server_now_ms(), own)?;
     let (mut paused, mut written) = (state.paused, state.stat.mtime);
+    let mut ever_written = state.stat.version > 0;
     let (mut proven, mut first) = (proven, true);
     // The latest tick this hold is done with.
     let mut done = None;
     // One tick at a time: between the runs of a backlog the state is read again and the plan
     // made again, so a pause or a starting deadline that passed during a run is honoured.
     loop {
-        let claimed = match &hold.record {
-            Some(record) => {
-                shared.stats.saw_recorded(record.tick);
-                taken_up_to(shared, record, written)
-            }
-            None => None,
-        };
-        // A record not written by a scheduler node says nothing of the ticks due before it
-        // was written: they count as taken, and the history says they are in doubt.
-        let in_doubt = match (&hold.record, proven) {
-            (Some(_), false) => plan::in_doubt_up_to(&shared.ticks, written).filter(|last| Some(*last) > claimed),
-            _ => None,
-        };
-        let recorded = claimed.max(in_doubt);
+        let tick = hold.record.as_ref().map(|record| record.tick);
+        let taken = plan::Taken::judge(&shared.ticks, tick, written, proven, ever_written);
+        if let Some(tick) = tick {
+            shared.stats.saw_recorded(tick);
+            warn_if_ahead(shared, tick, taken, written);
+        }
         let beat = plan::Beat {
             ticks: &shared.ticks,
             policy: shared.policy,
@@ -326,12 +373,19 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
             },
             own,
             since: handled.last.max(done),
-            recorded,
-            proven,
+            recorded: taken.up_to(),
             paused,
         };
         let (due, missed, passed, floor) = match plan::plan(&beat) {
             Plan::Taken { recorded } => {
+                // Taken only in doubt: the doubt goes into the history once, with a record
+                // that now proves the ticks up to it taken.
+                if let Some(last) = taken.in_doubt {
+                    name_gaps(&mut hold, &taken, written, None, None);
+                    if !hold.take_missed(last).await {
+                        return done;
+                    }
+                }
                 if first {
                     shared.stats.skipped();
                     debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), recorded = %show(recorded), "skipped: tick already taken");
@@ -339,80 +393,38 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
                 return Some(own);
             }
             Plan::Paused => {
-                hold.skip_paused(own).await;
-                return Some(own);
+                name_gaps(&mut hold, &taken, written, None, None);
+                let first = taken
+                    .up_to()
+                    .and_then(|up_to| shared.ticks.after(up_to))
+                    .filter(|first| *first <= own);
+                // Unwritten, the paused tick is offered again.
+                let skipped = hold.skip_paused(first.unwrap_or(own), own).await;
+                return if skipped { Some(own) } else { done };
             }
             Plan::Run {
                 due,
                 missed,
                 passed,
                 floor,
-                unproven,
-            } => {
-                if unproven {
-                    warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own),
-                        "the tick record was not written by a scheduler node (edited or restored?); not running late ticks");
-                }
-                (due, missed, passed, floor)
-            }
+            } => (due, missed, passed, floor),
         };
         done = done.max(floor);
-        if let Some(last) = in_doubt {
-            let first = claimed
-                .and_then(|claimed| shared.ticks.after(claimed))
-                .filter(|first| *first <= last)
-                .unwrap_or(last);
-            warn!(target: "zklock::scheduler", job = %shared.name, first = %show(first), last = %show(last),
-                "the tick record was restored or edited: ticks from first to last may have run before; none is run now");
-            let entry = shared.entry(Some(last), Outcome::Missed).starting_at(first).because(format!(
-                "the tick record was restored or edited at {}: whether the ticks from {} to {} ran before is unknown; none is run again",
-                show(written),
-                show(first),
-                show(last)
-            ));
-            hold.pending.push(entry);
-        }
-        if let Some(Missed { first, last, count }) = passed {
-            debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
-                count, "skipped: ticks that came while the job's lock was busy (skip policy)");
-            let entry = shared
-                .entry(Some(last), Outcome::Skipped)
-                .starting_at(first)
-                .because(format!(
-                    "{count} tick(s) from {} to {} came while the job's lock was busy and are not run (skip policy)",
-                    show(first),
-                    show(last),
-                ));
-            hold.pending.push(entry);
-            done = done.max(Some(last));
-        }
-        if let Some(Missed { first, last, count }) = missed {
-            shared.stats.gave_up(count);
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), first = %show(first), last = %show(last),
-                count, "missed: giving up ticks from first to last (catch-up policy or starting deadline)");
-            let entry = shared
-                .entry(Some(last), Outcome::Missed)
-                .starting_at(first)
-                .because(format!(
-                    "{count} tick(s) from {} to {} given up (catch-up policy {:?}, starting deadline {:?})",
-                    show(first),
-                    show(last),
-                    shared.catch_up,
-                    shared.starting_deadline
-                ));
-            hold.pending.push(entry);
-            done = done.max(Some(last));
-        }
+        let given_up = name_gaps(&mut hold, &taken, written, passed.as_ref(), missed.as_ref());
+        // The ticks given up count as done only once their history entry is written (with the
+        // next claim, or the missed record): otherwise a later beat names them again.
         let Some(&next) = due.first() else {
             // Nothing runs: take the last missed tick, so that no node runs it.
             if let Some(last) = missed.map(|m| m.last) {
-                hold.take_missed(last).await;
+                if hold.take_missed(last).await {
+                    done = done.max(given_up);
+                }
             }
             return done;
         };
         let ran = hold.run_tick(next, handled).await;
         if ran.taken {
-            done = done.max(Some(next));
+            done = done.max(given_up).max(Some(next));
         }
         if !ran.go_on || due.len() == 1 {
             return done;
@@ -422,6 +434,7 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
         };
         paused = state.paused;
         written = state.stat.mtime;
+        ever_written = state.stat.version > 0;
         proven = hold.record.as_ref().is_some_and(|r| r.intact(hold.version));
         first = false;
     }

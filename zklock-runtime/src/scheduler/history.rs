@@ -122,6 +122,11 @@ pub(crate) fn parse(data: &[u8]) -> Vec<HistoryEntry> {
         .collect()
 }
 
+/// The latest tick the history `raw` names (a run's, or the last of a range).
+pub(crate) fn latest_tick(raw: &[Value]) -> Option<i64> {
+    raw.iter().filter_map(|value| value.get("tick")?.as_i64()).max()
+}
+
 /// The history `raw` with `entries` added in front (the last of `entries` newest), cut to
 /// [`MAX_ENTRIES`] and [`MAX_BYTES`].
 pub(crate) fn prepend(mut raw: Vec<Value>, entries: &[HistoryEntry]) -> Vec<u8> {

@@ -32,7 +32,28 @@ pub(crate) struct Hold<'a> {
     pub pending: Vec<HistoryEntry>,
 }
 
-impl Hold<'_> {
+impl<'a> Hold<'a> {
+    /// A hold over the job's state as read under the lock: its (readable) record, the znode
+    /// version it was read at, and the history.
+    pub fn over(
+        shared: &'a Arc<Shared>,
+        guard: &'a LockGuard,
+        zk: &'a zk::Client,
+        record: Option<TickRecord>,
+        version: i32,
+        history: Vec<Value>,
+    ) -> Hold<'a> {
+        Hold {
+            shared,
+            guard,
+            zk,
+            record,
+            version,
+            history,
+            pending: Vec::new(),
+        }
+    }
+
     /// Writes the record (over the version read), the pending history entries plus `entry`
     /// and the runs' `markers`, fenced by our lock node; keeps what was written.
     pub async fn commit(
@@ -49,6 +70,7 @@ impl Hold<'_> {
             record: record.as_ref().map(|r| (r.encode(), self.version)),
             history: history.clone(),
             take,
+            unless_paused: record.as_ref().is_some_and(|r| r.state == RunState::Running),
             markers,
         };
         let acls = self.shared.client.inner.config.acls();
@@ -80,6 +102,22 @@ impl Hold<'_> {
         match self.commit(None, None, Some(name), vec![marker]).await {
             Ok(_) => {}
             Err(WriteError::Taken) => return true,
+            // The answer was lost, not necessarily the take: if it was applied, the request is
+            // this node's to run, and nobody else will.
+            Err(WriteError::ZooKeeper(err)) if is_transient(&err) => {
+                let session = shared.client.session_id();
+                let took = match session {
+                    Some(session) => shared.store.took(self.zk, name, session).await == Some(true),
+                    None => false,
+                };
+                if !took {
+                    shared.stats.failed();
+                    warn!(target: "zklock::scheduler", job = %shared.name, request = name, error = %err, "could not take a run-now request");
+                    return false;
+                }
+                debug!(target: "zklock::scheduler", job = %shared.name, request = name, error = %err,
+                    "the take's answer was lost, but the request's marker shows it was applied");
+            }
             Err(err) => {
                 shared.stats.failed();
                 warn!(target: "zklock::scheduler", job = %shared.name, request = name, error = %err, "could not take a run-now request");
@@ -145,9 +183,7 @@ impl Hold<'_> {
             owe(RunState::Lost, entry);
             return None;
         };
-        let record = claim
-            .as_ref()
-            .map(|claim| TickRecord::next(Some(claim), claim.tick, state.clone(), claim.session, self.version));
+        let record = claim.as_ref().map(|claim| claim.ended(state.clone(), self.version));
         let markers = marker
             .map(|key| Marker::Close {
                 key: key.to_owned(),
@@ -166,31 +202,49 @@ impl Hold<'_> {
         }
     }
 
+    /// Settles the runs earlier holds left: this node's `unconfirmed` claim, run now when the
+    /// record still shows exactly it, then a run that never reported back
+    /// ([`settle_orphan`](Self::settle_orphan)). Returns false when the hold cannot go on.
+    pub async fn settle_earlier_runs(&mut self, unconfirmed: Option<(TickRecord, i32)>, runs: &[RunMarker]) -> bool {
+        if let Some((claim, over)) = unconfirmed {
+            if self.record.as_ref() == Some(&claim) && self.version == over + 1 {
+                debug!(target: "zklock::scheduler", job = %self.shared.name, tick = %show(claim.tick),
+                    "an earlier claim of this node was applied after all; running its tick now");
+                if !self.run_claimed(claim).await {
+                    return false;
+                }
+            }
+        }
+        self.settle_orphan(runs).await
+    }
+
     /// A record left `running` by a run that never reported back: we hold the lock, so that run
-    /// is not going on under it any more. Records it as lost. A record that was not `proven`
-    /// as read (restored or edited) is rewritten without a version stamp, so that it proves
-    /// no more to later holds than it did to this one. Returns false when the hold cannot go
-    /// on.
-    pub async fn settle_orphan(&mut self, proven: bool) -> bool {
+    /// is not going on under it any more, unless its marker in `runs` shows its node alive (a
+    /// run under `Allow`, of this node or another). Records it as lost; the history entry is
+    /// left out when the run's dead marker already gave one ([`settle_dead_runs`]). A restored
+    /// or edited record stays unproven ([`TickRecord::ended`]). Returns false when the hold
+    /// cannot go on.
+    ///
+    /// [`settle_dead_runs`]: Self::settle_dead_runs
+    pub async fn settle_orphan(&mut self, runs: &[RunMarker]) -> bool {
         let shared = self.shared;
-        // Under `Allow` runs go on without the lock: `running` is no sign of a dead run.
+        let marker = |tick: i64| runs.iter().find(|run| run.key == tick.to_string());
         let orphan = self
             .record
             .as_ref()
-            .filter(|r| r.state == RunState::Running && shared.policy != Policy::Allow);
+            .filter(|r| r.state == RunState::Running && !marker(r.tick).is_some_and(|run| run.alive));
         let Some(orphan) = orphan else {
             return true;
         };
         let session = orphan.session.map_or_else(|| "none".to_owned(), |s| format!("{s:#x}"));
-        let mut lost = TickRecord::next(Some(orphan), orphan.tick, RunState::Lost, orphan.session, self.version);
-        if !proven {
-            lost.version = None;
-        }
-        let entry = shared.entry(Some(orphan.tick), Outcome::Lost).because(format!(
-            "the run by session {session} never reported back (its node died or lost the lock)"
-        ));
+        let lost = orphan.ended(RunState::Lost, self.version);
+        let entry = marker(orphan.tick).is_none().then(|| {
+            shared.entry(Some(orphan.tick), Outcome::Lost).because(format!(
+                "the run by session {session} never reported back (its node died or lost the lock)"
+            ))
+        });
         let tick = orphan.tick;
-        match self.commit(Some(lost), Some(entry), None, Vec::new()).await {
+        match self.commit(Some(lost), entry, None, Vec::new()).await {
             Ok(_) => {
                 warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), %session,
                     "the run of this tick never reported back (its node died or lost the lock); recorded as lost");
@@ -245,7 +299,8 @@ impl Hold<'_> {
     }
 
     /// Takes `tick`, given up, as missed, so that no node runs it late.
-    pub async fn take_missed(&mut self, tick: i64) {
+    /// Returns whether it was written (with the pending history entries).
+    pub async fn take_missed(&mut self, tick: i64) -> bool {
         let shared = self.shared;
         let missed = TickRecord::next(
             self.record.as_ref(),
@@ -254,14 +309,21 @@ impl Hold<'_> {
             shared.client.session_id(),
             self.version,
         );
-        if let Err(err) = self.commit(Some(missed), None, None, Vec::new()).await {
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "could not record a missed tick");
+        match self.commit(Some(missed), None, None, Vec::new()).await {
+            Ok(_) => true,
+            Err(err) => {
+                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "could not record a missed tick");
+                false
+            }
         }
     }
 
     /// Takes `own` as skipped because the job is paused, so no node runs it and no node replays
-    /// it after the resume; one history entry stands for a run of paused ticks.
-    pub async fn skip_paused(&mut self, own: i64) {
+    /// it after the resume. `first` is the first untaken tick: from it to `own` the ticks are
+    /// paused ones. One history entry stands for a paused stretch: while the newest entry is
+    /// the one this stretch began, it is widened to `own` instead of a new one being written.
+    /// Returns whether it was written.
+    pub async fn skip_paused(&mut self, first: i64, own: i64) -> bool {
         let shared = self.shared;
         shared.stats.skipped();
         debug!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), "skipped: the job is paused");
@@ -272,10 +334,28 @@ impl Hold<'_> {
             shared.client.session_id(),
             self.version,
         );
-        let already = self.record.as_ref().is_some_and(|r| r.state == RunState::Skipped);
-        let entry = (!already).then(|| shared.entry(Some(own), Outcome::Skipped).because("paused"));
-        if let Err(err) = self.commit(Some(skipped), entry, None, Vec::new()).await {
-            warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), error = %err, "could not record a paused tick");
+        let stretch = self
+            .record
+            .as_ref()
+            .filter(|r| r.state == RunState::Skipped)
+            .and_then(|r| self.history.first().and_then(|head| paused_entry(head, r.tick)));
+        let first = match stretch {
+            Some(began) => {
+                self.history.remove(0);
+                began
+            }
+            None => first,
+        };
+        let entry = shared
+            .entry(Some(own), Outcome::Skipped)
+            .starting_at(first)
+            .because(PAUSED_REASON);
+        match self.commit(Some(skipped), Some(entry), None, Vec::new()).await {
+            Ok(_) => true,
+            Err(err) => {
+                warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(own), error = %err, "could not record a paused tick");
+                false
+            }
         }
     }
 
@@ -379,6 +459,7 @@ impl Hold<'_> {
                 shared.stats.failed();
                 let what = match err {
                     WriteError::Fenced => "lost the job's lock before taking the tick",
+                    WriteError::Paused => "the job was paused before the tick was taken",
                     _ => "could not take the tick",
                 };
                 warn!(target: "zklock::scheduler", job = %shared.name, tick = %show(tick), error = %err, "{what}");
@@ -438,6 +519,18 @@ impl Hold<'_> {
         let made_way = ended.outcome == Outcome::Replaced;
         self.report(Some(tick), ended, None).await.is_some() && !made_way
     }
+}
+
+/// The reason of a paused stretch's history entry.
+const PAUSED_REASON: &str = "paused";
+
+/// Where the history entry `head` stands for a paused stretch whose last tick is `last`: the
+/// stretch's first tick.
+fn paused_entry(head: &Value, last: i64) -> Option<i64> {
+    let entry: HistoryEntry = serde_json::from_value(head.clone()).ok()?;
+    let paused =
+        entry.outcome == Outcome::Skipped && entry.error.as_deref() == Some(PAUSED_REASON) && entry.tick == Some(last);
+    paused.then(|| entry.first_tick.unwrap_or(last))
 }
 
 /// What [`Hold::run_tick`] did.

@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 
 use super::hold::Hold;
 use super::node::{Owed, Shared};
-use super::record::{RunState, TickRecord};
+use super::record::RunState;
 use super::store::{Marker, RunMarker};
 use crate::error::LockError;
 
@@ -52,13 +52,7 @@ pub(crate) async fn pay(hold: &mut Hold<'_>, runs: &mut Vec<RunMarker>) -> bool 
                 .as_ref()
                 .filter(|r| r.tick == end.tick && r.state == RunState::Running && r.session == end.session);
             if let (None, Some(claimed)) = (&record, shows) {
-                record = Some(TickRecord::next(
-                    Some(claimed),
-                    end.tick,
-                    end.state.clone(),
-                    claimed.session,
-                    hold.version,
-                ));
+                record = Some(claimed.ended(end.state.clone(), hold.version));
             }
         }
         if let Some(run) = debt.marker.as_ref().and_then(|key| runs.iter().find(|m| m.key == *key)) {
@@ -134,15 +128,7 @@ async fn pay_later(shared: Arc<Shared>) {
             pause = back_off(pause).await;
             continue;
         };
-        let mut hold = Hold {
-            shared: &shared,
-            guard: &guard,
-            zk: &zk,
-            record,
-            version: state.stat.version,
-            history: state.history,
-            pending: Vec::new(),
-        };
+        let mut hold = Hold::over(&shared, &guard, &zk, record, state.stat.version, state.history);
         let mut runs = state.runs;
         if !pay(&mut hold, &mut runs).await {
             drop(guard);

@@ -82,6 +82,50 @@ pub(crate) fn in_doubt_up_to(ticks: &Ticks, written: i64) -> Option<i64> {
     ticks.tick_at(tick_time(written.saturating_add(limit_ms())))
 }
 
+/// What the record, as read, shows taken: the tick it can stand for ([`credible`]), and when
+/// it was not written by a scheduler node (restored, edited, a tombstone, or cleared after
+/// ticks were taken), the latest tick due when it was written ([`in_doubt_up_to`]), where that
+/// is later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
+    pub credible: Option<i64>,
+    pub in_doubt: Option<i64>,
+}
+
+impl Taken {
+    /// Judges a record that names `tick` (`None`: the record is empty), written when
+    /// ZooKeeper's clock read `written`. `proven`: written by a scheduler node at the znode's
+    /// current version. `ever_written`: the znode's data was set since it was created (a
+    /// record emptied by hand says as little as a restored one).
+    pub fn judge(ticks: &Ticks, tick: Option<i64>, written: i64, proven: bool, ever_written: bool) -> Taken {
+        let credible = tick.and_then(|tick| credible(ticks, tick, written));
+        let in_doubt = if proven || (tick.is_none() && !ever_written) {
+            None
+        } else {
+            in_doubt_up_to(ticks, written).filter(|last| Some(*last) > credible)
+        };
+        Taken { credible, in_doubt }
+    }
+
+    /// The latest tick taken, as far as anyone can tell.
+    pub fn up_to(&self) -> Option<i64> {
+        self.credible.max(self.in_doubt)
+    }
+
+    /// The ticks in doubt, first and last: those after the credible tick (or, when the record
+    /// was emptied and names none, after `named`, the latest tick the history names) up to
+    /// [`in_doubt`](Self::in_doubt). The first is `None` when nothing names a tick: every
+    /// tick up to the last is in doubt.
+    pub fn doubt(&self, ticks: &Ticks, named: Option<i64>) -> Option<(Option<i64>, i64)> {
+        let last = self.in_doubt?;
+        let Some(known) = self.credible.or(named) else {
+            return Some((None, last));
+        };
+        let first = ticks.after(known).filter(|first| *first <= last).unwrap_or(last);
+        Some((Some(first), last))
+    }
+}
+
 /// What a beat knows when it decides which ticks to run.
 #[derive(Clone)]
 pub(crate) struct Beat<'a> {
@@ -94,13 +138,10 @@ pub(crate) struct Beat<'a> {
     pub own: i64,
     /// The latest tick this node is done with.
     pub since: Option<i64>,
-    /// The tick the record shows taken ([`credible`]); `None` with no record.
+    /// The latest tick the record shows taken ([`Taken::up_to`]): the tick it can stand for,
+    /// or for a record not written by a scheduler node, the ticks due when it was written; `None`
+    /// with no record. Every tick after it is untaken: whoever takes one rewrites the record.
     pub recorded: Option<i64>,
-    /// Whether the record, as read, was written by a scheduler node at the znode's current
-    /// version, and so proves that the ticks after its own are untaken. Judged before anything
-    /// is written over it: a record restored from a backup stays unproven even after the hold
-    /// has settled its run as lost.
-    pub proven: bool,
     pub paused: bool,
 }
 
@@ -120,21 +161,16 @@ pub(crate) enum Plan {
         /// came while the job's lock was busy. Nobody will run them; the history says so.
         passed: Option<Missed>,
         floor: Option<i64>,
-        /// The record was not written by a scheduler node (edited or restored), so late ticks
-        /// were not considered although this node has handled ticks before.
-        unproven: bool,
     },
 }
 
 /// Decides which ticks a beat runs and which it gives up.
 ///
-/// Ticks at or before the record were taken; ticks at or before `since` were handled here.
-/// Ticks in between are run late only when the record proves it was written by the node that
-/// took the last of them: a deleted, hand-edited or restored record says nothing of the ticks
-/// after it, which may have run. A skip-policy beat runs only its own tick, and names the
-/// untaken ticks it passes over (when the record proves them untaken) so that they are in the
-/// history, not nowhere. The starting deadline is judged by [`Clocks::now`], the time the
-/// tick was chosen by.
+/// Ticks at or before the record were taken; ticks at or before `since` were handled here; the
+/// ticks in between are late, and run as the policy and catch-up say. With no record at all
+/// (a new job), only the own tick is due. A skip-policy beat runs only its own tick, and names
+/// the untaken ticks it passes over so that they are in the history, not nowhere. The starting
+/// deadline is judged by [`Clocks::now`], the time the tick was chosen by.
 pub(crate) fn plan(beat: &Beat<'_>) -> Plan {
     let own = beat.own;
     if let Some(recorded) = beat.recorded.filter(|recorded| *recorded >= own) {
@@ -149,12 +185,10 @@ pub(crate) fn plan(beat: &Beat<'_>) -> Plan {
         Policy::Skip => (None, 0),
     };
     // A node's first beat (`since` is none) catches up from the record alone.
-    let floor = if beat.proven {
-        since.max(beat.recorded)
-    } else {
-        since.max(beat.recorded).max(beat.ticks.before(own))
+    let floor = match beat.recorded {
+        Some(recorded) => since.max(Some(recorded)),
+        None => since.max(beat.ticks.before(own)),
     };
-    let unproven = !beat.proven && since.is_some() && beat.recorded.is_some();
     let (mut due, mut missed) = match floor {
         Some(floor) => due_ticks(beat.ticks, floor, own, late),
         // The schedule has no tick before `own`: `own` is its first.
@@ -174,8 +208,62 @@ pub(crate) fn plan(beat: &Beat<'_>) -> Plan {
         missed,
         passed,
         floor,
-        unproven,
     }
+}
+
+/// Why a run of ticks is not run ([`Gap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// Due when an unproven record was written at `written`: they may have run before it.
+    /// `open`: nothing names where they start, so every tick up to the last is meant.
+    InDoubt { written: i64, open: bool },
+    /// Passed over under [`Policy::Skip`]: they came while the job's lock was busy.
+    Passed,
+    /// Given up by the catch-up policy or the starting deadline.
+    GaveUp,
+}
+
+/// A run of ticks a beat does not run, for one history entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Gap {
+    pub first: i64,
+    pub last: i64,
+    /// How many ticks, counted up to [`super::ticks::COUNT_MISSED_UP_TO`] (0: not counted).
+    pub count: u64,
+    pub why: Why,
+}
+
+/// The runs of ticks a beat leaves unrun and must name in the history, oldest first: those in
+/// doubt ([`Taken::doubt`]; `named`: the latest tick the history names), those its plan
+/// passes over and those it gives up.
+pub(crate) fn gaps(
+    ticks: &Ticks,
+    taken: &Taken,
+    written: i64,
+    named: Option<i64>,
+    passed: Option<&Missed>,
+    missed: Option<&Missed>,
+) -> Vec<Gap> {
+    let doubt = taken.doubt(ticks, named).map(|(first, last)| Gap {
+        first: first.unwrap_or(last),
+        last,
+        count: 0,
+        why: Why::InDoubt {
+            written,
+            open: first.is_none(),
+        },
+    });
+    let range = |m: &Missed, why| Gap {
+        first: m.first,
+        last: m.last,
+        count: m.count,
+        why,
+    };
+    doubt
+        .into_iter()
+        .chain(passed.map(|m| range(m, Why::Passed)))
+        .chain(missed.map(|m| range(m, Why::GaveUp)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -274,7 +362,6 @@ mod tests {
             own: T,
             since: None,
             recorded: None,
-            proven: true,
             paused: false,
         }
     }
@@ -285,7 +372,6 @@ mod tests {
             missed: None,
             passed: None,
             floor: floor.map(|f| T + f * S),
-            unproven: false,
         }
     }
 
@@ -357,7 +443,6 @@ mod tests {
                 "no record: only the own tick",
                 Beat {
                     since: at(-5),
-                    proven: false,
                     ..beat(&ticks)
                 },
                 run(&[0], Some(-1)),
@@ -378,7 +463,6 @@ mod tests {
                     }),
                     passed: None,
                     floor: at(-3),
-                    unproven: false,
                 },
             ),
             (
@@ -397,7 +481,6 @@ mod tests {
                         count: 2,
                     }),
                     floor: at(-3),
-                    unproven: false,
                 },
             ),
             (
@@ -417,18 +500,7 @@ mod tests {
                         count: 2,
                     }),
                     floor: at(-3),
-                    unproven: false,
                 },
-            ),
-            (
-                "skip after an unproven record: the own tick only, nothing claimed",
-                Beat {
-                    recorded: at(-3),
-                    policy: Policy::Skip,
-                    proven: false,
-                    ..beat(&ticks)
-                },
-                run(&[0], Some(-1)),
             ),
         ];
         for (what, beat, expected) in cases {
@@ -436,32 +508,56 @@ mod tests {
         }
     }
 
-    /// A record that was restored, edited or rewritten by hand, whatever the state it shows
-    /// (`running` included), proves nothing about the ticks after it: only the own tick runs.
+    /// A record that was restored, edited or emptied by hand, whatever it shows (`running`
+    /// included), counts every tick due when it was written as taken, in doubt: those are named
+    /// in the history, not run. The ticks after it were due when nobody wrote the record, so
+    /// nobody took them: they run as late ticks do.
     #[test]
-    fn an_unproven_record_runs_only_the_own_tick() {
+    fn an_unproven_record_holds_the_ticks_due_when_written_in_doubt_and_runs_the_later_ones() {
         let ticks = every_second();
         let at = |s: i64| Some(T + s * S);
-        let unproven = Beat {
-            recorded: at(-3),
-            since: at(-4),
-            proven: false,
-            ..beat(&ticks)
-        };
+        let written = T - 3 * S - 300;
+        let restored = Taken::judge(&ticks, at(-10), written, false, true);
         assert_eq!(
-            plan(&unproven),
-            Plan::Run {
-                due: vec![T],
-                missed: None,
-                passed: None,
-                floor: at(-1),
-                unproven: true
+            restored,
+            Taken {
+                credible: at(-10),
+                in_doubt: at(-3)
             }
         );
-        // A node's first beat has nothing to warn about.
+        assert_eq!(restored.up_to(), at(-3));
+        let unproven = Beat {
+            recorded: restored.up_to(),
+            since: at(-5),
+            ..beat(&ticks)
+        };
+        assert_eq!(plan(&unproven), run(&[-2, -1, 0], Some(-3)));
+        assert_eq!(
+            gaps(&ticks, &restored, written, at(-5), None, None),
+            vec![Gap {
+                first: T - 9 * S,
+                last: T - 3 * S,
+                count: 0,
+                why: Why::InDoubt { written, open: false }
+            }]
+        );
+        // Written by a scheduler node at the znode's version: no doubt.
+        let proven = Taken::judge(&ticks, at(-10), written, true, true);
+        assert_eq!(proven.in_doubt, None);
+        assert_eq!(proven.up_to(), at(-10));
+        // Emptied after ticks were taken: in doubt from after the latest tick the history names.
+        let emptied = Taken::judge(&ticks, None, written, false, true);
+        assert_eq!(emptied.up_to(), at(-3));
+        assert_eq!(emptied.doubt(&ticks, at(-6)), Some((at(-5), T - 3 * S)));
+        // ... and when nothing names a tick, every tick up to the last.
+        assert_eq!(emptied.doubt(&ticks, None), Some((None, T - 3 * S)));
+        // A new job's empty record: nothing in doubt, only the own tick runs.
+        let new = Taken::judge(&ticks, None, written, false, false);
+        assert_eq!(new.up_to(), None);
         let first = Beat {
-            since: None,
-            ..unproven
+            recorded: new.up_to(),
+            since: at(-5),
+            ..beat(&ticks)
         };
         assert_eq!(plan(&first), run(&[0], Some(-1)));
     }

@@ -108,6 +108,17 @@ impl TickRecord {
         }
     }
 
+    /// This record's run ended in `state`, written over znode version `over`. The version
+    /// stamp is kept off when this record was not [`intact`](Self::intact) there (restored or
+    /// edited): settling a run proves no more about the ticks than the record did.
+    pub fn ended(&self, state: RunState, over: i32) -> TickRecord {
+        let mut next = TickRecord::next(Some(self), self.tick, state, self.session, over);
+        if !self.intact(over) {
+            next.version = None;
+        }
+        next
+    }
+
     /// Whether this data was written by a scheduler node as the node's current version.
     pub fn intact(&self, node_version: i32) -> bool {
         self.version == Some(node_version)

@@ -121,6 +121,9 @@ pub(crate) struct Commit<'a> {
     pub take: Option<&'a str>,
     /// Runs' markers to create or delete; each must (or must not) still be there.
     pub markers: Vec<Marker>,
+    /// Fails the write while the job is paused: a tick's claim, so that no tick is taken after
+    /// a pause was written, even by a hold that read the job's state just before it.
+    pub unless_paused: bool,
 }
 
 /// Why a fenced write did not happen.
@@ -133,6 +136,8 @@ pub(crate) enum WriteError {
     Taken,
     /// A run's marker was not as read (another node settled it meanwhile): read again.
     Stale,
+    /// The job was paused since its state was read ([`Commit::unless_paused`]).
+    Paused,
     /// ZooKeeper could not be asked.
     ZooKeeper(zk::Error),
 }
@@ -145,6 +150,7 @@ impl std::fmt::Display for WriteError {
             }
             WriteError::Taken => f.write_str("the request was taken by another node"),
             WriteError::Stale => f.write_str("a run's marker changed since it was read"),
+            WriteError::Paused => f.write_str("the job was paused since its state was read"),
             WriteError::ZooKeeper(e) => write!(f, "ZooKeeper: {e}"),
         }
     }
@@ -244,6 +250,16 @@ impl RecordStore {
     ) -> Result<Option<zk::Stat>, WriteError> {
         let mut multi = zk.new_multi_writer();
         multi.add_check_version(lock_node, -1).map_err(WriteError::ZooKeeper)?;
+        // A multi cannot check that a node is absent; creating it and deleting it again does.
+        let pause_check = usize::from(commit.unless_paused) * 2;
+        if commit.unless_paused {
+            let paused = self.child(PAUSED);
+            let persistent = zk::CreateMode::Persistent.with_acls(acls);
+            multi
+                .add_create(&paused, &[], &persistent)
+                .map_err(WriteError::ZooKeeper)?;
+            multi.add_delete(&paused, None).map_err(WriteError::ZooKeeper)?;
+        }
         let data = commit.record;
         if let Some((data, version)) = &data {
             multi
@@ -256,7 +272,7 @@ impl RecordStore {
                 .add_set_data(&history_path, history, None)
                 .map_err(WriteError::ZooKeeper)?;
         }
-        let take_index = 1 + usize::from(data.is_some()) + usize::from(commit.history.is_some());
+        let take_index = 1 + pause_check + usize::from(data.is_some()) + usize::from(commit.history.is_some());
         let take = commit.take.map(|name| self.child(name));
         if let Some(take) = &take {
             multi.add_delete(take, None).map_err(WriteError::ZooKeeper)?;
@@ -287,13 +303,17 @@ impl RecordStore {
             }
         }
         match multi.commit().await {
-            Ok(results) if data.is_some() => match results.into_iter().nth(1) {
+            Ok(results) if data.is_some() => match results.into_iter().nth(1 + pause_check) {
                 Some(zk::MultiWriteResult::SetData { stat }) => Ok(Some(stat)),
                 _ => Err(WriteError::ZooKeeper(zk::Error::UnexpectedError(
                     "multi-operation answered without the set-data result".into(),
                 ))),
             },
             Ok(_) => Ok(None),
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NodeExists,
+                index: 1,
+            }) if commit.unless_paused => Err(WriteError::Paused),
             Err(zk::MultiWriteError::OperationFailed {
                 source: zk::Error::NoNode,
                 index,
@@ -381,6 +401,20 @@ impl RecordStore {
         }
     }
 
+    /// After the take of the run-now request `key` failed without a definite answer, finds out
+    /// whether it was applied: the take created `alive-<key>` in `session` in the same
+    /// multi-operation, so that node, owned by `session`, is there only if it was. `None` when
+    /// the server cannot tell now (the marker then speaks for the run: when the session ends,
+    /// the next holder records it as lost).
+    pub async fn took(&self, zk: &zk::Client, key: &str, session: i64) -> Option<bool> {
+        let path = self.child(&format!("{ALIVE_PREFIX}{key}"));
+        let (_, stat) = tokio::join!(zk.sync(&path), zk.check_stat(&path));
+        match stat {
+            Ok(stat) => Some(stat.is_some_and(|stat| stat.ephemeral_owner == session)),
+            Err(_) => None,
+        }
+    }
+
     /// After a write of `record` over `version` failed without a definite answer (the
     /// connection dropped: the multi-operation may or may not have been applied), finds out
     /// which: syncs and re-reads the record until the server answers, for at most `within`.
@@ -457,6 +491,92 @@ mod tests {
         // Written again since: not the version our write would have made.
         zk.set_data(&store.path, &ours.encode(), None).await.unwrap();
         assert!(store.confirm(&zk, &ours, version, within).await.is_none());
+    }
+
+    /// A tick's claim fails while `paused` exists, however recently it was written, and
+    /// leaves no `paused` behind when it succeeds; other writes go through a pause. The take of
+    /// a run-now request is recognised from its `alive-` marker.
+    #[tokio::test]
+    async fn a_claim_fails_while_the_job_is_paused_and_a_take_is_recognised_by_its_marker() {
+        let server = zklock_testing::ZkServer::start().unwrap();
+        let zk = zk::Client::connector()
+            .with_session_timeout(std::time::Duration::from_secs(4))
+            .connect(&server.connect_string())
+            .await
+            .unwrap();
+        let acls = zk::Acls::anyone_all();
+        let store = RecordStore::for_job("/zklock", "pausable");
+        let version = store.read_state(&zk, acls).await.unwrap().stat.version;
+        // Stands in for the writer's lock node: the commit's fence.
+        let lock_node = "/zklock.jobs/pausable-lock";
+        zk.create(lock_node, b"", &zk::CreateMode::Ephemeral.with_acls(acls))
+            .await
+            .unwrap();
+        let session = zk.session_id().0;
+        let claim = |tick: i64, over: i32| TickRecord::next(None, tick, RunState::Running, Some(session), over);
+        let commit = |record: TickRecord, over: i32, unless_paused: bool| Commit {
+            record: Some((record.encode(), over)),
+            history: None,
+            take: None,
+            markers: Vec::new(),
+            unless_paused,
+        };
+        let stat = store
+            .commit(&zk, acls, lock_node, commit(claim(1_000, version), version, true))
+            .await
+            .unwrap()
+            .expect("the record was written");
+        assert_eq!(stat.version, version + 1);
+        let children = zk.list_children(&store.path).await.unwrap();
+        assert!(
+            !children.iter().any(|c| c == PAUSED),
+            "no pause left behind: {children:?}"
+        );
+
+        zk.create(&store.child(PAUSED), b"", &zk::CreateMode::Persistent.with_acls(acls))
+            .await
+            .unwrap();
+        let refused = store
+            .commit(
+                &zk,
+                acls,
+                lock_node,
+                commit(claim(2_000, stat.version), stat.version, true),
+            )
+            .await;
+        assert!(matches!(refused, Err(WriteError::Paused)), "{refused:?}");
+        let state = store.read_state(&zk, acls).await.unwrap();
+        assert_eq!(state.stat.version, stat.version, "nothing was written");
+        assert!(state.paused, "the pause is kept");
+        let skipped = TickRecord::next(None, 2_000, RunState::Skipped, Some(session), stat.version);
+        store
+            .commit(&zk, acls, lock_node, commit(skipped, stat.version, false))
+            .await
+            .expect("a write that is not a claim goes through a pause");
+
+        // The take of `trigger-1` with its marker: recognised for this session only.
+        let trigger = format!("{TRIGGER_PREFIX}1");
+        zk.create(&store.child(&trigger), b"", &zk::CreateMode::Persistent.with_acls(acls))
+            .await
+            .unwrap();
+        assert_eq!(store.took(&zk, &trigger, session).await, Some(false), "not taken yet");
+        let take = Commit {
+            record: None,
+            history: None,
+            take: Some(&trigger),
+            markers: vec![Marker::Open {
+                key: trigger.clone(),
+                data: String::new(),
+            }],
+            unless_paused: false,
+        };
+        store.commit(&zk, acls, lock_node, take).await.unwrap();
+        assert_eq!(store.took(&zk, &trigger, session).await, Some(true));
+        assert_eq!(
+            store.took(&zk, &trigger, session + 1).await,
+            Some(false),
+            "another session's"
+        );
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use super::*;
 use crate::scheduler::{remove_job, reset_job};
 
-/// A paused job runs on no node; each paused tick is taken as skipped (one history entry for
-/// the whole pause), and none of them is replayed after the resume.
+/// A paused job runs on no node; each paused tick is taken as skipped (one history entry, from
+/// the first to the last, for the whole pause), and none of them is replayed after the resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_job_runs_nowhere_and_resumes_without_replaying() {
     let server = ZkServer::start().unwrap();
@@ -42,10 +42,12 @@ async fn a_paused_job_runs_nowhere_and_resumes_without_replaying() {
         vec![
             (Some(t + 5 * SECOND), Outcome::Ok),
             (Some(t + 4 * SECOND), Outcome::Ok),
-            (Some(t + SECOND), Outcome::Skipped),
+            (Some(t + 3 * SECOND), Outcome::Skipped),
             (Some(t), Outcome::Ok),
         ]
     );
+    // One entry, widened at each paused beat, stands for every paused tick.
+    assert_eq!(history[2].first_tick, Some(t + SECOND));
     assert_eq!(history[2].error.as_deref(), Some("paused"));
 }
 
