@@ -157,6 +157,8 @@ mod policy;
 mod record;
 mod registration;
 mod run;
+#[cfg(test)]
+mod sim;
 mod stats;
 mod store;
 #[cfg(test)]
