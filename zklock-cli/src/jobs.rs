@@ -264,6 +264,44 @@ fn history_line(run: &HistoryEntry) -> String {
         ),
         age(Duration::from_millis(run.duration_ms)),
         outcome_name(&run.outcome),
-        run.error.as_deref().unwrap_or(""),
+        range_and_error(run),
     )
+}
+
+/// The last column: for an entry that stands for a run of ticks, where the run began, then the
+/// error or the reason.
+fn range_and_error(run: &HistoryEntry) -> String {
+    let error = run.error.as_deref().unwrap_or("");
+    match run.first_tick.filter(|first| Some(*first) != run.tick) {
+        Some(first) => format!("(from {}) {error}", timestamp(first)),
+        None => error.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(json: serde_json::Value) -> HistoryEntry {
+        serde_json::from_value(json).unwrap()
+    }
+
+    /// An entry that stands for a run of ticks shows where the run began; one tick shows none.
+    #[test]
+    fn a_range_entry_shows_its_first_tick() {
+        let base = serde_json::json!({
+            "tick": 1_790_000_060_000_i64, "node": "n", "started": 0, "duration_ms": 0,
+            "outcome": "skipped", "error": "paused",
+        });
+        let mut ranged = base.clone();
+        ranged["first_tick"] = 1_790_000_040_000_i64.into();
+        assert_eq!(
+            range_and_error(&entry(ranged)),
+            format!("(from {}) paused", timestamp(1_790_000_040_000))
+        );
+        let mut same = base.clone();
+        same["first_tick"] = 1_790_000_060_000_i64.into();
+        assert_eq!(range_and_error(&entry(same)), "paused");
+        assert_eq!(range_and_error(&entry(base)), "paused");
+    }
 }
