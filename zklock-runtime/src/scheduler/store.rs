@@ -106,6 +106,8 @@ pub(crate) struct JobState {
     pub triggers: Vec<String>,
     /// The markers of runs the record cannot speak for ([`Marker`]).
     pub runs: Vec<RunMarker>,
+    /// Whether replace requests ([`REPLACE_PREFIX`]) are waiting.
+    pub replace_requests: bool,
     /// The history as written, newest first.
     pub history: Vec<Value>,
 }
@@ -212,6 +214,7 @@ impl RecordStore {
                 stat,
                 paused: children.iter().any(|c| c == PAUSED),
                 runs: run_markers(&children),
+                replace_requests: children.iter().any(|c| c.starts_with(REPLACE_PREFIX)),
                 triggers: children.into_iter().filter(|c| c.starts_with(TRIGGER_PREFIX)).collect(),
                 history,
             });
@@ -379,7 +382,9 @@ impl RecordStore {
         }
     }
 
-    /// Deletes the replace requests for `tick` or earlier: they are served.
+    /// Deletes the replace requests for `tick` or earlier: they are served (a run of `tick`
+    /// started under `Policy::Replace`), or stale (the record shows `tick` taken, and a run
+    /// ignores requests for its own tick or earlier).
     pub async fn clear_replaced_up_to(&self, zk: &zk::Client, ticks: &Ticks, tick: i64) {
         let Ok(children) = zk.list_children(&self.path).await else {
             return;

@@ -7,7 +7,7 @@
 //! 3. no tick is claimed while the job is paused (from the moment the pause is written);
 //! 4. every run-now request runs once, or the history says it was lost, or a removal took it;
 //! 5. nothing is left that nobody will delete: no run marker without its run, no end still
-//!    owed, no request untaken after the quiet spell;
+//!    owed, no run-now or replace request left from before the quiet spell;
 //! 6. the job makes progress in the quiet spell: some run ends by itself;
 //! 7. no tick is given up by the starting deadline before it is that late by ZooKeeper's
 //!    clock;
@@ -131,6 +131,18 @@ pub(super) fn violations(scenario: &Scenario, finished: &Finished) -> Vec<String
             if !live {
                 found.push(format!("5: run marker {key} outlived its run"));
             }
+        }
+    }
+    if let Some(job) = &finished.job {
+        let old = job
+            .replace
+            .values()
+            .filter(|(_, ctime)| *ctime < finished.quiet_from)
+            .count();
+        if old > 0 {
+            found.push(format!(
+                "5: {old} replace request(s) from before the quiet spell are still there"
+            ));
         }
     }
     if let Some(since) = finished.owed.filter(|since| *since < last_due) {

@@ -154,6 +154,14 @@ impl Node {
         if !hold.settle_orphan(&runs).await {
             return None;
         }
+        if let Some(record) = hold.record.as_ref().filter(|_| !self.defects.replace_uncapped) {
+            if let Some(taken) = plan::credible(&self.ticks, record.tick, state.mtime) {
+                self.trip().await;
+                let ticks = self.ticks.clone();
+                self.zk()
+                    .clear_replaced(|asked, ctime| plan::credible(&ticks, asked, ctime).unwrap_or(asked) <= taken);
+            }
+        }
         if self.defects.settle_before_proven {
             proven = hold.record.as_ref().is_some_and(|r| r.intact(hold.version));
         }

@@ -532,6 +532,31 @@ async fn replace_stops_the_running_run_for_the_later_tick() {
     assert!(left.iter().all(|c| !c.starts_with("replace-")), "{left:?}");
 }
 
+/// A replace request for a tick another policy's node took is stale: the next holder deletes
+/// it, whatever its policy, so it does not stay when no node under `Replace` runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_replace_request_is_deleted_by_the_next_holder_of_any_policy() {
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let a = Node::start(&server, 0, "stale", Policy::OncePerTick, &log).await;
+    let t = an_hour_ago();
+    a.fire_at(t).await;
+    // As a node under `Replace` asks while the lock is busy with the run of t.
+    let zk = raw(&server).await;
+    let request = format!("{}/replace-", record_path("stale"));
+    zk.create(
+        &request,
+        format!("tick={t}").as_bytes(),
+        &zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    a.fire_at(t + SECOND).await;
+    let left: Vec<String> = zk.list_children(&record_path("stale")).await.unwrap();
+    assert!(left.iter().all(|c| !c.starts_with("replace-")), "{left:?}");
+    assert_eq!(runs(&log), vec![(0, t), (0, t + SECOND)]);
+}
+
 /// Under `Allow`, a tick runs when it comes although the run of an earlier one is still going;
 /// each tick still runs once, and each run's end is recorded once it has ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
