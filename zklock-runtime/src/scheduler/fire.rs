@@ -346,13 +346,8 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
     if !hold.settle_earlier_runs(handled.unconfirmed.take(), &runs).await {
         return None;
     }
-    // Replace requests for the record's tick or earlier are stale whatever the policy of
-    // the node that took it: deleted here, or nothing would delete them when no node under
-    // `Policy::Replace` runs again.
-    if let (true, Some(record)) = (state.replace_requests, &hold.record) {
-        if let Some(taken) = plan::credible(&shared.ticks, record.tick, state.stat.mtime) {
-            shared.store.clear_replaced_up_to(&zk, &shared.ticks, taken).await;
-        }
+    if state.replace_requests {
+        hold.clear_stale_replace_requests(state.stat.mtime).await;
     }
 
     let own = cap_by_server_clock(shared, guard.server_now_ms(), own)?;

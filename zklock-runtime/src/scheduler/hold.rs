@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 
 use super::history::{self, HistoryEntry, Outcome};
 use super::node::{ms_of, End, Handled, Shared};
+use super::plan;
 use super::policy::Policy;
 use super::record::{RunState, TickRecord};
 use super::run::{execute, Ended, JobRun};
@@ -216,6 +217,20 @@ impl<'a> Hold<'a> {
             }
         }
         self.settle_orphan(runs).await
+    }
+
+    /// Deletes the replace requests for the record's tick or earlier (the record written at
+    /// `written`): they are stale whatever the policy of the node that took the tick, and
+    /// nothing else would delete them when no node under `Policy::Replace` runs again.
+    pub async fn clear_stale_replace_requests(&self, written: i64) {
+        let shared = self.shared;
+        let taken = self
+            .record
+            .as_ref()
+            .and_then(|record| plan::credible(&shared.ticks, record.tick, written));
+        if let Some(taken) = taken {
+            shared.store.clear_replaced_up_to(self.zk, &shared.ticks, taken).await;
+        }
     }
 
     /// A record left `running` by a run that never reported back: we hold the lock, so that run
