@@ -154,7 +154,7 @@ impl Node {
         if !hold.settle_orphan(&runs).await {
             return None;
         }
-        if let Some(record) = hold.record.as_ref().filter(|_| !self.defects.replace_uncapped) {
+        if let Some(record) = hold.record.as_ref().filter(|_| !self.defects.stale_requests_kept) {
             if let Some(taken) = plan::credible(&self.ticks, record.tick, state.mtime) {
                 self.trip().await;
                 let ticks = self.ticks.clone();
@@ -194,26 +194,33 @@ impl Node {
             let planned = plan::plan(&beat);
             let (due, missed, passed, floor) = match planned {
                 Plan::Taken { .. } => {
-                    if let Some(last) = taken.in_doubt {
+                    let in_doubt = taken.in_doubt.filter(|_| !self.defects.doubt_only_with_a_claim);
+                    if let Some(last) = in_doubt {
                         for gap in plan::gaps(&self.ticks, &taken, written, self.named(), None, None) {
                             hold.pending.push(self.gap_entry(&gap));
                         }
-                        if !hold.take_missed(last).await {
+                        if !hold.take_missed(last).await && !self.defects.handled_before_written {
                             return done;
                         }
                     }
                     return Some(own);
                 }
                 Plan::Paused => {
-                    for gap in plan::gaps(&self.ticks, &taken, written, self.named(), None, None) {
-                        hold.pending.push(self.gap_entry(&gap));
+                    if !self.defects.doubt_only_with_a_claim {
+                        for gap in plan::gaps(&self.ticks, &taken, written, self.named(), None, None) {
+                            hold.pending.push(self.gap_entry(&gap));
+                        }
                     }
                     let first = taken
                         .up_to()
                         .and_then(|up_to| self.ticks.after(up_to))
                         .filter(|first| *first <= own);
                     let skipped = hold.skip_paused(first.unwrap_or(own), own).await;
-                    return if skipped { Some(own) } else { done };
+                    return if skipped || self.defects.handled_before_written {
+                        Some(own)
+                    } else {
+                        done
+                    };
                 }
                 Plan::Run {
                     due,
@@ -242,6 +249,9 @@ impl Node {
                     given_up = given_up.max(Some(gap.last));
                 }
                 hold.pending.push(self.gap_entry(&gap));
+            }
+            if self.defects.handled_before_written {
+                done = done.max(given_up);
             }
             let Some(&next) = due.first() else {
                 if let Some(last) = missed.map(|m| m.last) {

@@ -33,7 +33,11 @@ impl Node {
                     .as_ref()
                     .filter(|r| r.tick == *tick && r.state == RunState::Running && r.session == *session);
                 if let (None, Some(claimed)) = (&record, shows) {
-                    record = Some(claimed.ended(state.clone(), hold.version));
+                    let mut ended = claimed.ended(state.clone(), hold.version);
+                    if self.defects.owed_ends_stamp {
+                        ended.version = hold.version.checked_add(1);
+                    }
+                    record = Some(ended);
                 }
             }
             if let Some(run) = debt.marker.as_ref().and_then(|key| runs.iter().find(|(k, _)| k == key)) {
@@ -166,6 +170,7 @@ impl<'a> Hold<'a> {
         match self.commit(None, None, Some(name), markers, false).await {
             Ok(_) => {}
             Err(WriteError::Taken) => return true,
+            Err(WriteError::Transient) if node.defects.lost_takes_dropped => return false,
             Err(WriteError::Transient) => {
                 // hold.rs: the take's marker tells whether it was applied.
                 node.trip().await;
@@ -233,10 +238,15 @@ impl<'a> Hold<'a> {
     pub(super) async fn settle_orphan(&mut self, runs: &[(String, bool)]) -> bool {
         let node = self.node;
         let marker = |tick: i64| runs.iter().find(|(key, _)| *key == tick.to_string());
-        let orphan = self
-            .record
-            .as_ref()
-            .filter(|r| r.state == RunState::Running && !marker(r.tick).is_some_and(|(_, alive)| *alive));
+        let by_policy = node.defects.orphans_by_policy;
+        let orphan = self.record.as_ref().filter(|r| {
+            r.state == RunState::Running
+                && if by_policy {
+                    node.setup.policy != Policy::Allow
+                } else {
+                    !marker(r.tick).is_some_and(|(_, alive)| *alive)
+                }
+        });
         let Some(orphan) = orphan else {
             return true;
         };
@@ -244,8 +254,7 @@ impl<'a> Hold<'a> {
         if node.defects.settle_before_proven {
             lost.version = self.version.checked_add(1);
         }
-        let entry = marker(orphan.tick)
-            .is_none()
+        let entry = (by_policy || marker(orphan.tick).is_none())
             .then(|| node.entry(Some(orphan.tick), Outcome::Lost, "never reported back"));
         self.commit(Some(lost), entry, None, Vec::new(), false).await.is_ok()
     }
@@ -292,6 +301,11 @@ impl<'a> Hold<'a> {
             self.node.record_session(),
             self.version,
         );
+        if self.node.defects.paused_stretch_unnamed {
+            let already = self.record.as_ref().is_some_and(|r| r.state == RunState::Skipped);
+            let entry = (!already).then(|| self.node.entry(Some(own), Outcome::Skipped, "paused"));
+            return self.commit(Some(skipped), entry, None, Vec::new(), false).await.is_ok();
+        }
         let stretch = {
             let zk = self.node.zk();
             let head = zk.job.as_ref().and_then(|job| job.history.last().cloned());
@@ -331,7 +345,7 @@ impl<'a> Hold<'a> {
             Policy::Allow if self.markers_on() => vec![Marker::Open(claim.tick.to_string())],
             _ => Vec::new(),
         };
-        let unless_paused = !node.defects.backlog_without_reread;
+        let unless_paused = !node.defects.claims_ignore_pause;
         match self
             .commit(Some(claim.clone()), None, None, markers, unless_paused)
             .await

@@ -42,6 +42,24 @@ pub(super) struct Defects {
     pub ends_not_owed: bool,
     /// 8: reset and remove clear the record instead of leaving a tombstone.
     pub no_tombstones: bool,
+    // Found by this simulation and fixed in the change that added it:
+    /// A tick's claim does not fail while the job is paused.
+    pub claims_ignore_pause: bool,
+    /// A paused stretch names only its first tick.
+    pub paused_stretch_unnamed: bool,
+    /// A doubt is written only with a claim (not when it makes the own tick taken, nor while
+    /// paused).
+    pub doubt_only_with_a_claim: bool,
+    /// An owed end written over a restored record stamps it.
+    pub owed_ends_stamp: bool,
+    /// Orphans are settled by the settling node's policy, not by the run's marker.
+    pub orphans_by_policy: bool,
+    /// Ticks given up or paused count as handled before their entry is written.
+    pub handled_before_written: bool,
+    /// A take of a run-now request whose answer was lost is given up.
+    pub lost_takes_dropped: bool,
+    /// Only runs under `Replace` delete replace requests.
+    pub stale_requests_kept: bool,
 }
 
 /// How a node is set up.
