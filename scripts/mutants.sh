@@ -42,7 +42,11 @@ FILES[pulse]="connection/pulse.rs"
 TESTS[pulse]="--lib"
 FILES[jobs]="scheduler/run.rs scheduler/record.rs"
 TESTS[jobs]="--lib --test scheduler"
-ORDER=(rules queue handoff holds multi pulse jobs)
+FILES[delay]="engine/lock_delay.rs"
+TESTS[delay]="--lib --test lock_delay"
+FILES[own]="engine/own_node.rs engine/loss.rs"
+TESTS[own]="--lib --test lock_revoke --test never_falsely_held --test session_moved --test lock_lifecycle"
+ORDER=(rules queue handoff holds multi pulse jobs delay own)
 
 groups=("$@")
 [[ ${#groups[@]} -eq 0 ]] && groups=("${ORDER[@]}")

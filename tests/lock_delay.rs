@@ -303,6 +303,65 @@ async fn giving_up_inside_the_delay_passes_the_delay_on() {
     drop((guard, next));
 }
 
+/// A waiter that learned of an unmarked vanish ahead of it and then waits for another node
+/// (here the holder) keeps its own removal unmarked (`Vanished::pending`): when it gives up,
+/// the waiter behind it learns of an unmarked vanish in turn and waits the delay once its turn
+/// comes, rather than walking in as soon as the holder releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_knows_of_a_vanish_and_gives_up_behind_the_holder_passes_the_delay_on() {
+    let zk = server();
+    let holder = client(&zk.connect_string()).await;
+    let doomed = client(&zk.connect_string()).await;
+    let first = client(&zk.connect_string()).await;
+    let second = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let delay = Duration::from_secs(3);
+    let lock = |c: &LockClient| c.mutex("ld-behind").unwrap().with_lock_delay(delay).unwrap();
+    let dir = lock(&holder).path().to_owned();
+    let guard = lock(&holder).acquire().await.unwrap();
+    let held = guard.node_path().to_owned();
+    let newest = |queue: Vec<String>, known: &[&str]| {
+        let mut others: Vec<String> = queue
+            .into_iter()
+            .map(|n| format!("{dir}/{n}"))
+            .filter(|n| !known.contains(&n.as_str()))
+            .collect();
+        assert_eq!(others.len(), 1, "one new contender: {others:?}");
+        others.remove(0)
+    };
+    let doomed_task = waiter(lock(&doomed), SOON).await;
+    wait_watching(&zk, &session_of(&doomed), &held, "the doomed waiter").await;
+    let doomed_node = newest(contenders(&view, &dir).await, &[&held]);
+    let quitter = waiter(lock(&first), SOON).await;
+    wait_watching(&zk, &session_of(&first), &doomed_node, "the first waiter").await;
+    let first_node = newest(contenders(&view, &dir).await, &[&held, &doomed_node]);
+    let next = waiter(lock(&second), SOON + 2 * delay).await;
+    wait_watching(&zk, &session_of(&second), &first_node, "the second waiter").await;
+
+    // An operator deletes the doomed waiter's node: the first waiter learns of an unmarked
+    // vanish, and waits for the holder from then on.
+    view.delete(&doomed_node, None).await.unwrap();
+    doomed_task.abort();
+    wait_watching(&zk, &session_of(&first), &held, "the first waiter, after the vanish").await;
+    let quit_at = tokio::time::Instant::now();
+    quitter.abort();
+    let heard = support::eventually(SOON, || async {
+        !support::watches_of(&zk, &session_of(&second)).contains(&first_node)
+    })
+    .await;
+    assert!(heard, "the second waiter never heard of the first one's removal");
+    // A clean release: the second waiter's turn comes at once, and only the delay it was
+    // passed holds it back.
+    guard.release().await.unwrap();
+    let next = next.await.unwrap().expect("granted after the delay");
+    let waited = quit_at.elapsed();
+    assert!(
+        waited >= delay,
+        "granted {waited:?} after the first waiter gave up, within the {delay:?} delay it knew of"
+    );
+    next.release().await.unwrap();
+}
+
 /// A client whose ACL lets it create and delete its nodes but not write them still releases:
 /// the marked delete is refused, and the node is deleted unmarked instead of kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
