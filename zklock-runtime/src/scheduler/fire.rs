@@ -322,8 +322,8 @@ async fn under_lock(shared: &Arc<Shared>, guard: &LockGuard, handled: &mut Handl
             return None;
         }
     };
-    // Whether the record proves which ticks after its own are untaken is judged on the record
-    // as read, before this hold writes anything over it.
+    // Whether the record was written by a scheduler node (else the ticks due when it was
+    // written are in doubt) is judged on the record as read, before this hold writes over it.
     let proven = record.as_ref().is_some_and(|r| r.intact(state.stat.version));
     let mut hold = Hold::over(shared, guard, &zk, record, state.stat.version, state.history);
 

@@ -86,11 +86,12 @@
 //!
 //! What it does not cover: a node that joins while another node's clock is more than a tick
 //! ahead may find its first tick already passed; ticks beyond the catch-up policy are given
-//! up; and a record that was deleted, edited by hand or restored from a backup proves nothing
-//! about the ticks after it (the record carries the znode version it was written at), so a
-//! node then offers only its own tick: ticks in between that never ran are lost, none runs
-//! twice. This holds whatever state the record shows: a record restored while its run was
-//! going on is settled as `lost` and still proves nothing to the nodes after it.
+//! up; and a record that was edited by hand, emptied or restored from a backup (the record
+//! carries the znode version it was written at) cannot say which ticks due before it was
+//! written ran: those count as taken and the history names them as in doubt, none runs twice,
+//! and the ticks after it run as late ticks do. This holds whatever state the record shows: a
+//! record restored while its run was going on is settled as `lost` and stays unproven for the
+//! nodes after it.
 //!
 //! Clocks that disagree by more than the period are caught where it matters: a node never
 //! takes a tick more than one second ahead of ZooKeeper's clock (it takes the ticks due by

@@ -63,8 +63,6 @@ pub(super) struct Journal {
     /// Ticks given up by a beat of a node whose catch-up would have run them: the node's
     /// starting deadline (ms), the time it gave them up, first, last.
     pub deadline_misses: Vec<(i64, i64, i64, i64)>,
-    /// Runs that made way (`Replace`): the run, the tick it made way for, when.
-    pub made_way: Vec<(u64, i64, i64)>,
     /// When the server reaped the job's empty node.
     pub reaped: Vec<i64>,
     /// Notes on what the world did, for a failing seed's report.

@@ -427,11 +427,6 @@ impl<'a> Hold<'a> {
         let ended = node.execute(node.lost(ticket), replaced).await;
         node.running.store(i64::MIN, Ordering::SeqCst);
         let made_way = ended.outcome == Outcome::Replaced;
-        if made_way {
-            let mut zk = node.zk();
-            let now = zk.now();
-            zk.journal.made_way.push((run, tick, now));
-        }
         self.report(Some(tick), ended, None, run).await.is_some() && !made_way
     }
 }
