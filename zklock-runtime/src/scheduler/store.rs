@@ -456,17 +456,22 @@ mod tests {
     use super::super::record::RunState;
     use super::*;
 
+    /// A plain session on `server`, for reading and writing a job's znodes by hand.
+    async fn connect(server: &zklock_testing::ZkServer) -> zk::Client {
+        zk::Client::connector()
+            .with_session_timeout(std::time::Duration::from_secs(4))
+            .connect(&server.connect_string())
+            .await
+            .unwrap()
+    }
+
     /// A claim whose multi-operation was applied but whose answer was lost (a connection drop
     /// during failover) is recognised from the record itself; a record someone else wrote, or
     /// one written again since, is not taken for ours.
     #[tokio::test]
     async fn an_applied_claim_whose_answer_was_lost_is_recognised() {
         let server = zklock_testing::ZkServer::start().unwrap();
-        let zk = zk::Client::connector()
-            .with_session_timeout(std::time::Duration::from_secs(4))
-            .connect(&server.connect_string())
-            .await
-            .unwrap();
+        let zk = connect(&server).await;
         let store = RecordStore::for_job("/zklock", "ambiguous");
         let stat = store.read_state(&zk, zk::Acls::anyone_all()).await.unwrap().stat;
         let version = stat.version;
@@ -504,11 +509,7 @@ mod tests {
     #[tokio::test]
     async fn a_claim_fails_while_the_job_is_paused_and_a_take_is_recognised_by_its_marker() {
         let server = zklock_testing::ZkServer::start().unwrap();
-        let zk = zk::Client::connector()
-            .with_session_timeout(std::time::Duration::from_secs(4))
-            .connect(&server.connect_string())
-            .await
-            .unwrap();
+        let zk = connect(&server).await;
         let acls = zk::Acls::anyone_all();
         let store = RecordStore::for_job("/zklock", "pausable");
         let version = store.read_state(&zk, acls).await.unwrap().stat.version;
