@@ -187,6 +187,12 @@ pub(super) type Zk = Arc<Mutex<Ensemble>>;
 
 impl Ensemble {
     pub fn new() -> Zk {
+        // Outside the runtime, `Instant::now()` is the real clock, which a loaded machine moves
+        // on: a seed would then not replay to the millisecond.
+        assert!(
+            tokio::runtime::Handle::try_current().is_ok(),
+            "the ensemble starts on the simulation's paused clock"
+        );
         Arc::new(Mutex::new(Ensemble {
             start: Instant::now(),
             job: None,

@@ -126,7 +126,9 @@ pub(super) fn run(scenario: &Scenario) -> Finished {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    runtime.block_on(World::new(scenario).go())
+    // The world is built inside the runtime: its ensemble's clock starts on the paused clock,
+    // not on the real one a loaded machine moves on while the runtime is being built.
+    runtime.block_on(async { World::new(scenario).go().await })
 }
 
 struct World<'a> {
