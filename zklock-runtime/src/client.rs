@@ -18,6 +18,7 @@ use crate::engine::guard::ClientId;
 use crate::engine::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
 use crate::error::LockError;
 use crate::name::validate_namespace;
+use crate::ops::gauges::SessionGauge;
 use crate::ops::holder::Holder;
 use crate::ops::metrics::{Metrics, MetricsSnapshot};
 
@@ -137,6 +138,8 @@ pub(crate) struct ClientInner {
     /// The same session, readable without awaiting.
     latest: StdRwLock<Option<Arc<Session>>>,
     status: watch::Sender<SessionStatus>,
+    /// The client's place in the session gauges; moved with `status`.
+    session_gauge: SessionGauge,
     /// The thread this client's sessions run on, started with the first session.
     driver: tokio::sync::OnceCell<Arc<Driver>>,
     /// Whether a session timeout cut by the server was reported (once per client).
@@ -482,6 +485,7 @@ impl LockClientBuilder {
                 current: AsyncMutex::new(None),
                 latest: StdRwLock::new(None),
                 status,
+                session_gauge: SessionGauge::new(),
                 driver: tokio::sync::OnceCell::new(),
                 cut_reported: AtomicBool::new(false),
                 metrics: Arc::default(),
@@ -489,6 +493,17 @@ impl LockClientBuilder {
                 cleanup: Cleanup::new(),
             }),
         })
+    }
+}
+
+impl ClientInner {
+    /// The client's status is now `status`: told to its watchers and to the session gauges,
+    /// in one step, so both see the same order of changes.
+    fn set_status(&self, status: SessionStatus) {
+        self.status.send_modify(|current| {
+            *current = status;
+            self.session_gauge.set(status);
+        });
     }
 }
 
@@ -804,7 +819,7 @@ impl LockClient {
             }
             *current = Some(session.clone());
             *self.inner.latest.write().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
-            self.inner.status.send_replace(session.health().status);
+            self.inner.set_status(session.health().status);
             Ok(session)
         };
         // A misconfigured TLS connection fails every attempt the same way until the limit;
@@ -840,12 +855,12 @@ impl LockClient {
         if closed.is_none() {
             *closed = Some(reason.to_owned());
         }
-        self.inner.status.send_replace(SessionStatus::Closed);
+        self.inner.set_status(SessionStatus::Closed);
     }
 
     async fn open_session(&self) -> Result<Arc<Session>, LockError> {
         let config = &self.inner.config;
-        self.inner.status.send_replace(SessionStatus::Connecting);
+        self.inner.set_status(SessionStatus::Connecting);
         connect_string::resolve(&config.connect, self.inner.contact.servers()).await?;
         let driver = self.inner.driver.get_or_try_init(Driver::start).await?.clone();
         debug!(connect = %config.connect, "opening zookeeper session");
@@ -908,7 +923,7 @@ impl LockClient {
                 .as_ref()
                 .map(|s| s.id);
             if latest == Some(id) && inner.closed.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
-                inner.status.send_replace(health.status);
+                inner.set_status(health.status);
             }
         });
         Ok(Session::start(

@@ -29,6 +29,7 @@ use crate::engine::reentrancy;
 use crate::engine::rules::{LockKind, Rule, LEASES_DIR, LEASE_NODE, LOCKS_DIR};
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
+use crate::ops::gauges::{Held, Waiting};
 use crate::ops::metrics::{Event, Labels, Timing};
 use crate::recipes::semaphore::{self, Semaphore};
 
@@ -345,7 +346,17 @@ impl Lock {
         }
 
         let started = Instant::now();
-        let span = tracing::debug_span!("acquire", lock = %self.name, kind = ?self.kind);
+        let _waiting = Waiting::start(self.labels());
+        // The hold's span covers the wait (its child, `acquire`) and the hold; the guard keeps
+        // it until the hold ends.
+        let hold_span = tracing::info_span!(
+            "lock_hold",
+            lock = %self.name,
+            kind = ?self.kind,
+            token = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let span = tracing::debug_span!(parent: &hold_span, "acquire", lock = %self.name, kind = ?self.kind);
         // A timeout too long to add to a clock is no deadline, not a panic.
         let deadline = timeout.and_then(|t| started.checked_add(t));
         let contend = self.queue_up(deadline).instrument(span.clone());
@@ -389,15 +400,19 @@ impl Lock {
                 }
             }
         };
-        let result = result.map_err(|failed| match failed {
+        let mut result = result.map_err(|failed| match failed {
             Failed::TimedOut => timed_out(),
             Failed::SessionEnded => LockError::SessionExpired,
             Failed::Error(err) => err,
         });
         // The outcome, like every step, is told inside the span that names the lock.
         let _in_span = span.enter();
-        match &result {
+        match &mut result {
             Ok(guard) => {
+                hold_span.record("token", tracing::field::display(guard.fencing_token()));
+                if let Some(hold) = guard.sole_hold() {
+                    hold.span = hold_span;
+                }
                 metrics.record(Event::Acquired, self.labels());
                 metrics.time(Timing::Wait, self.labels(), started.elapsed());
                 debug!(
@@ -409,10 +424,14 @@ impl Lock {
                 );
             }
             Err(LockError::Timeout { .. }) => {
+                hold_span.record("outcome", "timed_out");
                 metrics.record(Event::TimedOut, self.labels());
                 debug!(lock = %self.name, waited_ms = started.elapsed().as_millis() as u64, "lock timed out");
             }
-            Err(err) => debug!(lock = %self.name, %err, "acquire failed"),
+            Err(err) => {
+                hold_span.record("outcome", "failed");
+                debug!(lock = %self.name, %err, "acquire failed");
+            }
         }
         result
     }
@@ -608,6 +627,8 @@ impl Lock {
             metrics: inner.metrics.clone(),
             template: self.template.clone(),
             own_node,
+            held: Some(Held::start(self.labels())),
+            span: tracing::Span::none(),
         }))
     }
 }

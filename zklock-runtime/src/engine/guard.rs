@@ -17,6 +17,7 @@ use crate::engine::own_node::OwnNode;
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
+use crate::ops::gauges::Held;
 use crate::ops::metrics::{Event, Labels, Metrics, Timing};
 
 /// The identity of one client (and its clones) within this process: another client, even of
@@ -62,6 +63,11 @@ pub(crate) struct Holding {
     /// This hold's view of the watch on `node_path`: deleted by someone else (a loss),
     /// revocation requested.
     pub own_node: OwnNode,
+    /// The hold in this process's gauges, until it ends.
+    pub held: Option<Held>,
+    /// The `lock_hold` span, from the acquisition to the end of the hold: its `outcome` is
+    /// recorded when the hold ends, and it closes when the last guard goes.
+    pub span: tracing::Span,
 }
 
 impl Holding {
@@ -155,6 +161,7 @@ impl Holding {
     pub(crate) fn become_read(&mut self) {
         self.leave_local_queue();
         self.kind = LockKind::Read;
+        self.held = Some(Held::start(self.labels()));
     }
 
     /// Ends the hold, once: hands the node to the next local waiter, or sends its delete. Every
@@ -165,7 +172,9 @@ impl Holding {
         if self.node_path.is_empty() {
             return None;
         }
-        if self.is_lost() {
+        self.held = None;
+        let lost = self.is_lost();
+        if lost {
             self.metrics.record(Event::Lost, self.labels());
             warn!(lock = %self.name, node = %self.node_path, "released a hold that had been lost");
         }
@@ -174,6 +183,12 @@ impl Holding {
             .time(Timing::Hold, self.labels(), self.granted_at.elapsed());
         debug!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
         let hand_off = self.can_hand_off();
+        let outcome = match (lost, hand_off) {
+            (true, _) => "lost",
+            (false, true) => "handed_off",
+            (false, false) => "released",
+        };
+        self.span.record("outcome", outcome);
         let node_path = std::mem::take(&mut self.node_path);
         if let (true, Some(turn)) = (hand_off, self.turn.as_mut()) {
             let (taken, outcome) = if confirm {

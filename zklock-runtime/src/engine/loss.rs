@@ -14,6 +14,7 @@ use tracing::warn;
 use crate::connection::session::Health;
 use crate::engine::own_node::NodeState;
 use crate::error::LockError;
+use crate::ops::gauges::Deadline;
 use crate::ops::metrics::{Event, Labels, Metrics};
 
 /// What work running under a hold does when the hold is lost: the one loss policy of the
@@ -76,9 +77,14 @@ pub(crate) async fn supervise<T>(
             None => std::future::pending().await,
         }
     };
+    // A bound too far out to be represented (`Duration::MAX`) never runs out.
+    let end = max_hold.as_ref().and_then(|b| b.since.checked_add(b.bound));
+    let _deadline = max_hold
+        .as_ref()
+        .zip(end)
+        .map(|(bound, end)| Deadline::start(bound.labels, end));
     let over = async {
-        // A bound too far out to be represented (`Duration::MAX`) never runs out.
-        match max_hold.as_ref().and_then(|b| b.since.checked_add(b.bound)) {
+        match end {
             Some(end) => tokio::time::sleep_until(end.into()).await,
             None => std::future::pending().await,
         }

@@ -16,8 +16,9 @@
 //! | `zklock_wait_seconds` | histogram | time from asking for a lock to its grant |
 //! | `zklock_hold_seconds` | histogram | time from grant to release |
 //!
-//! Singleton jobs (feature `scheduler`) add, labelled `job` with the job's name (and their
-//! lock's metrics are labelled `lock` with it):
+//! Singleton jobs (feature `scheduler`) add, labelled `job_name` with the job's name (not
+//! `job`, which Prometheus gives the scrape job), and their lock's metrics are labelled `lock`
+//! with it:
 //!
 //! | metric | type | what |
 //! |---|---|---|
@@ -25,6 +26,17 @@
 //! | `zklock_job_skips_total` | counter | beats that found a new tick but ran nothing |
 //! | `zklock_job_missed_total` | counter | ticks given up (catch-up policy, starting deadline) |
 //! | `zklock_job_run_seconds` | histogram | how long runs took |
+//! | `zklock_job_start_delay_seconds` | histogram | from a tick to its run's start, by this node's clock |
+//! | `zklock_job_runs_in_progress` | gauge | runs on this node now |
+//! | `zklock_job_last_run_timestamp_seconds` | gauge | when the last run on this node started (Unix time; 0: none yet) |
+//! | `zklock_job_last_success_timestamp_seconds` | gauge | when the last run on this node that ended ok ended (0: none yet) |
+//! | `zklock_job_next_tick_timestamp_seconds` | gauge | the next tick, as this node's beats see it |
+//! | `zklock_job_period_seconds` | gauge | the gap between the next tick and the one after it |
+//! | `zklock_job_paused` | gauge | 1 while the job is paused, as this node last read its record |
+//!
+//! What is held, waited for and leading now, and the sessions' state, are the gauges of
+//! [`crate::ops::gauges`]. Every series of a lock is registered at 0 with its first wait, and
+//! every series of a job when the job is made, so rates and alerts have them from the start.
 //!
 //! Labels: `kind` (`mutex`, `read`, `write`, `semaphore`, `leader`) and `lock`, the lock's name
 //! *template* (`inventory:{sku}`: what the attribute was written with, or what
@@ -63,8 +75,22 @@ pub(crate) enum Event {
 }
 
 impl Event {
+    /// Every event, so a lock's counters can be registered at 0 with its first wait
+    /// ([`crate::ops::gauges::Waiting`]).
+    #[cfg(feature = "metrics")]
+    pub(crate) const ALL: [Event; 8] = [
+        Event::Acquired,
+        Event::Reentered,
+        Event::HandedOff,
+        Event::WithoutListing,
+        Event::TimedOut,
+        Event::Lost,
+        Event::Released,
+        Event::MaxHoldExceeded,
+    ];
+
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    fn metric(self) -> &'static str {
+    pub(crate) fn metric(self) -> &'static str {
         match self {
             Event::Acquired => "zklock_acquired_total",
             Event::Reentered => "zklock_reentered_total",
@@ -176,20 +202,21 @@ pub struct MetricsSnapshot {
     pub abandoned: u64,
 }
 
+/// The `kind` label of a lock's series.
+#[cfg(feature = "metrics")]
+pub(crate) fn kind_label(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Mutex => "mutex",
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        LockKind::Semaphore { .. } => "semaphore",
+        LockKind::Leader => "leader",
+    }
+}
+
 #[cfg(feature = "metrics")]
 mod export {
-    use super::{Labels, Timing};
-    use crate::engine::rules::LockKind;
-
-    fn kind(kind: LockKind) -> &'static str {
-        match kind {
-            LockKind::Mutex => "mutex",
-            LockKind::Read => "read",
-            LockKind::Write => "write",
-            LockKind::Semaphore { .. } => "semaphore",
-            LockKind::Leader => "leader",
-        }
-    }
+    use super::{kind_label as kind, Labels, Timing};
 
     fn lock(labels: &Labels<'_>) -> metrics::SharedString {
         match labels.template {

@@ -27,6 +27,7 @@ use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::lock::Lock;
+use crate::ops::gauges;
 use crate::ops::holder::MAX_IDENTITY_LEN;
 use crate::ops::inspect::LockView;
 
@@ -71,7 +72,10 @@ impl LockClient {
     /// ```
     pub fn election(&self, group: &str) -> Result<Election, LockError> {
         let participant: Arc<str> = self.identity().into();
-        let lock = self.lock(group, LockKind::Leader)?;
+        // The group names the election's series: `lock` of its lock metrics, `group` of
+        // `zklock_leader`, registered at 0 now so a group nobody leads shows as such.
+        let lock = self.lock(group, LockKind::Leader)?.with_template(group);
+        gauges::candidate(group);
         Ok(Election {
             client: self.clone(),
             lock: lock.with_participant(participant.clone()),
