@@ -14,6 +14,7 @@ use super::plan;
 use super::policy::Policy;
 use super::record::{RunState, TickRecord};
 use super::run::{execute, Ended, JobRun};
+use super::stats::Running;
 use super::store::{Commit, Marker, RunMarker, WriteError};
 use super::ticks::{show, tick_time};
 use crate::engine::guard::LockGuard;
@@ -133,7 +134,7 @@ impl<'a> Hold<'a> {
             shared.owe(entry, None, Some(name.to_owned()));
             return false;
         }
-        shared.stats.ran(None);
+        let _running = shared.stats.ran(None);
         debug!(target: "zklock::scheduler", job = %shared.name, request = name, session = %shared.session(),
             token = %self.guard.fencing_token(), "running on request");
         let run = JobRun {
@@ -501,7 +502,7 @@ impl<'a> Hold<'a> {
             return false;
         }
         shared.stats.saw_recorded(tick);
-        shared.stats.ran(Some(tick));
+        let running = shared.stats.ran(Some(tick));
         if shared.policy == Policy::Replace {
             // Requests for this tick or earlier are served by this run.
             shared.store.clear_replaced_up_to(self.zk, &shared.ticks, tick).await;
@@ -516,7 +517,7 @@ impl<'a> Hold<'a> {
             loss: guard.loss_signal(),
         };
         if shared.policy == Policy::Allow {
-            allow(shared.clone(), claim, run);
+            allow(shared.clone(), claim, run, running);
             return true;
         }
         let replaced = async {
@@ -591,10 +592,11 @@ fn tally(shared: &Shared, tick: Option<i64>, ended: Ended) -> (Option<RunState>,
 
 /// Under [`Policy::Allow`]: runs the taken tick of `claim` in a task of its own, without the
 /// lock; its end is owed ([`super::outbox`]) and written under the lock by a later beat.
-fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun) {
+fn allow(shared: Arc<Shared>, claim: TickRecord, run: JobRun, running: Running) {
     let in_flight = shared.stats.fire_started();
     tokio::spawn(async move {
         let _in_flight = in_flight;
+        let _running = running;
         let tick = claim.tick;
         let run = JobRun {
             loss: crate::engine::loss::LossSignal::never(&shared.name),

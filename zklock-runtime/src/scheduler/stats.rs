@@ -75,7 +75,7 @@ pub struct StatsSnapshot {
 
 impl JobStats {
     pub(crate) fn new(job: &str) -> JobStats {
-        JobStats {
+        let stats = JobStats {
             inner: Arc::new(Counters {
                 job: job.to_owned(),
                 label: Arc::from(job),
@@ -91,7 +91,10 @@ impl JobStats {
                 last_tick: AtomicI64::new(NONE),
                 last_recorded_tick: AtomicI64::new(NONE),
             }),
-        }
+        };
+        #[cfg(feature = "metrics")]
+        register(&stats.inner.label);
+        stats
     }
 
     /// The job name.
@@ -208,12 +211,48 @@ impl JobStats {
         InFlight(self.inner.clone())
     }
 
-    /// A run started: for `tick`, or on request (`None`).
-    pub(crate) fn ran(&self, tick: Option<i64>) {
+    /// A run started: for `tick`, or on request (`None`). It counts as in progress in the
+    /// exported gauges until the returned value drops.
+    pub(crate) fn ran(&self, tick: Option<i64>) -> Running {
         self.inner.runs.fetch_add(1, Ordering::Relaxed);
         if let Some(tick) = tick {
             self.inner.last_tick.fetch_max(tick, Ordering::Relaxed);
         }
+        #[cfg(feature = "metrics")]
+        {
+            let now = SystemTime::now();
+            let job = self.label();
+            metrics::gauge!("zklock_job_runs_in_progress", "job_name" => job.clone()).increment(1.0);
+            metrics::gauge!("zklock_job_last_run_timestamp_seconds", "job_name" => job.clone()).set(unix_seconds(now));
+            if let Some(tick) = tick {
+                let late = now.duration_since(tick_time(tick)).unwrap_or_default();
+                metrics::histogram!("zklock_job_start_delay_seconds", "job_name" => job).record(late.as_secs_f64());
+            }
+        }
+        Running(self.clone())
+    }
+
+    /// The job's next tick and the one after it, as this node sees them at a beat.
+    pub(crate) fn saw_next_ticks(&self, next: i64, after: Option<i64>) {
+        #[cfg(feature = "metrics")]
+        {
+            let job = self.label();
+            metrics::gauge!("zklock_job_next_tick_timestamp_seconds", "job_name" => job.clone())
+                .set(next as f64 / 1000.0);
+            if let Some(after) = after {
+                metrics::gauge!("zklock_job_period_seconds", "job_name" => job).set((after - next) as f64 / 1000.0);
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (next, after);
+    }
+
+    /// Whether the job is paused, as this node last read its record.
+    pub(crate) fn saw_paused(&self, paused: bool) {
+        #[cfg(feature = "metrics")]
+        metrics::gauge!("zklock_job_paused", "job_name" => self.label()).set(if paused { 1.0 } else { 0.0 });
+        #[cfg(not(feature = "metrics"))]
+        let _ = paused;
     }
 
     pub(crate) fn run_timed_out(&self) {
@@ -224,7 +263,7 @@ impl JobStats {
     pub(crate) fn skipped(&self) {
         self.inner.skips.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!("zklock_job_skips_total", "job" => self.label()).increment(1);
+        metrics::counter!("zklock_job_skips_total", "job_name" => self.label()).increment(1);
     }
 
     /// A run ended with `outcome` after `took`: exported per job and outcome.
@@ -240,8 +279,12 @@ impl JobStats {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_else(|| "other".to_owned());
-            metrics::counter!("zklock_job_runs_total", "job" => self.label(), "outcome" => name).increment(1);
-            metrics::histogram!("zklock_job_run_seconds", "job" => self.label()).record(took.as_secs_f64());
+            metrics::counter!("zklock_job_runs_total", "job_name" => self.label(), "outcome" => name).increment(1);
+            metrics::histogram!("zklock_job_run_seconds", "job_name" => self.label()).record(took.as_secs_f64());
+            if *outcome == Outcome::Ok {
+                metrics::gauge!("zklock_job_last_success_timestamp_seconds", "job_name" => self.label())
+                    .set(unix_seconds(SystemTime::now()));
+            }
         }
     }
 
@@ -261,7 +304,7 @@ impl JobStats {
     pub(crate) fn gave_up(&self, ticks: u64) {
         self.inner.missed.fetch_add(ticks, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!("zklock_job_missed_total", "job" => self.label()).increment(ticks);
+        metrics::counter!("zklock_job_missed_total", "job_name" => self.label()).increment(ticks);
     }
 
     pub(crate) fn saw_recorded(&self, tick: i64) {
@@ -273,6 +316,43 @@ fn load_tick(cell: &AtomicI64) -> Option<SystemTime> {
     match cell.load(Ordering::Relaxed) {
         NONE => None,
         tick => Some(tick_time(tick)),
+    }
+}
+
+/// A run in progress on this node, counted in `zklock_job_runs_in_progress` until it drops
+/// (also when the run is cancelled).
+#[must_use]
+pub(crate) struct Running(#[cfg_attr(not(feature = "metrics"), allow(dead_code))] JobStats);
+
+#[cfg(feature = "metrics")]
+impl Drop for Running {
+    fn drop(&mut self) {
+        metrics::gauge!("zklock_job_runs_in_progress", "job_name" => self.0.label()).decrement(1.0);
+    }
+}
+
+#[cfg(feature = "metrics")]
+fn unix_seconds(at: SystemTime) -> f64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Registers every series of `job` at 0, so rates and alerts have them before the first event.
+#[cfg(feature = "metrics")]
+fn register(job: &Arc<str>) {
+    let job = || metrics::SharedString::from(job.clone());
+    for outcome in ["ok", "failed", "panicked", "timed_out", "lost", "replaced"] {
+        metrics::counter!("zklock_job_runs_total", "job_name" => job(), "outcome" => outcome).increment(0);
+    }
+    metrics::counter!("zklock_job_skips_total", "job_name" => job()).increment(0);
+    metrics::counter!("zklock_job_missed_total", "job_name" => job()).increment(0);
+    for gauge in [
+        "zklock_job_runs_in_progress",
+        "zklock_job_last_run_timestamp_seconds",
+        "zklock_job_last_success_timestamp_seconds",
+        "zklock_job_paused",
+    ] {
+        metrics::gauge!(gauge, "job_name" => job()).increment(0.0);
     }
 }
 
