@@ -74,6 +74,16 @@ pub enum TestingError {
         /// The places that were searched.
         searched: String,
     },
+    /// No Prometheus server binary (`prometheus`) was found.
+    #[error(
+        "Prometheus server binary (prometheus) not found (looked at {searched}). Install it (on \
+         Debian or Ubuntu, `apt-get install prometheus`) or set PROMETHEUS to its path. (In the \
+         zklock repository, scripts/install-deps.sh installs everything its tests need.)"
+    )]
+    PrometheusNotInstalled {
+        /// The places that were searched.
+        searched: String,
+    },
     /// The tests run as root, which PostgreSQL refuses, and there is no unprivileged user to run
     /// the server as.
     #[error(

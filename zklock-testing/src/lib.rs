@@ -56,7 +56,8 @@
 //! release named by `ZOOKEEPER_HOME`; for [`curator::CuratorPeer`] also `javac` and the
 //! Curator jars (`libcurator-recipes-java`, `libslf4j-java`); for [`PgServer`] PostgreSQL's
 //! `initdb` and `postgres` (`postgresql`, or `PG_BINDIR`); for [`RedisServer`] `redis-server`
-//! (`redis-server`, or `REDIS_SERVER`). When one is missing, starting fails
+//! (`redis-server`, or `REDIS_SERVER`); for [`PrometheusServer`] `prometheus` (`prometheus`, or
+//! `PROMETHEUS`). When one is missing, starting fails
 //! with an error that names the variables and places it looked at and what to install.
 
 mod certs;
@@ -68,6 +69,7 @@ mod java;
 mod ports;
 mod postgres;
 pub mod process;
+mod prometheus;
 mod proxy;
 mod redis;
 mod server;
@@ -77,6 +79,7 @@ pub use certs::{IssueOptions, TestCa, TestIdentity};
 pub use ensemble::{ZkEnsemble, ZkEnsembleBuilder};
 pub use error::TestingError;
 pub use postgres::{PgServer, PgServerBuilder};
+pub use prometheus::{PrometheusServer, PrometheusServerBuilder};
 pub use proxy::{FaultProxy, ProxyMode};
 pub use redis::RedisServer;
 pub use server::{ClientAuth, ZkServer, ZkServerBuilder};
