@@ -9,6 +9,10 @@
 #     creates the `postgres` user the test servers run as when the tests run as root)
 #   - a Redis server for the benchmark's Redis lock and its smoke test (Debian package
 #     `redis-server`; the tests start their own servers, not the package's service)
+#   - Prometheus: `promtool` for lint.sh's rule checks and rule unit tests, and the `prometheus`
+#     server for the metrics end-to-end test (Debian package `prometheus`; the test starts its
+#     own server, and a service the package started is stopped and disabled again)
+#   - python3 for lint.sh's dashboard check (Debian package `python3`)
 # Safe to run repeatedly: when everything is present it changes nothing and needs no network.
 # ZOOKEEPER_HOME pointing at an unpacked Apache ZooKeeper release (lib/*.jar) satisfies the server;
 # PG_BINDIR naming a directory with initdb and postgres satisfies PostgreSQL; REDIS_SERVER naming a
@@ -46,6 +50,10 @@ have_redis() {
     [[ -x /usr/bin/redis-server ]] || command -v redis-server >/dev/null 2>&1
 }
 
+have_prometheus() {
+    command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1
+}
+
 have_zookeeper_jars || need zookeeper "ZooKeeper server jars: /usr/share/java/zookeeper.jar"
 [[ -f /usr/share/java/curator-recipes.jar ]] || need libcurator-recipes-java "Curator jars: /usr/share/java/curator-recipes.jar"
 if [[ -z "${ZOOKEEPER_HOME:-}" ]]; then
@@ -58,6 +66,8 @@ if ! command -v cc >/dev/null 2>&1; then
 fi
 have_postgresql || need postgresql "PostgreSQL server: /usr/lib/postgresql/*/bin/initdb"
 have_redis || need redis-server "Redis server: /usr/bin/redis-server"
+have_prometheus || need prometheus "Prometheus: promtool and prometheus"
+command -v python3 >/dev/null 2>&1 || need python3 "python3: lint.sh's dashboard check"
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "install-deps: no Rust toolchain (cargo) found; install one from https://rustup.rs and re-run." >&2
@@ -67,7 +77,7 @@ else
 fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-deps: ZooKeeper, Curator, JDK, C compiler, PostgreSQL and Redis already present; nothing to install."
+    echo "install-deps: ZooKeeper, Curator, JDK, C compiler, PostgreSQL, Redis, Prometheus and python3 already present; nothing to install."
     exit "$toolchain_missing"
 fi
 
@@ -94,8 +104,9 @@ Install these by hand, then re-run:
 On a system without apt: install a JDK 17 (javac), unpack an Apache ZooKeeper 3.8 release and
 export ZOOKEEPER_HOME=<its directory>, put the Apache Curator 5.x jars (curator-client,
 curator-framework, curator-recipes) in /usr/share/java, and install PostgreSQL and export
-PG_BINDIR=<the directory holding initdb and postgres>, and install Redis and export
-REDIS_SERVER=<the path of redis-server>.
+PG_BINDIR=<the directory holding initdb and postgres>, install Redis and export
+REDIS_SERVER=<the path of redis-server>, and put Prometheus's promtool and prometheus (2.x) and
+python3 on the PATH.
 MSG
     exit 1
 fi
@@ -104,6 +115,18 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -q
 "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 
+# The package starts a Prometheus service of its own where an init system runs it (not in most
+# containers). Nothing here uses it (the end-to-end test starts its own server): stop it and
+# keep it from starting at boot.
+if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
+        "${sudo_cmd[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    elif [[ -x /etc/init.d/prometheus ]] && command -v update-rc.d >/dev/null 2>&1; then
+        "${sudo_cmd[@]}" /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+        "${sudo_cmd[@]}" update-rc.d prometheus disable >/dev/null 2>&1 || true
+    fi
+fi
+
 # Verify, so a partial install fails here rather than in the middle of the test suite.
 failed=0
 have_zookeeper_jars || { echo "install-deps: ZooKeeper jars still missing" >&2; failed=1; }
@@ -111,6 +134,8 @@ have_zookeeper_jars || { echo "install-deps: ZooKeeper jars still missing" >&2; 
 command -v javac >/dev/null 2>&1 || { echo "install-deps: javac still missing" >&2; failed=1; }
 have_postgresql || { echo "install-deps: PostgreSQL (initdb) still missing" >&2; failed=1; }
 have_redis || { echo "install-deps: redis-server still missing" >&2; failed=1; }
+have_prometheus || { echo "install-deps: promtool or prometheus still missing" >&2; failed=1; }
+command -v python3 >/dev/null 2>&1 || { echo "install-deps: python3 still missing" >&2; failed=1; }
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The checks a reviewer runs before reading a change, in the order that fails fastest:
-#   1. rustfmt          cargo fmt --all --check
-#   2. clippy           every crate, every target, every feature, warnings are errors; the
+#   1. observability    the Prometheus rules check and pass their unit tests (promtool), the
+#                       example Prometheus configuration checks, and the Grafana dashboard is
+#                       valid JSON whose expressions parse and use only documented metric names
+#                       (scripts/check-observability.py)
+#   2. rustfmt          cargo fmt --all --check
+#   3. clippy           every crate, every target, every feature, warnings are errors; the
 #                       library again with no feature (every target) and with each feature
 #                       alone (the library itself)
-#   3. rustdoc          the workspace's docs build with warnings as errors (broken links…)
-#   4. packaging        every publishable crate packages and its packaged copy builds
+#   4. rustdoc          the workspace's docs build with warnings as errors (broken links…)
+#   5. packaging        every publishable crate packages and its packaged copy builds
 # `.ci/run` runs this before the test suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,6 +20,18 @@ if [[ -f Cargo.lock ]]; then
 fi
 
 step() { echo "lint.sh: $*" >&2; }
+
+step "observability (rules, rule tests, dashboard)"
+for tool in promtool python3; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "lint.sh: $tool is missing; run scripts/install-deps.sh (it installs Prometheus's promtool and python3)" >&2
+        exit 1
+    fi
+done
+promtool check rules observability/rules.yml
+promtool check config observability/prometheus.yml
+(cd observability && promtool test rules tests/*.yml)
+python3 scripts/check-observability.py
 
 for tool in fmt clippy; do
     if ! cargo "$tool" --version >/dev/null 2>&1; then
