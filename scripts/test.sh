@@ -17,7 +17,7 @@ suite_server_pids() {
     local dir
     for dir in /proc/[0-9]*; do
         case "$(cat "$dir/comm" 2>/dev/null)" in
-            java | redis-server)
+            java | redis-server | prometheus)
                 tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN" || continue
                 ;;
             postgres)

@@ -825,18 +825,46 @@ impl Drop for Resume {
 }
 
 /// The p50 and p99 of `zklock_wait_seconds` for the item locks, in milliseconds, from a
-/// Prometheus text page (the exporter renders the histogram as a summary with quantiles).
+/// Prometheus text page: estimated from the histogram's buckets as Prometheus's
+/// `histogram_quantile` does (linearly within the bucket the rank falls in).
 pub fn lock_wait_quantiles(metrics: &str) -> (Option<f64>, Option<f64>) {
-    let quantile = |q: &str| {
-        metrics.lines().find_map(|line| {
-            let rest = line.strip_prefix("zklock_wait_seconds{")?;
+    let mut buckets: Vec<(f64, f64)> = metrics
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("zklock_wait_seconds_bucket{")?;
             let (labels, value) = rest.split_once("} ")?;
-            let wanted =
-                labels.contains(r#"lock="seckill:{item_id}""#) && labels.contains(&format!("quantile=\"{q}\""));
-            wanted.then(|| value.trim().parse::<f64>().ok().map(|s| round1(s * 1000.0)))?
+            if !labels.contains(r#"lock="seckill:{item_id}""#) {
+                return None;
+            }
+            let le = labels.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, value.trim().parse().ok()?))
         })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let quantile = |q: f64| {
+        let total = buckets.last()?.1;
+        if total <= 0.0 {
+            return None;
+        }
+        let rank = q * total;
+        let (mut lower, mut below) = (0.0, 0.0);
+        for &(le, count) in &buckets {
+            if count >= rank {
+                // Past the last finite bound, the last finite bound is the estimate.
+                let upper = if le.is_finite() { le } else { lower };
+                let share = if count > below {
+                    (rank - below) / (count - below)
+                } else {
+                    1.0
+                };
+                return Some(round1((lower + (upper - lower) * share) * 1000.0));
+            }
+            (lower, below) = (le, count);
+        }
+        None
     };
-    (quantile("0.5"), quantile("0.99"))
+    (quantile(0.5), quantile(0.99))
 }
 
 /// Request ids of cart checkouts start with this; those of single buys with `req-`.
@@ -949,4 +977,28 @@ fn fresh_item_id() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lock_wait_quantiles;
+
+    #[test]
+    fn wait_quantiles_are_read_from_the_item_locks_buckets() {
+        let page = r#"
+zklock_wait_seconds_bucket{kind="mutex",lock="seckill:{item_id}",le="0.01"} 50
+zklock_wait_seconds_bucket{kind="mutex",lock="seckill:{item_id}",le="0.1"} 90
+zklock_wait_seconds_bucket{kind="mutex",lock="seckill:{item_id}",le="+Inf"} 100
+zklock_wait_seconds_bucket{kind="mutex",lock="other",le="0.01"} 0
+zklock_wait_seconds_bucket{kind="mutex",lock="other",le="+Inf"} 7
+"#;
+        // The median is the top of the first bucket; the 99th falls past the last finite
+        // bound, which is then the estimate.
+        assert_eq!(lock_wait_quantiles(page), (Some(10.0), Some(100.0)));
+        // With 20 of 100 in the first bucket, the median is 30/70 of the way through the second
+        // (10 to 100 ms).
+        let (p50, _) = lock_wait_quantiles(&page.replace(r#"le="0.01"} 50"#, r#"le="0.01"} 20"#));
+        assert_eq!(p50, Some(48.6));
+        assert_eq!(lock_wait_quantiles(""), (None, None));
+    }
 }

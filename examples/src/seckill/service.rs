@@ -29,7 +29,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
@@ -731,7 +731,7 @@ pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error
 /// timeout.
 pub async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Process-wide: one service instance per process.
-    let handle = PrometheusBuilder::new().install_recorder()?;
+    let handle = crate::metrics::install_recorder()?;
     let inventory = Arc::new(inventory(&args).await?.with_metrics(handle));
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
