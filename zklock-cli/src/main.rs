@@ -12,6 +12,7 @@
 //! zklock --zk zk1:2181 jobs reset|remove nightly-report --yes
 //! zklock --zk zk1:2181 exec nightly-report [--wait 30s] [--semaphore 3] [--grace 10s] -- CMD ARGS...
 //! zklock --zk zk1:2181 exec compactor --leader [--participant-id node-a] [--wait 30s] -- CMD ARGS...
+//! zklock --zk zk1:2181 doctor [--lock-delay 5s]
 //! ```
 //!
 //! Every command takes `--zk`, `--namespace`, `--digest user:password`, `--json`,
@@ -40,6 +41,12 @@
 //! lost while CMD ran and CMD was stopped; 123 when a revocation was requested while CMD ran
 //! and CMD was stopped the same way (the lock was sound until then); 126 when CMD could not be
 //! executed; 127 when CMD was not found; before CMD starts, with the codes above (1, 2, 3).
+//!
+//! `doctor` checks the deployment against what zklock's guarantees assume (the session
+//! timeout, `syncLimit × tickTime`, the lock-delay, clocks, the server version, four-letter
+//! words, the namespace's ACL, TLS and SASL) and prints each check as pass, warn or fail with
+//! what to change. It exits with 0 when no check failed, 5 when one did, and with the codes
+//! above (1, 2, 3) when no session could be opened, after printing the checks it could make.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -49,6 +56,7 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use zklock_runtime::{LockClient, LockError, LockView, QueuedNode, RevokeOutcome, TlsConfig};
 
+mod doctor;
 mod exec;
 mod jobs;
 
@@ -78,8 +86,8 @@ const EXIT_NOT_FOUND: u8 = 127;
     about = "Who holds a ZooKeeper lock, who waits for it, the singleton jobs' ticks; run a command under a lock \
              or while leading",
     after_help = "Exit codes: 0 done, 1 ZooKeeper refused a request, 2 bad arguments, \
-                  3 ZooKeeper cannot be reached, 4 no such lock or job; `exec` has its own \
-                  (zklock exec --help)."
+                  3 ZooKeeper cannot be reached, 4 no such lock or job, 5 a `doctor` check failed; \
+                  `exec` has its own (zklock exec --help)."
 )]
 struct Cli {
     /// ZooKeeper connect string (`host:port[,host:port…]`).
@@ -169,6 +177,11 @@ enum Command {
     /// exits, and stop CMD if it is lost.
     #[command(after_help = EXEC_HELP)]
     Exec(exec::args::ExecArgs),
+    /// Check the deployment against what zklock's guarantees assume: the session timeout,
+    /// syncLimit, the lock-delay, clocks, the server version, four-letter words, the
+    /// namespace's ACL, TLS and SASL; each check passes, warns or fails, with what to change.
+    #[command(after_help = doctor::HELP)]
+    Doctor(doctor::DoctorArgs),
 }
 
 /// What `zklock exec --help` says after the options.
@@ -266,6 +279,11 @@ async fn run_command(cli: &Cli, report: &mut exec::report::Report) -> Result<u8,
     if let Command::Exec(args) = &cli.command {
         args.check()?;
     }
+    if let Command::Doctor(args) = &cli.command {
+        // It opens its session itself: an ensemble it cannot reach still gets the checks that
+        // need none.
+        return doctor::run(cli, args).await;
+    }
     let client = connect(cli).await?;
     let outcome = match &cli.command {
         Command::Locks { prefix } => locks(&client, prefix, cli.json).await.map(|()| 0),
@@ -276,6 +294,7 @@ async fn run_command(cli: &Cli, report: &mut exec::report::Report) -> Result<u8,
             .await
             .map(|()| 0),
         Command::Exec(args) => exec::run(&client, args, cli.timeout, report).await,
+        Command::Doctor(_) => unreachable!("doctor connects by itself"),
     };
     // Bounded: a client cut off from ZooKeeper (an `exec` whose lock was lost) would wait for
     // its deletions until it is back; the server ends the session by itself.
