@@ -31,11 +31,11 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
     // whose clock runs ahead must not see a new tick, and stop its own run for it under
     // `Replace`, before the tick comes for the others.
     let server_now = shared.client.latest().and_then(|session| session.server_now_ms());
-    let local_tick = shared.ticks.tick_at(shared.clock.now());
-    if let Some(next) = local_tick.and_then(|tick| shared.ticks.after(tick)) {
-        shared.stats.saw_next_ticks(next, shared.ticks.after(next));
-    }
-    let now_tick = local_tick.and_then(|own| plan::takeable(&shared.ticks, own, server_now));
+    shared.note_next_ticks();
+    let now_tick = shared
+        .ticks
+        .tick_at(shared.clock.now())
+        .and_then(|own| plan::takeable(&shared.ticks, own, server_now));
     // One beat at a time on this node: one under way (waiting for the lock, or running) reads
     // the clock again when it is done, so beats that come meanwhile have nothing to add. Under
     // the skip policy, a tick that comes while this node is still running is skipped.

@@ -316,6 +316,8 @@ impl SingletonJob {
             paying: Default::default(),
             start_paying: super::outbox::pay_later_if_owing,
         });
+        // Known from the start, not only from the first fire (a day away for a daily job).
+        shared.note_next_ticks();
         Ok(shared)
     }
 }

@@ -103,6 +103,13 @@ pub(crate) struct Requests {
 }
 
 impl Shared {
+    /// Tells this node's stats the job's next tick by its clock now, and the one after it.
+    pub(crate) fn note_next_ticks(&self) {
+        if let Some(next) = self.ticks.tick_at(self.clock.now()).and_then(|tick| self.ticks.after(tick)) {
+            self.stats.saw_next_ticks(next, self.ticks.after(next));
+        }
+    }
+
     pub fn session(&self) -> String {
         match self.client.session_id() {
             Some(id) => format!("{id:#x}"),
