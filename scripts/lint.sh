@@ -4,6 +4,10 @@
 #                       example Prometheus configuration checks, and the Grafana dashboard is
 #                       valid JSON whose expressions parse and use only documented metric names
 #                       (scripts/check-observability.py)
+#      msrv             every package of Cargo.lock a published crate builds with (normal and
+#                       build dependencies, every feature, this platform) declares a
+#                       rust-version no newer than ours (scripts/check-msrv.py); clippy's
+#                       incompatible_msrv lint then flags std APIs newer than it in our code
 #   2. rustfmt          cargo fmt --all --check
 #   3. clippy           every crate, every target, every feature, warnings are errors; the
 #                       library again with no feature (every target) and with each feature
@@ -32,6 +36,9 @@ promtool check rules observability/rules.yml
 promtool check config observability/prometheus.yml
 (cd observability && promtool test rules tests/*.yml)
 python3 scripts/check-observability.py
+
+step "MSRV (every locked package the published crates build with allows our rust-version)"
+python3 scripts/check-msrv.py
 
 for tool in fmt clippy; do
     if ! cargo "$tool" --version >/dev/null 2>&1; then

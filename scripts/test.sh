@@ -78,4 +78,4 @@ if [[ $status -ne 0 ]]; then
     echo "test.sh: FAIL: cargo test exited with status $status" >&2
     exit "$status"
 fi
-echo "test.sh: all tests passed; no Java, PostgreSQL or Redis process of the suite left behind."
+echo "test.sh: all tests passed; no Java, PostgreSQL, Redis or Prometheus process of the suite left behind."

@@ -600,7 +600,7 @@ fn token_order(lock: &str, held: &[Held<'_>]) -> (Vec<TokenInversion>, usize) {
                 });
             }
         }
-        if highest.map_or(true, |top| h.token > top.token) {
+        if highest.is_none_or(|top| h.token > top.token) {
             highest = Some(h);
         }
     }
@@ -793,7 +793,7 @@ fn check_close(history: &History, c: &CloseRecord) -> CloseCheck {
         .collect();
     let mut holders_saw_loss = 0;
     for s in &held {
-        let told = s.lost && s.lost_ns.map_or(true, |at| at <= c.returned_ns + bound_ns);
+        let told = s.lost && s.lost_ns.is_none_or(|at| at <= c.returned_ns + bound_ns);
         if told {
             holders_saw_loss += 1;
         } else {

@@ -457,7 +457,7 @@ impl SlotRun {
         let status_file = self.slot_dir.join("status.json");
         let _ = std::fs::remove_file(&status_file);
         let hold_ms = 50 + next(&mut self.seed) % 350;
-        let leave = next(&mut self.seed) % 4 == 0;
+        let leave = next(&mut self.seed).is_multiple_of(4);
         let output = OpenOptions::new()
             .create(true)
             .append(true)

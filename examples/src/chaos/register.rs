@@ -102,7 +102,7 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
                 let parts = std::iter::once(&first).chain(second.as_ref());
                 let accepted = parts
                     .clone()
-                    .all(|p| state.highest.get(&p.lock).map_or(true, |h| p.token >= *h));
+                    .all(|p| state.highest.get(&p.lock).is_none_or(|h| p.token >= *h));
                 if accepted {
                     for p in parts {
                         state.highest.insert(p.lock.clone(), p.token);

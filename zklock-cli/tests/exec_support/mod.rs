@@ -124,7 +124,7 @@ impl Running {
         let ended = Instant::now();
         while ![&self.stdout, &self.stderr]
             .iter()
-            .all(|h| h.as_ref().map_or(true, JoinHandle::is_finished))
+            .all(|h| h.as_ref().is_none_or(JoinHandle::is_finished))
         {
             assert!(
                 ended.elapsed() < SOON,

@@ -55,8 +55,7 @@ pub(crate) async fn fire(shared: Arc<Shared>) {
     if let Some(own) = now_tick {
         shared.seen.fetch_max(own, Ordering::SeqCst);
     }
-    let fresh =
-        |handled: &Handled, tick: Option<i64>| tick.filter(|own| !handled.last.is_some_and(|last| *own <= last));
+    let fresh = |handled: &Handled, tick: Option<i64>| tick.filter(|own| handled.last.is_none_or(|last| *own > last));
     let due = fresh(&handled, now_tick);
     let requested = look_for_requests(&shared, &mut handled).await;
     if due.is_none() && !requested {

@@ -380,7 +380,7 @@ pub fn check_leader(h: &LeaderHistory) -> LeaderReport {
         let leader_after_ms = served.map(|w| ms_between(f.injected_ns, w.at_ns));
         let after = leader_after_ms.unwrap_or_else(|| ms_between(f.injected_ns, h.ended_ns));
         r.max_leaderless_ms = r.max_leaderless_ms.max(after);
-        if leader_after_ms.map_or(true, |ms| ms > f.bound_ms) {
+        if leader_after_ms.is_none_or(|ms| ms > f.bound_ms) {
             r.liveness_violations += 1;
         }
         r.recoveries.push(Recovery {

@@ -67,7 +67,7 @@ pub(super) fn violations(scenario: &Scenario, finished: &Finished) -> Vec<String
                 _ => false,
             })
             || journal.cleared.iter().any(|(at, before, _)| {
-                before.map_or(true, |before| before < tick) && tick <= at + CLOCK_AHEAD_LIMIT.as_millis() as i64
+                before.is_none_or(|before| before < tick) && tick <= at + CLOCK_AHEAD_LIMIT.as_millis() as i64
             })
     };
     let mut tick = ticks.tick_at(tick_time(EPOCH + 2_000)).and_then(|t| ticks.after(t));
@@ -91,7 +91,7 @@ pub(super) fn violations(scenario: &Scenario, finished: &Finished) -> Vec<String
         let paused = journal
             .pauses
             .iter()
-            .find(|(from, to)| *from <= start.claimed && to.map_or(true, |to| start.claimed < to));
+            .find(|(from, to)| *from <= start.claimed && to.is_none_or(|to| start.claimed < to));
         if let Some((from, _)) = paused {
             found.push(format!(
                 "3: node {} claimed tick {} at {}, after the pause of {}",

@@ -34,7 +34,7 @@ impl Node {
             self.seen.fetch_max(own, Ordering::SeqCst);
         }
         let fresh =
-            |handled: &Handled, tick: Option<i64>| tick.filter(|own| !handled.last.is_some_and(|last| *own <= last));
+            |handled: &Handled, tick: Option<i64>| tick.filter(|own| handled.last.is_none_or(|last| *own > last));
         let due = fresh(&handled, now_tick);
         let requested = self.zk().job.as_ref().is_some_and(|job| !job.triggers.is_empty());
         if due.is_none() && !requested {
