@@ -302,10 +302,6 @@ async fn on_lost_continue_lets_the_body_finish_and_see_the_loss() {
 async fn fenced_write(locks: &LockClient) -> Result<FencingToken, AppError> {
     assert_eq!(current_fencing_token(), Some(fence));
     assert_eq!(zklock::current_fencing_token_for("macro-fenced"), Some(fence));
-    // The old name still answers the same.
-    #[allow(deprecated)]
-    let by_old_name = zklock::fencing_token("macro-fenced");
-    assert_eq!(by_old_name, Some(fence));
     Ok(fence)
 }
 

@@ -67,8 +67,6 @@ pub use connection::session::SessionStatus;
 pub use engine::alone::DEFAULT_FAST_PATH_DIRS;
 pub use engine::guard::LockGuard;
 pub use engine::loss::{LossSignal, OnLost};
-#[allow(deprecated)]
-pub use engine::reentrancy::fencing_token;
 pub use engine::reentrancy::{current_fencing_token, current_fencing_token_for, current_loss_signal};
 pub use engine::rules::LockKind;
 pub use engine::token::{FencingToken, ParseTokenError};

@@ -176,13 +176,6 @@ pub fn current_fencing_token_for(name: &str) -> Option<FencingToken> {
     with_scope(|entries| entries.iter().rev().find(|e| &*e.name == name).map(|e| e.token))
 }
 
-/// The old name of [`current_fencing_token_for`], which read like the guard method
-/// [`LockGuard::fencing_token`] but answers for the current scope.
-#[deprecated(since = "0.1.0", note = "renamed to `current_fencing_token_for`")]
-pub fn fencing_token(name: &str) -> Option<FencingToken> {
-    current_fencing_token_for(name)
-}
-
 /// The loss signal of the innermost hold whose scope the current code runs in; useful with
 /// `on_lost = "continue"`, where the body decides itself what to do on loss.
 ///

@@ -11,8 +11,7 @@ use super::clock::{Clock, SystemClock};
 use super::control::JobSpec;
 use super::fire;
 use super::node::Shared;
-#[allow(deprecated)]
-use super::policy::{CatchUp, OnLoss, Policy};
+use super::policy::{CatchUp, Policy};
 use super::run::{JobRun, RunFn, RunLimits};
 use super::stats::JobStats;
 use super::store::RecordStore;
@@ -191,13 +190,6 @@ impl SingletonJob {
     pub fn on_lost(mut self, on_lost: crate::engine::loss::OnLost) -> Self {
         self.on_lost = on_lost;
         self
-    }
-
-    /// The old name of [`on_lost`](Self::on_lost).
-    #[deprecated(since = "0.1.0", note = "use on_lost(zklock::OnLost::…)")]
-    #[allow(deprecated)]
-    pub fn on_loss(self, on_loss: OnLoss) -> Self {
-        self.on_lost(on_loss.into())
     }
 
     /// Reads the schedule's times in `zone` (default UTC), following its daylight saving

@@ -177,8 +177,6 @@ pub use control::{
 };
 pub use history::{HistoryEntry, Outcome};
 pub use job::{RunResult, SchedulerError, SingletonJob};
-#[allow(deprecated)]
-pub use policy::OnLoss;
 pub use policy::{CatchUp, Policy};
 pub use run::JobRun;
 pub use stats::{JobStats, StatsSnapshot};

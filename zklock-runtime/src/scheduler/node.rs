@@ -105,7 +105,11 @@ pub(crate) struct Requests {
 impl Shared {
     /// Tells this node's stats the job's next tick by its clock now, and the one after it.
     pub(crate) fn note_next_ticks(&self) {
-        if let Some(next) = self.ticks.tick_at(self.clock.now()).and_then(|tick| self.ticks.after(tick)) {
+        if let Some(next) = self
+            .ticks
+            .tick_at(self.clock.now())
+            .and_then(|tick| self.ticks.after(tick))
+        {
             self.stats.saw_next_ticks(next, self.ticks.after(next));
         }
     }
