@@ -207,6 +207,7 @@ impl LockClientBuilder {
     /// the member it talks to is cut off from the quorum) plus [`loss_after`](Self::loss_after),
     /// which must stay below the session timeout with a margin. With ZooKeeper's defaults
     /// (tickTime 2 s, syncLimit 5) that is 10 s + 7.5 s against the default 30 s.
+    #[must_use]
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = timeout;
         self
@@ -215,12 +216,14 @@ impl LockClientBuilder {
     /// The longest wait for a new session to open (default: the session timeout). An
     /// unreachable ensemble gives [`LockError::Connection`] after this long, or earlier when
     /// the caller's own acquire timeout is shorter.
+    #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
     }
 
     /// The root under which lock directories live (default `/zklock`).
+    #[must_use]
     pub fn namespace(mut self, root: impl Into<String>) -> Self {
         self.namespace = root.into();
         self
@@ -228,6 +231,7 @@ impl LockClientBuilder {
 
     /// Authenticates with the `digest` scheme and creates lock nodes readable and writable
     /// only by that identity (`creator_all`), unless [`acls`](Self::acls) says otherwise.
+    #[must_use]
     pub fn digest(mut self, user: &str, password: &str) -> Self {
         self.auth
             .push(("digest".to_owned(), format!("{user}:{password}").into_bytes()));
@@ -255,6 +259,7 @@ impl LockClientBuilder {
     /// # drop(client); Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[must_use]
     pub fn tls(mut self, tls: secure::TlsConfig) -> Self {
         self.security.tls = Some(tls);
         self
@@ -275,6 +280,7 @@ impl LockClientBuilder {
     /// # drop(client); Ok(()) }
     /// ```
     #[cfg(feature = "sasl")]
+    #[must_use]
     pub fn sasl_digest(mut self, user: &str, password: &str) -> Self {
         self.security.sasl = Some(secure::Sasl {
             options: zk::SaslOptions::digest_md5(user.to_owned(), password.to_owned()).into(),
@@ -300,6 +306,7 @@ impl LockClientBuilder {
     /// # drop(client); Ok(()) }
     /// ```
     #[cfg(feature = "sasl")]
+    #[must_use]
     pub fn sasl(mut self, options: impl Into<zk::SaslOptions>) -> Self {
         self.security.sasl = Some(secure::Sasl {
             options: options.into(),
@@ -321,6 +328,7 @@ impl LockClientBuilder {
     /// ]);
     /// # drop(builder);
     /// ```
+    #[must_use]
     pub fn acls(mut self, acls: Vec<zk::Acl>) -> Self {
         self.acls = acls;
         self
@@ -336,6 +344,7 @@ impl LockClientBuilder {
     /// asked for: a value above half of it would report loss after the server may already have
     /// expired the session, so it is lowered to half of the negotiated timeout, with a warning
     /// ([`LockClient::loss_after`] tells the value in force).
+    #[must_use]
     pub fn loss_after(mut self, after: Duration) -> Self {
         self.loss_after = Some(after);
         self
@@ -358,6 +367,7 @@ impl LockClientBuilder {
     ///     .await?;
     /// # Ok(()) }
     /// ```
+    #[must_use]
     pub fn max_local_handoffs(mut self, handoffs: u32) -> Self {
         self.max_local_handoffs = handoffs;
         self
@@ -384,6 +394,7 @@ impl LockClientBuilder {
     ///     .await?;
     /// # Ok(()) }
     /// ```
+    #[must_use]
     pub fn fast_path_dirs(mut self, dirs: usize) -> Self {
         self.fast_path_dirs = dirs;
         self
@@ -405,6 +416,7 @@ impl LockClientBuilder {
     /// assert_eq!(client.identity(), "orders-api@pod-7");
     /// # Ok(()) }
     /// ```
+    #[must_use]
     pub fn identity(mut self, identity: impl Into<String>) -> Self {
         self.identity = Some(identity.into());
         self

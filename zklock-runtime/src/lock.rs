@@ -213,6 +213,7 @@ impl Lock {
     /// assert_eq!(lock.template(), Some("inventory:{sku}"));
     /// # Ok(()) }
     /// ```
+    #[must_use]
     pub fn with_template(mut self, template: impl Into<Arc<str>>) -> Lock {
         self.template = Some(template.into());
         self

@@ -215,6 +215,7 @@ impl IssueOptions {
     /// The host names and IP addresses the certificate is valid for (its subject alternative
     /// names), instead of the loopback ones. A name that parses as an IP address is written as
     /// one, any other as a DNS name. An empty list gives a certificate valid for no host.
+    #[must_use]
     pub fn names<I, S>(mut self, names: I) -> IssueOptions
     where
         I: IntoIterator<Item = S>,
@@ -226,6 +227,7 @@ impl IssueOptions {
 
     /// The first moment the certificate is valid (its `notBefore`, to the second); a time in
     /// the future gives a certificate that is not valid yet.
+    #[must_use]
     pub fn valid_from(mut self, from: SystemTime) -> IssueOptions {
         self.not_before = Some(from);
         self
@@ -233,6 +235,7 @@ impl IssueOptions {
 
     /// The last moment the certificate is valid (its `notAfter`, to the second); a time in the
     /// past gives an expired certificate.
+    #[must_use]
     pub fn valid_until(mut self, until: SystemTime) -> IssueOptions {
         self.not_after = Some(until);
         self

@@ -327,6 +327,7 @@ impl ZkEnsembleBuilder {
 
     /// `initLimit` in ticks: how long followers may take to connect and sync to a leader.
     /// Default 100 (20 s at the default tick: JVMs start slowly on a loaded machine).
+    #[must_use]
     pub fn init_limit(mut self, ticks: u32) -> Self {
         self.settings.init_limit = ticks.max(1);
         self
@@ -336,6 +337,7 @@ impl ZkEnsembleBuilder {
     /// and how long a member cut off from its leader keeps serving its clients. Default 5 (1 s
     /// at the default tick, ZooKeeper's own default count), so that 4 s sessions meet zklock's
     /// loss-timing precondition (`session timeout > syncLimit × tickTime + loss_after + margin`).
+    #[must_use]
     pub fn sync_limit(mut self, ticks: u32) -> Self {
         self.settings.sync_limit = ticks.max(1);
         self
@@ -344,6 +346,7 @@ impl ZkEnsembleBuilder {
     /// Routes every member-to-member connection (quorum and election ports) through a
     /// [`FaultProxy`], so that [`ZkEnsemble::isolate`] can cut one member off from the others.
     /// Clients still connect to the members directly (or through [`ZkEnsemble::proxies`]).
+    #[must_use]
     pub fn partitionable(mut self) -> Self {
         self.partitionable = true;
         self

@@ -457,6 +457,7 @@ impl PgServerBuilder {
     ///     .start()?;
     /// # Ok::<(), zklock_testing::TestingError>(())
     /// ```
+    #[must_use]
     pub fn bin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.bin_dir = Some(dir.into());
         self
@@ -473,6 +474,7 @@ impl PgServerBuilder {
     ///     .start()?;
     /// # Ok::<(), zklock_testing::TestingError>(())
     /// ```
+    #[must_use]
     pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.push((key.into(), value.into()));
         self
@@ -490,6 +492,7 @@ impl PgServerBuilder {
     ///     .start()?;
     /// # Ok::<(), zklock_testing::TestingError>(())
     /// ```
+    #[must_use]
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
         self.start_timeout = timeout;
         self

@@ -57,18 +57,21 @@ pub struct PrometheusServerBuilder {
 
 impl PrometheusServerBuilder {
     /// Scrapes `GET /metrics` of `target` (`host:port`).
+    #[must_use]
     pub fn scrape(mut self, target: impl Into<String>) -> Self {
         self.targets.push(target.into());
         self
     }
 
     /// Loads the rules of `path` (copied into the server's directory at start).
+    #[must_use]
     pub fn rule_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.rule_files.push(path.into());
         self
     }
 
     /// How often targets are scraped and rules evaluated (default 1 s).
+    #[must_use]
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self

@@ -623,6 +623,7 @@ macro_rules! settings_methods {
     () => {
         /// The server tick (`tickTime`). Default 200 ms. Session timeouts are clamped to
         /// 2..20 ticks.
+        #[must_use]
         pub fn tick_time(mut self, tick: std::time::Duration) -> Self {
             self.settings.tick_time = tick;
             self
@@ -632,6 +633,7 @@ macro_rules! settings_methods {
         /// throw-away test server has nothing to keep, and the server answers a client's ping
         /// only behind its pending syncs, so one slow fsync on a busy disk would look to the
         /// client like a partition. Set `true` to measure or test with production durability.
+        #[must_use]
         pub fn force_sync(mut self, force_sync: bool) -> Self {
             self.settings.force_sync = force_sync;
             self
@@ -639,12 +641,14 @@ macro_rules! settings_methods {
 
         /// Adds a JVM system property (`-Dkey=value`), e.g.
         /// `("znode.container.checkIntervalMs", "100")` to reap empty containers quickly.
+        #[must_use]
         pub fn system_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
             self.settings.system_properties.push((key.into(), value.into()));
             self
         }
 
         /// Adds a `key=value` line to the server's `zoo.cfg`, e.g. `("maxSessionTimeout", "60000")`.
+        #[must_use]
         pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
             self.settings.config.push((key.into(), value.into()));
             self
@@ -652,12 +656,14 @@ macro_rules! settings_methods {
 
         /// How long a start (or restart) may take before it fails with the log tail. Default 60 s:
         /// a JVM on a loaded 2-core machine has been measured to need more than 30 s.
+        #[must_use]
         pub fn start_timeout(mut self, timeout: std::time::Duration) -> Self {
             self.settings.start_timeout = timeout;
             self
         }
 
         /// The JVM's maximum heap in MiB (`-Xmx`). Default 256.
+        #[must_use]
         pub fn max_heap_mb(mut self, mb: u32) -> Self {
             self.settings.max_heap_mb = mb.max(16);
             self
@@ -665,6 +671,7 @@ macro_rules! settings_methods {
 
         /// Whether to favour JVM start-up time over peak speed (`-XX:TieredStopAtLevel=1`).
         /// Default `true`; turn it off for benchmarks.
+        #[must_use]
         pub fn fast_startup(mut self, fast: bool) -> Self {
             self.settings.fast_startup = fast;
             self
@@ -676,6 +683,7 @@ macro_rules! settings_methods {
         /// for a certificate but do not require one; see
         /// [`tls_client_auth`](Self::tls_client_auth). The connection factory becomes Netty's,
         /// the one ZooKeeper serves TLS with. Only client connections use TLS, not the quorum's.
+        #[must_use]
         pub fn tls(mut self, ca: &$crate::TestCa) -> Self {
             match ca.issue("zookeeper-server") {
                 Ok(identity) => $crate::server::set_tls(&mut self.settings, &identity, ca.cert_pem()),
@@ -688,6 +696,7 @@ macro_rules! settings_methods {
         /// host name, an expired one, or one from another authority: see
         /// [`TestCa::issue_with`](crate::TestCa::issue_with)) and the PEM certificates to trust
         /// for clients.
+        #[must_use]
         pub fn tls_with(mut self, identity: &$crate::TestIdentity, trusted_pem: &str) -> Self {
             $crate::server::set_tls(&mut self.settings, identity, trusted_pem);
             self
@@ -695,6 +704,7 @@ macro_rules! settings_methods {
 
         /// Whether the TLS port asks for client certificates (default
         /// [`ClientAuth::Want`](crate::ClientAuth::Want)). Call after [`tls`](Self::tls).
+        #[must_use]
         pub fn tls_client_auth(mut self, client_auth: $crate::ClientAuth) -> Self {
             match self.settings.tls.as_mut() {
                 Some(tls) => tls.client_auth = client_auth,
@@ -707,6 +717,7 @@ macro_rules! settings_methods {
         /// `DigestLoginModule` listing its users, and ZooKeeper's SASL authentication provider,
         /// so clients may authenticate as these users and lock nodes may carry `sasl:<user>`
         /// ACLs. Clients without SASL are still served (ZooKeeper's default).
+        #[must_use]
         pub fn sasl_user(mut self, user: &str, password: &str) -> Self {
             match $crate::server::check_sasl_user(user, password) {
                 Ok(()) => self

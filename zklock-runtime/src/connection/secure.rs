@@ -280,6 +280,7 @@ mod tls {
         /// let client = LockClient::builder("zk1:2281").tls(tls).build()?;
         /// # drop(client); Ok(()) }
         /// ```
+        #[must_use]
         pub fn identity_pem(mut self, cert: impl Into<String>, key: impl Into<String>) -> TlsConfig {
             self.identity = Some((cert.into(), key.into()));
             self

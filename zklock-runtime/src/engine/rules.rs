@@ -133,6 +133,7 @@ impl Rule for Readers {
 /// # let _ = pool;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LockKind {
     /// Exclusive; nodes named like Curator's `InterProcessMutex` (`_c_<uuid>-lock-<seq>`).
     Mutex,

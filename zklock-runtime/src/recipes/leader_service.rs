@@ -54,6 +54,7 @@ impl Default for ServeOptions {
 impl ServeOptions {
     /// Waits `min` after the first failure and doubles each time up to `max`; a term that
     /// ends normally resets it. (`max` below `min` counts as `min`.)
+    #[must_use]
     pub fn backoff(mut self, min: Duration, max: Duration) -> ServeOptions {
         self.min_backoff = min;
         self.max_backoff = max.max(min);

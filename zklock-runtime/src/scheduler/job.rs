@@ -27,9 +27,9 @@ const BEAT: &str = "* * * * * *";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SchedulerError {
-    /// The job name is not a valid lock name.
+    /// The job name is not a valid lock name (the name's error is also the source).
     #[error("invalid job name: {0}")]
-    InvalidName(LockError),
+    InvalidName(#[source] LockError),
     /// The cron expression does not parse.
     #[error("invalid schedule {schedule:?}: {reason} (six or seven fields, seconds first)")]
     InvalidSchedule {
@@ -179,6 +179,7 @@ impl SingletonJob {
     }
 
     /// Chooses the cluster policy (default [`Policy::OncePerTick`]).
+    #[must_use]
     pub fn policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
@@ -187,6 +188,7 @@ impl SingletonJob {
     /// Chooses what happens to a run whose lock is lost (default
     /// [`OnLost::Abort`](crate::OnLost::Abort): the run's task is aborted). Either way the run
     /// is counted in [`JobStats::lost`] and reported at `warn` level.
+    #[must_use]
     pub fn on_lost(mut self, on_lost: crate::engine::loss::OnLost) -> Self {
         self.on_lost = on_lost;
         self
@@ -203,6 +205,7 @@ impl SingletonJob {
     /// let job = SingletonJob::new_async("0 30 2 * * *", &client, "nightly", |_run| async {})?.time_zone(Berlin);
     /// # let _ = job; Ok(()) }
     /// ```
+    #[must_use]
     pub fn time_zone(mut self, zone: chrono_tz::Tz) -> Self {
         self.zone = zone;
         self
@@ -212,6 +215,7 @@ impl SingletonJob {
     /// [`CatchUp::RunAll`] with a limit of 10). On start-up, a node catches up from the job's
     /// record, so the ticks missed while the whole cluster was down are run or recorded as
     /// missed by this policy.
+    #[must_use]
     pub fn catch_up(mut self, catch_up: CatchUp) -> Self {
         self.catch_up = catch_up;
         self
@@ -220,6 +224,7 @@ impl SingletonJob {
     /// A tick not started within `deadline` of its time is given up and recorded as missed,
     /// whatever the catch-up policy (Kubernetes' `startingDeadlineSeconds`). Default: no
     /// deadline.
+    #[must_use]
     pub fn starting_deadline(mut self, deadline: Duration) -> Self {
         self.starting_deadline = Some(deadline);
         self
@@ -228,12 +233,14 @@ impl SingletonJob {
     /// Aborts a run that takes longer than `max_run` (its task is dropped at its next `.await`)
     /// and records it as timed out. Without it a run may hold the job's lock for as long as it
     /// takes.
+    #[must_use]
     pub fn max_run(mut self, max_run: Duration) -> Self {
         self.max_run = Some(max_run);
         self
     }
 
     /// The clock used to map fires to ticks (default [`SystemClock`]); tests inject skew here.
+    #[must_use]
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -243,6 +250,7 @@ impl SingletonJob {
     /// (default: the gap to the next tick). A fire that waits in vain is counted as a skip; its
     /// tick is not given up: unless another node takes it, this node's next fire runs it late
     /// (see [late ticks](super#late-ticks)).
+    #[must_use]
     pub fn lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = Some(wait);
         self
