@@ -60,6 +60,7 @@
 //! `PROMETHEUS`). When one is missing, starting fails
 //! with an error that names the variables and places it looked at and what to install.
 
+mod binaries;
 mod certs;
 pub mod curator;
 mod ensemble;

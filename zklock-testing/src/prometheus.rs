@@ -333,32 +333,10 @@ fn dechunk(mut body: &str) -> Option<String> {
     }
 }
 
-/// `$PROMETHEUS`, Debian's `/usr/bin/prometheus`, or `prometheus` on `PATH`.
+/// `$PROMETHEUS`, Debian's binary, or `prometheus` on `PATH`.
 fn find_binary() -> Result<PathBuf, TestingError> {
-    if let Some(explicit) = std::env::var_os(BINARY_ENV) {
-        let path = PathBuf::from(explicit);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(TestingError::PrometheusNotInstalled {
-                searched: format!("{BINARY_ENV}={}", path.display()),
-            })
-        };
-    }
-    let mut searched = vec![DEBIAN_BINARY.to_string()];
-    if Path::new(DEBIAN_BINARY).is_file() {
-        return Ok(PathBuf::from(DEBIAN_BINARY));
-    }
-    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
-        let candidate = dir.join("prometheus");
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-        searched.push(candidate.display().to_string());
-    }
-    Err(TestingError::PrometheusNotInstalled {
-        searched: searched.join(", "),
-    })
+    super::binaries::find_binary(BINARY_ENV, DEBIAN_BINARY, "prometheus")
+        .map_err(|searched| TestingError::PrometheusNotInstalled { searched })
 }
 
 #[cfg(test)]

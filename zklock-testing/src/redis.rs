@@ -285,32 +285,10 @@ fn ping(addr: SocketAddr) -> bool {
     stream.read_exact(&mut answer).is_ok() && &answer == b"+PONG\r\n"
 }
 
-/// `$REDIS_SERVER`, Debian's `/usr/bin/redis-server`, or `redis-server` on `PATH`.
+/// `$REDIS_SERVER`, Debian's binary, or `redis-server` on `PATH`.
 fn find_binary() -> Result<PathBuf, TestingError> {
-    if let Some(explicit) = std::env::var_os(BINARY_ENV) {
-        let path = PathBuf::from(explicit);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(TestingError::RedisNotInstalled {
-                searched: format!("{BINARY_ENV}={}", path.display()),
-            })
-        };
-    }
-    let mut searched = vec![DEBIAN_BINARY.to_string()];
-    if Path::new(DEBIAN_BINARY).is_file() {
-        return Ok(PathBuf::from(DEBIAN_BINARY));
-    }
-    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
-        let candidate = dir.join("redis-server");
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-        searched.push(candidate.display().to_string());
-    }
-    Err(TestingError::RedisNotInstalled {
-        searched: searched.join(", "),
-    })
+    super::binaries::find_binary(BINARY_ENV, DEBIAN_BINARY, "redis-server")
+        .map_err(|searched| TestingError::RedisNotInstalled { searched })
 }
 
 #[cfg(test)]
