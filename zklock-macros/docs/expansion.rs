@@ -18,6 +18,7 @@ impl Inventory {
                 on_revoke: __zklock::__private::OnRevoke::Continue,
                 max_hold: ::core::option::Option::None,
                 lock_delay: ::core::option::Option::None,
+                min_hold: ::core::option::Option::None,
                 templates: &["inventory:{sku}"],
             },
             __zklock::__private::result_converter::<_, AppError>(),

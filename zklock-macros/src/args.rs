@@ -1,6 +1,7 @@
 //! Parsing and checking the attribute's arguments:
 //! `("name", "other name", timeout = "10s", mode = "read", leases = 3, client = expr,
-//! on_lost = "continue", on_revoke = "abort", max_hold = "30s", lock_delay = "5s", token = ident,
+//! on_lost = "continue", on_revoke = "abort", max_hold = "30s", lock_delay = "5s", min_hold = "5s",
+//! token = ident,
 //! crate = path)`.
 //!
 //! The names come first, as string literals (one or more), then the options.
@@ -16,7 +17,7 @@ use crate::template::Template;
 
 /// The option names, for "unknown option" errors.
 const OPTIONS: &str =
-    "`timeout`, `mode`, `leases`, `client`, `on_lost`, `on_revoke`, `if_busy`, `max_hold`, `lock_delay`, `token`, `crate`";
+    "`timeout`, `mode`, `leases`, `client`, `on_lost`, `on_revoke`, `if_busy`, `max_hold`, `lock_delay`, `min_hold`, `token`, `crate`";
 const OPTION_NAMES: &[&str] = &[
     "timeout",
     "mode",
@@ -27,6 +28,7 @@ const OPTION_NAMES: &[&str] = &[
     "if_busy",
     "max_hold",
     "lock_delay",
+    "min_hold",
     "token",
     "crate",
 ];
@@ -88,6 +90,9 @@ pub struct LockArgs {
     /// `lock_delay = …`: how long the lock stays unavailable after a holder vanished without
     /// releasing.
     pub lock_delay: Option<Duration>,
+    /// `min_hold = …`: how long from the grant the lock stays taken however soon the body
+    /// ends (ShedLock's `lockAtLeastFor`).
+    pub min_hold: Option<Duration>,
     pub token: Option<Ident>,
     /// `crate = path`: where the `zklock` crate is, for a re-export.
     pub krate: Option<Path>,
@@ -113,6 +118,7 @@ impl Parse for LockArgs {
         let mut if_busy = IfBusyArg::Fail;
         let mut max_hold = None;
         let mut lock_delay: Option<(LitStr, Duration)> = None;
+        let mut min_hold = None;
         let mut token = None;
         let mut krate = None;
 
@@ -203,8 +209,14 @@ impl Parse for LockArgs {
                 "max_hold" => max_hold = Some(parse_max_hold(&expect_str(input, &key_name, "\"30s\"")?)?),
                 "lock_delay" => {
                     let lit = expect_str(input, &key_name, "\"5s\"")?;
-                    let delay = parse_lock_delay(&lit)?;
+                    let delay = parse_up_to_an_hour(&lit, "lock_delay")?;
                     lock_delay = Some((lit, delay));
+                }
+                "min_hold" => {
+                    min_hold = Some(parse_up_to_an_hour(
+                        &expect_str(input, &key_name, "\"5s\"")?,
+                        "min_hold",
+                    )?)
                 }
                 "token" => {
                     let ident: Ident = input.parse().map_err(|e| {
@@ -268,6 +280,7 @@ impl Parse for LockArgs {
             if_busy,
             max_hold,
             lock_delay: lock_delay.map(|(_, delay)| delay),
+            min_hold,
             token,
             krate,
         })
@@ -378,17 +391,19 @@ fn parse_max_hold(lit: &LitStr) -> syn::Result<Duration> {
     }
 }
 
-/// The longest `lock_delay` (as the runtime's `Lock::with_lock_delay` accepts).
-const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
+/// The longest `lock_delay` and `min_hold` (as the runtime's `Lock::with_lock_delay` and
+/// `Lock::with_min_hold` accept).
+const MAX_UP_TO_AN_HOUR: Duration = Duration::from_secs(3600);
 
-fn parse_lock_delay(lit: &LitStr) -> syn::Result<Duration> {
+/// The duration of option `option` (`lock_delay`, `min_hold`): more than zero, at most an hour.
+fn parse_up_to_an_hour(lit: &LitStr, option: &str) -> syn::Result<Duration> {
     let value = lit.value();
     let refuse = |why: String| Err(syn::Error::new(lit.span(), why));
     match parse_duration(&value) {
-        Ok(d) if d.is_zero() => refuse("`lock_delay` must be longer than zero; leave it out for none".into()),
-        Ok(d) if d > MAX_LOCK_DELAY => refuse(format!("`lock_delay` {value:?} is over the limit of one hour")),
+        Ok(d) if d.is_zero() => refuse(format!("`{option}` must be longer than zero; leave it out for none")),
+        Ok(d) if d > MAX_UP_TO_AN_HOUR => refuse(format!("`{option}` {value:?} is over the limit of one hour")),
         Ok(d) => Ok(d),
-        Err(why) => refuse(format!("bad lock_delay {value:?}: {why}")),
+        Err(why) => refuse(format!("bad {option} {value:?}: {why}")),
     }
 }
 
@@ -476,6 +491,9 @@ mod tests {
         assert!(err(quote::quote!("a", lock_delay = "0s")).contains("longer than zero"));
         assert!(err(quote::quote!("a", lock_delay = "2h")).contains("over the limit"));
         assert!(err(quote::quote!("a", lock_delay = "soon")).contains("bad lock_delay"));
+        assert!(err(quote::quote!("a", min_hold = "0s")).contains("`min_hold` must be longer than zero"));
+        assert!(err(quote::quote!("a", min_hold = "2h")).contains("`min_hold` \"2h\" is over the limit"));
+        assert!(err(quote::quote!("a", min_hold = "soon")).contains("bad min_hold"));
         assert!(err(quote::quote!("a", mode = "semaphore", leases = 2, lock_delay = "1s")).contains("no `lock_delay`"));
         assert!(err(quote::quote!("a", crate = 3)).contains("path of the zklock crate"));
         assert!(err(quote::quote!("a", crate = "not a path")).contains("path of the zklock crate"));

@@ -269,20 +269,9 @@ fn lock_call(
         OnRevokeArg::Continue => quote!(#krate::__private::OnRevoke::Continue),
         OnRevokeArg::Abort => quote!(#krate::__private::OnRevoke::Abort),
     };
-    let max_hold = match args.max_hold {
-        None => quote!(::core::option::Option::None),
-        Some(d) => {
-            let ms = d.as_millis() as u64;
-            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
-        }
-    };
-    let lock_delay = match args.lock_delay {
-        None => quote!(::core::option::Option::None),
-        Some(d) => {
-            let ms = d.as_millis() as u64;
-            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
-        }
-    };
+    let max_hold = optional_duration(args.max_hold);
+    let lock_delay = optional_duration(args.lock_delay);
+    let min_hold = optional_duration(args.min_hold);
     let templates = args.names.iter().map(|name| name.lit.value());
     let ret_infer = infer_impl_trait(ret);
     let converter = converter(ret, &ret_infer, args.if_busy);
@@ -315,6 +304,7 @@ fn lock_call(
                 on_revoke: #on_revoke,
                 max_hold: #max_hold,
                 lock_delay: #lock_delay,
+                min_hold: #min_hold,
                 templates: &[#(#templates),*],
             },
             #converter,
@@ -580,6 +570,17 @@ fn future_output(ty: &Type) -> Option<&Type> {
         Type::Paren(paren) => future_output(&paren.elem),
         Type::Group(group) => future_output(&group.elem),
         _ => None,
+    }
+}
+
+/// `Option<Duration>` as an expression of the expansion (whole milliseconds, as parsed).
+fn optional_duration(duration: Option<std::time::Duration>) -> TokenStream {
+    match duration {
+        None => quote!(::core::option::Option::None),
+        Some(d) => {
+            let ms = d.as_millis() as u64;
+            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
+        }
     }
 }
 

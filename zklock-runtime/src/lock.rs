@@ -30,8 +30,12 @@ use crate::engine::rules::{LockKind, Rule, LEASES_DIR, LEASE_NODE, LOCKS_DIR};
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::ops::gauges::{Held, Waiting};
+use crate::ops::inspect::{LockView, Side};
 use crate::ops::metrics::{Event, Labels, Timing};
 use crate::recipes::semaphore::{self, Semaphore};
+
+/// The longest [`Lock::with_min_hold`] accepted: an hour, as for the lock-delay.
+const MAX_MIN_HOLD: Duration = Duration::from_secs(3600);
 
 /// The least time one acquisition gets for its round trips (and for opening a session, when
 /// the client has none or its last one expired), however short the caller's timeout: a try
@@ -79,6 +83,8 @@ pub struct Lock {
     participant: Option<Arc<str>>,
     /// See [`Lock::with_lock_delay`].
     lock_delay: Option<Duration>,
+    /// See [`Lock::with_min_hold`].
+    min_hold: Option<Duration>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -89,6 +95,7 @@ impl std::fmt::Debug for Lock {
             .field("kind", &self.kind)
             .field("template", &self.template)
             .field("lock_delay", &self.lock_delay)
+            .field("min_hold", &self.min_hold)
             .finish()
     }
 }
@@ -150,6 +157,7 @@ impl Lock {
             template: None,
             participant: None,
             lock_delay: None,
+            min_hold: None,
         }
     }
 
@@ -200,6 +208,41 @@ impl Lock {
     /// The lock-delay set with [`with_lock_delay`](Self::with_lock_delay), if any.
     pub fn lock_delay(&self) -> Option<Duration> {
         self.lock_delay
+    }
+
+    /// The same lock, held at least `min_hold` from each grant (ShedLock's `lockAtLeastFor`):
+    /// a guard released or dropped sooner keeps the node until then, so a task that fires a
+    /// moment later on another node (a clock a little behind) finds the lock still taken. A
+    /// drop returns at once and the node is released in the background; [`LockGuard::release`]
+    /// waits until it is. Local waiters wait too. The rest of the minimum is cut short when the
+    /// hold is lost, or its session ends (the client closed). `Duration::ZERO` turns it off.
+    ///
+    /// Errors: [`LockError::InvalidConfig`] for a minimum over an hour.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let report = client.mutex("daily-report")?.with_min_hold(Duration::from_secs(30))?;
+    /// if let Some(guard) = report.try_acquire().await? {
+    ///     // ... a short body; the lock stays taken for 30 s from the grant ...
+    ///     drop(guard);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_min_hold(mut self, min_hold: Duration) -> Result<Lock, LockError> {
+        if min_hold > MAX_MIN_HOLD {
+            return Err(LockError::InvalidConfig(format!(
+                "lock `{}`: a min_hold of {min_hold:?} is over the limit of {MAX_MIN_HOLD:?}",
+                self.name
+            )));
+        }
+        self.min_hold = (!min_hold.is_zero()).then_some(min_hold);
+        Ok(self)
+    }
+
+    /// The minimum hold set with [`with_min_hold`](Self::with_min_hold), if any.
+    pub fn min_hold(&self) -> Option<Duration> {
+        self.min_hold
     }
 
     /// The same lock, labelled with the name template it was made from
@@ -330,6 +373,93 @@ impl Lock {
             Err(LockError::Timeout { .. }) => Ok(None),
             Err(err) => Err(err),
         }
+    }
+
+    /// Whether the lock is held now, by anyone: any process, any client (this one included),
+    /// zklock or Curator contenders in the same layout. Read from the server: one listing of
+    /// the lock's directory, whose contender nodes are judged by the recipe's rules, exactly
+    /// as [`LockClient::inspect`] judges them (and as `zklock show` shows them).
+    ///
+    /// "Held" means held in a way that excludes a holder of this handle's kind:
+    ///
+    /// - a mutex, the write side of a read/write lock, a leader election group: someone holds
+    ///   it (for the write side: a writer, or one or more readers; for a group: a leader);
+    /// - the read side of a read/write lock: a writer holds it. Readers share the lock, so a
+    ///   lock held by readers alone is not locked for a reader (the write side of the same
+    ///   lock answers `true` then);
+    /// - a semaphore: every lease is taken (as many leases held as this handle's count).
+    ///
+    /// A directory that does not exist (nobody has used the lock lately) is not locked.
+    ///
+    /// The answer is a snapshot: a holder may come or go as soon as it has been read. Use it to
+    /// report or to decide something that tolerates a stale answer; to take the lock if it is
+    /// free, use [`try_acquire`](Self::try_acquire). Nor does it say whether an acquisition
+    /// would be granted at once: a reader arriving while a writer waits behind other readers
+    /// queues behind that writer, though no writer holds yet.
+    ///
+    /// Errors: those of [`LockClient::inspect`] ([`LockError::Connection`] when no session
+    /// can be opened, [`LockError::Closed`] on a closed client, a refused read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let lock = client.mutex("nightly-report")?;
+    /// if lock.is_locked().await? {
+    ///     println!("a report is being written somewhere");
+    /// }
+    /// // Readers share: a read lock is locked only while a writer holds it.
+    /// let readable = client.read_lock("catalog")?;
+    /// println!("catalog being written: {}", readable.is_locked().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool, LockError> {
+        self.client.check_open()?;
+        // `inspect` reads `<namespace>/<name>`, this lock's directory.
+        debug_assert_eq!(&*self.dir, format!("{}/{}", self.client.namespace(), self.name));
+        let Some(view) = self.client.inspect(&self.name).await? else {
+            return Ok(false);
+        };
+        Ok(excludes(self.kind, &view))
+    }
+
+    /// Whether the calling code runs inside the scope of a hold of this lock: the body of a
+    /// `#[distributed_lock]` function, or a future run with [`LockGuard::scope`] or
+    /// [`LockGuard::run`] (and whatever they await). The task's counterpart of Redisson's
+    /// `isHeldByCurrentThread`, with the call scope in place of the thread.
+    ///
+    /// A hold matches as [reentrancy](Self#reentrancy) matches it: taken through this lock's
+    /// client (or a clone of it), on this lock's directory, of this kind, or of the write side
+    /// for a handle of the read side (a writer may read). A semaphore lease or an election
+    /// member in the scope counts for a handle of the same kind too, though those never
+    /// re-enter.
+    ///
+    /// Answered from this process's memory, with no round trip. `false` outside every scope,
+    /// even while this task keeps a guard of the lock (holding a guard is not running inside
+    /// its scope, see [Reentrancy](Self#reentrancy)); `false` in a task spawned from the
+    /// scope, and in futures polled beside it; `false` once the hold has been released, or
+    /// lost (when [`LockGuard::is_lost`] is true). Whether anyone holds the lock, here or
+    /// elsewhere, is [`is_locked`](Self::is_locked).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let lock = client.mutex("ledger")?;
+    /// assert!(!lock.is_held_by_current_task());
+    /// let guard = lock.acquire().await?;
+    /// guard.scope(async { assert!(lock.is_held_by_current_task()) }).await;
+    /// // Outside the scope, this task only keeps the guard.
+    /// assert!(!lock.is_held_by_current_task());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held_by_current_task(&self) -> bool {
+        reentrancy::held_in_scope(self.client_id(), &self.dir, self.kind)
     }
 
     /// The acquire path: reentrancy, then the local queue, then ZooKeeper.
@@ -628,9 +758,22 @@ impl Lock {
             metrics: inner.metrics.clone(),
             template: self.template.clone(),
             own_node,
+            min_hold: self.min_hold,
             held: Some(Held::start(self.labels())),
             span: tracing::Span::none(),
         }))
+    }
+}
+
+/// Whether the holders of `view` exclude a holder of `kind` (see [`Lock::is_locked`]).
+fn excludes(kind: LockKind, view: &LockView) -> bool {
+    match kind {
+        LockKind::Read => view.holders.iter().any(|h| h.side == Side::Write),
+        LockKind::Semaphore { leases } => {
+            view.holders.iter().filter(|h| h.side == Side::Lease).count() >= leases as usize
+        }
+        // A semaphore's acquirer holds only the mutex over acquirers, not the semaphore.
+        _ => view.holders.iter().any(|h| h.side != Side::Acquirer),
     }
 }
 

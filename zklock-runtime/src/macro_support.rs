@@ -25,6 +25,7 @@
 //!             on_revoke: zklock::__private::OnRevoke::Continue,
 //!             max_hold: ::core::option::Option::None,
 //!             lock_delay: ::core::option::Option::None,
+//!             min_hold: ::core::option::Option::None,
 //!             templates: &["inventory:{sku}"],
 //!         },
 //!         zklock::__private::result_converter::<_, AppError>(),
@@ -92,6 +93,8 @@ pub struct LockOptions {
     pub max_hold: Option<Duration>,
     /// `lock_delay = …` ([`Lock::with_lock_delay`](crate::Lock::with_lock_delay)).
     pub lock_delay: Option<Duration>,
+    /// `min_hold = …` ([`Lock::with_min_hold`](crate::Lock::with_min_hold)).
+    pub min_hold: Option<Duration>,
     /// The name templates as written in the attribute, one per name, recorded in contender
     /// nodes ([`Lock::with_template`](crate::Lock::with_template)).
     pub templates: &'static [&'static str],
@@ -266,6 +269,9 @@ where
             let mut lock = client.lock(name, options.kind)?;
             if let Some(delay) = options.lock_delay {
                 lock = lock.with_lock_delay(delay)?;
+            }
+            if let Some(min) = options.min_hold {
+                lock = lock.with_min_hold(min)?;
             }
             Ok(match options.templates.get(i) {
                 Some(template) => lock.with_template(*template),

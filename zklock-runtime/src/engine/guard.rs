@@ -65,6 +65,9 @@ pub(crate) struct Holding {
     pub own_node: OwnNode,
     /// The hold in this process's gauges, until it ends.
     pub held: Option<Held>,
+    /// How long from the grant the node is kept however soon the hold ends
+    /// ([`Lock::with_min_hold`](crate::Lock::with_min_hold)).
+    pub min_hold: Option<Duration>,
     /// The `lock_hold` span, from the acquisition to the end of the hold: its `outcome` is
     /// recorded when the hold ends, and it closes when the last guard goes.
     pub span: tracing::Span,
@@ -172,6 +175,13 @@ impl Holding {
         if self.node_path.is_empty() {
             return None;
         }
+        let rest = self
+            .min_hold
+            .and_then(|min| min.checked_sub(self.granted_at.elapsed()))
+            .filter(|rest| !rest.is_zero());
+        if let Some(rest) = rest.filter(|_| !self.is_lost()) {
+            return Some(self.put_off(rest, confirm));
+        }
         self.held = None;
         let lost = self.is_lost();
         if lost {
@@ -213,6 +223,46 @@ impl Holding {
         // Before the delete is sent: the deletion it causes is ours, not a loss.
         self.own_node.release();
         Some(Box::pin(delete_node(&self.session, node_path)))
+    }
+}
+
+impl Holding {
+    /// Ends the hold `rest` from now instead (its minimum hold), or once its session ends,
+    /// whichever comes first: the node, its queue turn, its watch and its gauge go on to a
+    /// hold of their own that the returned future ends; this one is left ended.
+    fn put_off(&mut self, rest: Duration, confirm: bool) -> Pending {
+        let mut kept = Holding {
+            client: self.client,
+            session: self.session.clone(),
+            name: self.name.clone(),
+            dir: self.dir.clone(),
+            kind: self.kind,
+            node_path: std::mem::take(&mut self.node_path),
+            token: self.token,
+            losses_at_grant: self.losses_at_grant,
+            granted_at: self.granted_at,
+            turn: self.turn.take(),
+            max_handoffs: self.max_handoffs,
+            cleanup: self.cleanup.clone(),
+            metrics: self.metrics.clone(),
+            template: self.template.clone(),
+            own_node: std::mem::replace(&mut self.own_node, OwnNode::detached()),
+            held: self.held.take(),
+            min_hold: None,
+            span: std::mem::replace(&mut self.span, tracing::Span::none()),
+        };
+        debug!(lock = %kept.name, rest_ms = rest.as_millis() as u64, "released before its min_hold; kept until then");
+        Box::pin(async move {
+            let mut health = kept.session.subscribe();
+            tokio::select! {
+                () = tokio::time::sleep(rest) => {}
+                _ = health.wait_for(|h| h.status.is_terminal()) => {}
+            }
+            match kept.end(confirm) {
+                Some(pending) => pending.await,
+                None => Ok(()),
+            }
+        })
     }
 }
 

@@ -154,6 +154,19 @@ impl OwnNode {
             .expect("nothing is known yet of a node granted just now")
     }
 
+    /// A view of no node, for a hold whose node went on to a value of its own (a release put
+    /// off by a minimum hold): it has ended, and learns nothing.
+    pub fn detached() -> OwnNode {
+        let ended = NodeState {
+            released: true,
+            ..NodeState::default()
+        };
+        OwnNode {
+            state: Arc::new(watch::channel(ended).0),
+            node: None,
+        }
+    }
+
     /// What is known now.
     pub fn state(&self) -> NodeState {
         *self.state.borrow()

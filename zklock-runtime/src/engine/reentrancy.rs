@@ -70,6 +70,27 @@ pub(crate) fn reentry(client: ClientId, dir: &str, kind: LockKind) -> Option<Arc
     })
 }
 
+/// Whether the current future runs inside the scope of a live hold of the lock at `dir`
+/// taken through `client`, of kind `kind` or of a kind an acquisition of `kind` re-enters (a
+/// write hold also holds the read side). Matched as [`reentry`] matches, and also for the
+/// kinds that never re-enter (a semaphore lease, an election member): a hold of the same kind
+/// on the same directory. A hold that has ended, or that can no longer be trusted (lost),
+/// does not count.
+pub(crate) fn held_in_scope(client: ClientId, dir: &str, kind: LockKind) -> bool {
+    with_scope(|entries| {
+        let held = entries.iter().any(|e| {
+            e.client == client
+                && &*e.dir == dir
+                && (reenters(e.kind, kind) || std::mem::discriminant(&e.kind) == std::mem::discriminant(&kind))
+                && e.hold
+                    .upgrade()
+                    .is_some_and(|hold| !hold.node_path.is_empty() && !hold.is_lost())
+        });
+        Some(held)
+    })
+    .unwrap_or(false)
+}
+
 /// Runs `fut` inside the scopes of `holds` (innermost last), nested in the scope that is
 /// current where the returned future is first polled: a scope future made in one place and
 /// awaited (or spawned) in another takes the scope of where it runs, never of where it was

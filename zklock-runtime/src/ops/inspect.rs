@@ -83,6 +83,9 @@ pub struct QueuedNode {
     /// The ZooKeeper session that owns the node.
     #[serde(serialize_with = "hex")]
     pub session: i64,
+    /// When the server created the node (its ctime), in milliseconds since the Unix epoch.
+    #[serde(skip)]
+    pub(crate) ctime_ms: i64,
 }
 
 /// One lock's queue, read at one moment.
@@ -293,6 +296,7 @@ async fn read_queue(
                 age: Duration::from_millis(now_ms.saturating_sub(stat.ctime).max(0) as u64),
                 token: FencingToken::new(stat.czxid, 0),
                 session: stat.ephemeral_owner,
+                ctime_ms: stat.ctime,
             }
         })
         .collect())

@@ -296,6 +296,7 @@ fn members_of(view: Option<LockView>) -> Vec<Member> {
             is_leader: node.holds,
             token: node.token,
             session: node.session,
+            joined_ms: node.ctime_ms,
             node: node.node,
         })
         .collect()
@@ -320,6 +321,10 @@ pub struct Member {
     pub token: FencingToken,
     /// The ZooKeeper session that owns its node.
     pub session: i64,
+    /// When it joined: its node's creation time by the server's clock, in milliseconds since
+    /// the Unix epoch. A leader leads since then, or since the last member ahead of it left,
+    /// whichever came later (the server records only the first).
+    pub joined_ms: i64,
 }
 
 fn display<S: serde::Serializer>(t: &FencingToken, s: S) -> Result<S::Ok, S::Error> {
