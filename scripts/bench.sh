@@ -4,14 +4,14 @@
 # PostgreSQL's advisory lock, a Redis lock and no lock (a conditional update).
 #
 #   ./scripts/bench.sh                  full run (about 20 minutes on 2 cores), results in bench-out/
-#   ./scripts/bench.sh --quick          about 3 minutes
+#   ./scripts/bench.sh --quick          fewer cycles, shorter windows (about 4 minutes)
 #   ./scripts/bench.sh --out DIR        where results.json and chart.svg go
 #   ./scripts/bench.sh --zk HOST:PORT   measure an existing server instead of starting one
 #                                       (the herd check needs 4lw.commands.whitelist=mntr,wchs,wchp)
 #   ./scripts/bench.sh --fsync          start the server with forceSync=yes (default: no)
 #   ./scripts/bench.sh --tick-ms N      tickTime of the server it starts (default 2000)
 #   ./scripts/bench.sh --ensemble 3     three members on loopback, clients on a follower
-#   ./scripts/bench.sh --seckill        only the seckill section (with --quick: about a minute)
+#   ./scripts/bench.sh --seckill        only the seckill section (with --quick: under a minute)
 #   ./scripts/bench.sh --scale          only the scale curves: handoff against contenders, per-key
 #                                       locking against keys, sessions per server (about 3 minutes)
 #

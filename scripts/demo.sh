@@ -12,11 +12,22 @@
 #   --instances N       service processes (default 3)
 #   --concurrency N     requests in flight at once (default 64)
 #   --unsafe-no-lock    run the service without the lock, to see the oversell it prevents
-#   --zk HOST:PORT      use this ZooKeeper instead of starting one
+#   --zk HOST:PORT      use this ZooKeeper instead of starting one; then the demo needs only
+#                       cargo and a C compiler, neither Java nor ZooKeeper, and no apt or root
+#                       (--lock database|redis without a server named also needs PostgreSQL or
+#                       Redis, which this does not install then)
 #   --help              every option
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# Installs only what is missing (ZooKeeper jars, a JDK, a C compiler); quiet when all is there.
-./scripts/install-deps.sh >&2
+# Installs only what is missing; quiet when all is there. Without --zk: everything
+# install-deps.sh knows (the local ZooKeeper server needs its jars and a JDK). With --zk: only
+# what building the example needs (a C compiler for the bundled SQLite and TLS code).
+deps=()
+for arg in "$@"; do
+    case "$arg" in
+        --zk | --zk=*) deps=(--build-only) ;;
+    esac
+done
+./scripts/install-deps.sh ${deps[@]+"${deps[@]}"} >&2
 exec cargo run --release -p zklock-examples --example seckill -- demo "$@"

@@ -14,10 +14,22 @@
 #     own server, and a service the package started is stopped and disabled again)
 #   - python3 for lint.sh's dashboard check (Debian package `python3`)
 # Safe to run repeatedly: when everything is present it changes nothing and needs no network.
+#
+# With --build-only it looks only for what building the crates needs besides cargo: a C compiler
+# (`gcc`, `libc6-dev`). That is what `scripts/demo.sh --zk HOST:PORT` needs: no ZooKeeper, Curator
+# or JDK, and, where a C compiler is present (every Rust toolchain links with `cc`), no apt and no
+# root.
 # ZOOKEEPER_HOME pointing at an unpacked Apache ZooKeeper release (lib/*.jar) satisfies the server;
 # PG_BINDIR naming a directory with initdb and postgres satisfies PostgreSQL; REDIS_SERVER naming a
 # redis-server binary satisfies Redis.
 set -euo pipefail
+
+build_only=0
+case "${1:-}" in
+    "") ;;
+    --build-only) build_only=1 ;;
+    *) echo "usage: $0 [--build-only]" >&2; exit 2 ;;
+esac
 
 missing=()
 why=()
@@ -54,20 +66,24 @@ have_prometheus() {
     command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1
 }
 
-have_zookeeper_jars || need zookeeper "ZooKeeper server jars: /usr/share/java/zookeeper.jar"
-[[ -f /usr/share/java/curator-recipes.jar ]] || need libcurator-recipes-java "Curator jars: /usr/share/java/curator-recipes.jar"
-if [[ -z "${ZOOKEEPER_HOME:-}" ]]; then
-    [[ -f /usr/share/java/slf4j-simple.jar ]] || need libslf4j-java "server log backend: /usr/share/java/slf4j-simple.jar"
+if [[ $build_only -eq 0 ]]; then
+    have_zookeeper_jars || need zookeeper "ZooKeeper server jars: /usr/share/java/zookeeper.jar"
+    [[ -f /usr/share/java/curator-recipes.jar ]] || need libcurator-recipes-java "Curator jars: /usr/share/java/curator-recipes.jar"
+    if [[ -z "${ZOOKEEPER_HOME:-}" ]]; then
+        [[ -f /usr/share/java/slf4j-simple.jar ]] || need libslf4j-java "server log backend: /usr/share/java/slf4j-simple.jar"
+    fi
+    command -v javac >/dev/null 2>&1 || need openjdk-17-jdk-headless "JDK: javac (and java)"
 fi
-command -v javac >/dev/null 2>&1 || need openjdk-17-jdk-headless "JDK: javac (and java)"
 if ! command -v cc >/dev/null 2>&1; then
     need gcc "C compiler: cc"
     need libc6-dev "C library headers"
 fi
-have_postgresql || need postgresql "PostgreSQL server: /usr/lib/postgresql/*/bin/initdb"
-have_redis || need redis-server "Redis server: /usr/bin/redis-server"
-have_prometheus || need prometheus "Prometheus: promtool and prometheus"
-command -v python3 >/dev/null 2>&1 || need python3 "python3: lint.sh's dashboard check"
+if [[ $build_only -eq 0 ]]; then
+    have_postgresql || need postgresql "PostgreSQL server: /usr/lib/postgresql/*/bin/initdb"
+    have_redis || need redis-server "Redis server: /usr/bin/redis-server"
+    have_prometheus || need prometheus "Prometheus: promtool and prometheus"
+    command -v python3 >/dev/null 2>&1 || need python3 "python3: lint.sh's dashboard check"
+fi
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "install-deps: no Rust toolchain (cargo) found; install one from https://rustup.rs and re-run." >&2
@@ -77,7 +93,11 @@ else
 fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-deps: ZooKeeper, Curator, JDK, C compiler, PostgreSQL, Redis, Prometheus and python3 already present; nothing to install."
+    if [[ $build_only -eq 1 ]]; then
+        echo "install-deps: C compiler already present; nothing to install."
+    else
+        echo "install-deps: ZooKeeper, Curator, JDK, C compiler, PostgreSQL, Redis, Prometheus and python3 already present; nothing to install."
+    fi
     exit "$toolchain_missing"
 fi
 
@@ -91,6 +111,15 @@ if [[ "$(id -u)" -ne 0 ]]; then
     else
         sudo_cmd=(unavailable)
     fi
+fi
+
+if [[ $build_only -eq 1 ]] && { ! command -v apt-get >/dev/null 2>&1 || [[ "${sudo_cmd[*]:-}" == unavailable ]]; }; then
+    cat >&2 <<MSG
+install-deps: cannot install automatically (this needs apt-get and root or password-less sudo).
+Install a C compiler that answers to \`cc\` (on Debian or Ubuntu: sudo apt-get install
+--no-install-recommends ${missing[*]}), then re-run.
+MSG
+    exit 1
 fi
 
 if ! command -v apt-get >/dev/null 2>&1 || [[ "${sudo_cmd[*]:-}" == unavailable ]]; then
@@ -129,13 +158,17 @@ fi
 
 # Verify, so a partial install fails here rather than in the middle of the test suite.
 failed=0
-have_zookeeper_jars || { echo "install-deps: ZooKeeper jars still missing" >&2; failed=1; }
-[[ -f /usr/share/java/curator-recipes.jar ]] || { echo "install-deps: Curator jars still missing" >&2; failed=1; }
-command -v javac >/dev/null 2>&1 || { echo "install-deps: javac still missing" >&2; failed=1; }
-have_postgresql || { echo "install-deps: PostgreSQL (initdb) still missing" >&2; failed=1; }
-have_redis || { echo "install-deps: redis-server still missing" >&2; failed=1; }
-have_prometheus || { echo "install-deps: promtool or prometheus still missing" >&2; failed=1; }
-command -v python3 >/dev/null 2>&1 || { echo "install-deps: python3 still missing" >&2; failed=1; }
+if [[ $build_only -eq 1 ]]; then
+    command -v cc >/dev/null 2>&1 || { echo "install-deps: cc still missing" >&2; failed=1; }
+else
+    have_zookeeper_jars || { echo "install-deps: ZooKeeper jars still missing" >&2; failed=1; }
+    [[ -f /usr/share/java/curator-recipes.jar ]] || { echo "install-deps: Curator jars still missing" >&2; failed=1; }
+    command -v javac >/dev/null 2>&1 || { echo "install-deps: javac still missing" >&2; failed=1; }
+    have_postgresql || { echo "install-deps: PostgreSQL (initdb) still missing" >&2; failed=1; }
+    have_redis || { echo "install-deps: redis-server still missing" >&2; failed=1; }
+    have_prometheus || { echo "install-deps: promtool or prometheus still missing" >&2; failed=1; }
+    command -v python3 >/dev/null 2>&1 || { echo "install-deps: python3 still missing" >&2; failed=1; }
+fi
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi

@@ -29,9 +29,11 @@
 //!
 //! # Features
 //!
-//! - `scheduler` (default): [`scheduler`], singleton jobs for tokio-cron-scheduler.
-//! - `metrics`: lock events and wait/hold times through the `metrics` facade, labelled by name
-//!   template.
+//! None is on by default: a service that only takes locks builds no cron machinery.
+//!
+//! - `scheduler`: [`scheduler`], singleton jobs for tokio-cron-scheduler.
+//! - `metrics`: lock and job events, wait/hold times, and gauges of what is held, waited for
+//!   and led now, through the `metrics` facade, labelled by name template.
 //! - `tls`: connections over TLS (`TlsConfig`, `LockClientBuilder::tls`).
 //! - `sasl`: SASL DIGEST-MD5 authentication (`LockClientBuilder::sasl_digest`), lock nodes
 //!   with `sasl:<user>` ACLs.
@@ -67,6 +69,10 @@ pub struct GuideDoctests;
 #[doc = include_str!("../docs/operations.md")]
 #[cfg(all(doctest, feature = "tls", feature = "sasl"))]
 pub struct OperationsDoctests;
+
+#[doc = include_str!("../docs/leader.md")]
+#[cfg(doctest)]
+pub struct LeaderDoctests;
 
 #[doc = include_str!("../docs/scheduler.md")]
 #[cfg(all(doctest, feature = "scheduler"))]

@@ -51,7 +51,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// A short run (about a minute) with fewer cycles, shorter windows and fewer points.
+    /// A shorter run (about 4 minutes on 2 cores, against 20 for the full one) with fewer
+    /// cycles, shorter windows and fewer points.
     #[arg(long)]
     quick: bool,
     /// Where results.json and chart.svg go.
@@ -74,13 +75,14 @@ struct Args {
     /// Run only the seckill section: the seckill service under zklock, the database's advisory
     /// lock, a Redis lock and no lock (a conditional update), and the fault round. It starts
     /// servers of its own (ZooKeeper, PostgreSQL, Redis); --zk, --fsync, --tick-ms and
-    /// --ensemble do not apply to it.
+    /// --ensemble do not apply to it. With --quick it takes under a minute.
     #[arg(long)]
     seckill: bool,
     /// Run only the scale curves: handoff latency and notifications per release against the
     /// contenders on one lock (over 1 to 8 processes), per-key throughput and client memory
     /// against the distinct keys (1 to 1,000,000), and latency and server memory against the
-    /// sessions open (up to 1,000); on the server --zk names or one it starts.
+    /// sessions open (up to 1,000); on the server --zk names or one it starts. About 3 minutes
+    /// (with --quick, fewer points and shorter phases: under one).
     #[arg(long, conflicts_with = "seckill")]
     scale: bool,
     #[command(subcommand)]
