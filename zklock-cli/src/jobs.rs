@@ -6,9 +6,9 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde_json::json;
 use zklock_runtime::scheduler::{self, HistoryEntry, JobRecord, Outcome};
-use zklock_runtime::LockClient;
+use zklock_runtime::{LockClient, LockError};
 
-use crate::{age, now_ms, timestamp, Failure, EXIT_NO_SUCH_LOCK};
+use crate::{age, now_ms, timestamp, Failure, EXIT_NO_SUCH_LOCK, EXIT_STILL_HELD};
 
 /// What to do with the jobs (default: list them).
 #[derive(Debug, Subcommand)]
@@ -53,7 +53,8 @@ pub(crate) enum JobsAction {
         /// Confirm: without it nothing is changed.
         #[arg(long)]
         yes: bool,
-        /// How long to wait for a run going on to end.
+        /// How long to wait for a run going on to end (for the job's lock); past it nothing is
+        /// changed and the exit code is 6.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         wait: Duration,
     },
@@ -64,7 +65,8 @@ pub(crate) enum JobsAction {
         /// Confirm: without it nothing is changed.
         #[arg(long)]
         yes: bool,
-        /// How long to wait for a run going on to end.
+        /// How long to wait for a run going on to end (for the job's lock); past it nothing is
+        /// changed and the exit code is 6.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         wait: Duration,
     },
@@ -109,7 +111,9 @@ pub(crate) async fn run(client: &LockClient, action: &JobsAction, as_json: bool)
         }
         JobsAction::Reset { name, yes, wait } => {
             confirmed(*yes, "reset", name)?;
-            let existed = scheduler::reset_job(client, name, *wait).await?;
+            let existed = scheduler::reset_job(client, name, *wait)
+                .await
+                .map_err(|err| waited(err, "reset", name, *wait))?;
             found(existed, name)?;
             say(as_json, json!({"job": name, "reset": true}), || {
                 format!("{name}: tick record and history cleared; its next tick runs as a first one")
@@ -118,7 +122,9 @@ pub(crate) async fn run(client: &LockClient, action: &JobsAction, as_json: bool)
         }
         JobsAction::Remove { name, yes, wait } => {
             confirmed(*yes, "remove", name)?;
-            let existed = scheduler::remove_job(client, name, *wait).await?;
+            let existed = scheduler::remove_job(client, name, *wait)
+                .await
+                .map_err(|err| waited(err, "remove", name, *wait))?;
             found(existed, name)?;
             say(as_json, json!({"job": name, "removed": true}), || {
                 format!("{name}: removed")
@@ -143,6 +149,22 @@ fn confirmed(yes: bool, what: &str, name: &str) -> Result<(), Failure> {
             code: 2,
             message: format!("`jobs {what} {name}` changes the job on every node; add --yes to confirm"),
         }),
+    }
+}
+
+/// `jobs reset|remove`: the job's lock still held by someone else (a run going on, most
+/// likely) when `--wait` ran out is exit code 6, with what to do; other errors keep theirs.
+fn waited(err: LockError, what: &str, name: &str, wait: Duration) -> Failure {
+    match err {
+        LockError::Timeout { .. } => Failure {
+            code: EXIT_STILL_HELD,
+            message: format!(
+                "`jobs {what} {name}`: the job's lock was still held after --wait {} (a run going on \
+                 did not end); nothing was changed. Try again later or with a longer --wait",
+                humantime::format_duration(wait)
+            ),
+        },
+        other => other.into(),
     }
 }
 

@@ -6,6 +6,8 @@
 //! zklock --zk zk1:2181 show inventory:42
 //! zklock --zk zk1:2181 watch inventory:42
 //! zklock --zk zk1:2181 revoke inventory:42
+//! zklock --zk zk1:2181 unlock inventory:42 --force --yes
+//! zklock --zk zk1:2181 leader compactor [--watch] [--count N]
 //! zklock --zk zk1:2181 jobs [list]
 //! zklock --zk zk1:2181 jobs history nightly-report
 //! zklock --zk zk1:2181 jobs pause|resume|trigger nightly-report
@@ -19,12 +21,26 @@
 //! `--timeout` (how long to wait for ZooKeeper), `--session-timeout`, and for secured ensembles
 //! `--tls-ca FILE` (with `--tls-cert FILE --tls-key FILE` for a client certificate) and `--sasl
 //! user:password` (DIGEST-MD5). Exit codes: 0 done; 1 ZooKeeper refused a request; 2 bad
-//! arguments; 3 ZooKeeper cannot be reached; 4 no such lock (`show`, `revoke`), nobody holds it
-//! (`revoke`), or no such job (`jobs pause`, `jobs trigger` without `--create`, `jobs reset`,
-//! `jobs remove`).
+//! arguments (also `unlock` without `--force --yes`); 3 ZooKeeper cannot be reached; 4 no such
+//! lock (`show`, `revoke`, `unlock`), nobody holds it (`revoke`, `unlock`), nobody leads the
+//! group (`leader`), or no such job (`jobs pause`, `jobs trigger` without `--create`, `jobs reset`,
+//! `jobs remove`); 6 the job's lock was still held when `--wait` ran out (`jobs reset`, `jobs
+//! remove`: a run going on did not end in time), and nothing was changed.
 //!
 //! `revoke` asks the holders of a lock to release it (Curator's revocation: `__REVOKE__` is
 //! written into each holder node); holders that listen are told, nothing is enforced.
+//!
+//! `unlock NAME --force --yes` takes the lock away: it deletes the nodes that hold it now (not
+//! the waiters'), each only if it is still the node read as a holder, and prints what it
+//! deleted; the holders are told they lost the lock and the next waiter is granted. Without
+//! both flags it deletes nothing, lists the holder nodes and whose they are, and exits 2. It
+//! exits 4 when there is no such lock or nobody holds it, and 1 when a holder node could not be
+//! deleted.
+//!
+//! `leader GROUP` prints who leads the election group GROUP (participant id, node, when it
+//! joined, fencing token, session), and exits 4 when nobody leads (the group has no member);
+//! with `--watch` it prints the leader again at every change (a new leader, or none) until
+//! interrupted or `--count N` views.
 //!
 //! `exec` runs CMD (directly, not through a shell) while holding the mutex NAME, or one lease
 //! of the semaphore NAME with `--semaphore N`, or, with `--leader`, while leading the election
@@ -59,14 +75,21 @@ use zklock_runtime::{LockClient, LockError, LockView, QueuedNode, RevokeOutcome,
 mod doctor;
 mod exec;
 mod jobs;
+mod leader;
+mod unlock;
 
 /// Exit code: ZooKeeper refused a request (or another failure).
 const EXIT_FAILED: u8 = 1;
 /// Exit code: ZooKeeper could not be reached within `--timeout`.
 const EXIT_UNREACHABLE: u8 = 3;
-/// Exit code: `show` named a lock that has no directory, or `jobs pause|trigger|reset|remove` a
-/// job that does not exist.
+/// Exit code: `show` named a lock that has no directory, `revoke` or `unlock` a lock nobody
+/// holds, `leader` a group nobody leads, or `jobs pause|trigger|reset|remove` a job that does
+/// not exist.
 const EXIT_NO_SUCH_LOCK: u8 = 4;
+/// Exit code: a lock stayed held by someone else past the wait (`jobs reset|remove`: a run of
+/// the job did not end within `--wait`); nothing was changed. (5 is `doctor`'s "a check
+/// failed".)
+const EXIT_STILL_HELD: u8 = 6;
 /// Exit code of `exec`: a revocation of the lock was requested while the command ran, and the
 /// command was stopped (as on a loss, but the lock was sound until then).
 const EXIT_REVOKED: u8 = 123;
@@ -86,7 +109,9 @@ const EXIT_NOT_FOUND: u8 = 127;
     about = "Who holds a ZooKeeper lock, who waits for it, the singleton jobs' ticks; run a command under a lock \
              or while leading",
     after_help = "Exit codes: 0 done, 1 ZooKeeper refused a request, 2 bad arguments, \
-                  3 ZooKeeper cannot be reached, 4 no such lock or job, 5 a `doctor` check failed; \
+                  3 ZooKeeper cannot be reached, 4 no such lock or job (nobody holds it: `revoke`, \
+                  `unlock`; nobody leads: `leader`), 5 a `doctor` check failed, \
+                  6 a run of the job did not end within --wait (`jobs reset|remove`; nothing changed); \
                   `exec` has its own (zklock exec --help)."
 )]
 struct Cli {
@@ -166,6 +191,31 @@ enum Command {
         /// The lock name.
         name: String,
     },
+    /// Take a lock away from its holders: delete the nodes that hold it now (not the waiters').
+    /// Each holder is told it lost the lock, and the next waiter is granted. Needs both
+    /// --force and --yes; without them, lists what it would delete and exits 2.
+    Unlock {
+        /// The lock name.
+        name: String,
+        /// Delete holder nodes (an operator's override; prefer `revoke` while the holder listens).
+        #[arg(long)]
+        force: bool,
+        /// Confirm: without it nothing is deleted.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Who leads a leader election group: participant id, node, when it joined, fencing token;
+    /// exit 4 when nobody leads.
+    Leader {
+        /// The group name (as given to `client.election(…)` or `exec --leader`).
+        group: String,
+        /// Print the leader again at every change (a new leader, or none), until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: stop after this many views, at least one.
+        #[arg(long, requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+    },
     /// The singleton jobs: list them (the default), read a job's history, pause, resume or
     /// trigger it on every node, reset or remove it.
     Jobs {
@@ -224,7 +274,10 @@ struct Failure {
 impl From<LockError> for Failure {
     fn from(err: LockError) -> Self {
         let code = match err {
-            LockError::Connection(_) | LockError::SessionExpired | LockError::Timeout { .. } => EXIT_UNREACHABLE,
+            LockError::Connection(_) | LockError::SessionExpired => EXIT_UNREACHABLE,
+            // The lock was not granted in time because someone holds it, not because ZooKeeper
+            // is out of reach (that is `Connection`).
+            LockError::Timeout { .. } => EXIT_STILL_HELD,
             LockError::Tls(_) => EXIT_UNREACHABLE,
             LockError::InvalidName { .. } | LockError::InvalidConfig(_) => 2,
             _ => EXIT_FAILED,
@@ -290,6 +343,10 @@ async fn run_command(cli: &Cli, report: &mut exec::report::Report) -> Result<u8,
         Command::Show { name } => show(&client, name, cli.json).await.map(|()| 0),
         Command::Revoke { name } => revoke(&client, name, cli.json).await.map(|()| 0),
         Command::Watch { name, count } => watch(&client, name, *count, cli.json).await.map(|()| 0),
+        Command::Unlock { name, force, yes } => unlock::unlock(&client, name, *force, *yes, cli.json).await.map(|()| 0),
+        Command::Leader { group, watch, count } => {
+            leader::run(&client, group, *watch, *count, cli.json).await.map(|()| 0)
+        }
         Command::Jobs { action } => jobs::run(&client, action.as_ref().unwrap_or(&jobs::JobsAction::List), cli.json)
             .await
             .map(|()| 0),

@@ -510,6 +510,49 @@ async fn jobs_remove_that_cannot_delete_the_job_reports_failure() {
     assert_eq!(listed[0]["job"], "stuck", "the job is still there");
 }
 
+/// `jobs reset` and `jobs remove` of a job whose lock stays held (a run going on) past `--wait`
+/// end with exit code 6, not the "unreachable" 3 (ZooKeeper answered all along), and change
+/// nothing; once the lock is free they go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_reset_and_remove_of_a_job_still_running_past_wait_exit_6() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let client = LockClient::connect(&zk).await.unwrap();
+    zklock_runtime::scheduler::create_job(&client, "busy").await.unwrap();
+    // A run going on holds the job's lock, whose name is the job's.
+    let run_going_on = client.mutex("busy").unwrap().acquire_timeout(SOON).await.unwrap();
+    for action in ["reset", "remove"] {
+        let started = Instant::now();
+        let out = zklock(&zk, &["jobs", action, "busy", "--yes", "--wait", "1s"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(6), "jobs {action} past --wait: {stderr}");
+        assert!(
+            stderr.contains("--wait 1s") && stderr.contains("nothing was changed"),
+            "jobs {action} says why: {stderr}"
+        );
+        assert!(started.elapsed() >= Duration::from_secs(1), "jobs {action} waited");
+    }
+    let listed = json_of(&zklock(&zk, &["jobs", "--json"]));
+    assert_eq!(listed[0]["job"], "busy", "the job is still there: {listed}");
+
+    run_going_on.release().await.unwrap();
+    assert!(
+        json_of(&zklock(
+            &zk,
+            &["jobs", "reset", "busy", "--yes", "--wait", "1s", "--json"]
+        ))["reset"]
+            == true
+    );
+    assert!(
+        json_of(&zklock(
+            &zk,
+            &["jobs", "remove", "busy", "--yes", "--wait", "1s", "--json"]
+        ))["removed"]
+            == true
+    );
+    client.close().await;
+}
+
 /// Records `zklock jobs` cannot show as usual still list: a tick past year 9999, a record
 /// whose ACL this client does not pass; the other jobs are listed beside them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
