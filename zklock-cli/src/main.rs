@@ -72,6 +72,8 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use zklock_runtime::{LockClient, LockError, LockView, QueuedNode, RevokeOutcome, TlsConfig};
 
+#[cfg(test)]
+mod doc_commands;
 mod doctor;
 mod exec;
 mod jobs;
