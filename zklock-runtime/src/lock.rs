@@ -213,8 +213,8 @@ impl Lock {
     /// The same lock, held at least `min_hold` from each grant (ShedLock's `lockAtLeastFor`):
     /// a guard released or dropped sooner keeps the node until then, so a task that fires a
     /// moment later on another node (a clock a little behind) finds the lock still taken. A
-    /// drop returns at once and the node is released in the background; [`LockGuard::release`]
-    /// waits until it is. Local waiters wait too. The rest of the minimum is cut short when the
+    /// drop returns at once and the node is released in the background ([`LockClient::flush`]
+    /// waits for that too); [`LockGuard::release`] waits until it is. Local waiters wait too. The rest of the minimum is cut short when the
     /// hold is lost, or its session ends (the client closed). `Duration::ZERO` turns it off.
     ///
     /// Errors: [`LockError::InvalidConfig`] for a minimum over an hour.
