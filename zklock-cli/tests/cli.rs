@@ -1,55 +1,16 @@
 //! The `zklock` command against a real ZooKeeper, with zklock and Curator contenders.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod cli_support;
+
+use cli_support::{json_of, raw, run, wait_for_children, zklock, SOON};
 use serde_json::Value;
 use zklock_runtime::{LockClient, LockKind};
 use zklock_testing::curator::CuratorPeer;
 use zklock_testing::{TestCa, ZkServer};
-
-const SOON: Duration = Duration::from_secs(20);
-
-/// How long one `zklock` run may take: its own `--timeout` (5 s) and a connect, with room for a
-/// loaded machine. A run still going then is killed and the test fails, quoting its output.
-const RUN_LIMIT: Duration = Duration::from_secs(60);
-
-fn zklock(zk: &str, args: &[&str]) -> Output {
-    run(Command::new(env!("CARGO_BIN_EXE_zklock"))
-        .args(["--zk", zk, "--timeout", "5s"])
-        .args(args))
-}
-
-/// Runs `cmd` to its end within RUN_LIMIT, or fails the test saying what it waited for.
-fn run(cmd: &mut Command) -> Output {
-    zklock_testing::process::output_within(cmd, RUN_LIMIT).unwrap_or_else(|e| panic!("zklock did not finish: {e}"))
-}
-
-fn json_of(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "zklock failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
-}
-
-async fn wait_for_children(raw: &zookeeper_client::Client, dir: &str, n: usize) {
-    let deadline = Instant::now() + SOON;
-    loop {
-        let now = raw.list_children(dir).await.map(|c| c.len()).unwrap_or(0);
-        if now == n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{dir} never had {n} contenders ({now})");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn raw(connect: &str) -> zookeeper_client::Client {
-    zookeeper_client::Client::connect(connect).await.expect("raw client")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_and_locks_describe_a_queue_of_zklock_and_curator_contenders() {

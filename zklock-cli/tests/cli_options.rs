@@ -11,6 +11,9 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod cli_support;
+
+use cli_support::bare;
 use serde_json::Value;
 use zklock_runtime::{LockClient, TlsConfig};
 use zklock_testing::{ClientAuth, TestCa, ZkServer};
@@ -20,25 +23,6 @@ const SOON: Duration = Duration::from_secs(20);
 /// The longest a command may run: past the longest `--timeout` given to it, so that the
 /// command's own timeout, and its message, come first.
 const RUN_LIMIT: Duration = Duration::from_secs(40);
-
-/// Every variable the command reads its options from.
-const ZKLOCK_VARS: [&str; 6] = [
-    "ZKLOCK_ZK",
-    "ZKLOCK_DIGEST",
-    "ZKLOCK_TLS_CA",
-    "ZKLOCK_TLS_CERT",
-    "ZKLOCK_TLS_KEY",
-    "ZKLOCK_SASL",
-];
-
-/// The `zklock` command with no `ZKLOCK_*` variable, no `--zk` and no `--timeout`.
-fn bare() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zklock"));
-    for var in ZKLOCK_VARS {
-        cmd.env_remove(var);
-    }
-    cmd
-}
 
 /// The `zklock` command pointed at `zk`, with `args` (and a 10 s `--timeout` unless they
 /// give one: the command refuses a flag given twice).

@@ -6,35 +6,18 @@
 //! listen on loopback only, which the check rightly passes). Their rules are tested on numbers
 //! in zklock-cli/src/doctor/tests.rs; here they pass against real servers.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
+
+mod cli_support;
 
 use serde_json::Value;
 use zklock_runtime::LockClient;
 use zklock_testing::{TestCa, ZkEnsemble, ZkServer};
 
-/// The longest one run may take: its own `--timeout` (10 s) for the session and the words,
-/// with room for a loaded machine. A run still going then is killed and the test fails.
-const RUN_LIMIT: Duration = Duration::from_secs(60);
-
-/// Every variable the command reads options from; the tests set what they need themselves.
-const ZKLOCK_VARS: [&str; 6] = [
-    "ZKLOCK_ZK",
-    "ZKLOCK_DIGEST",
-    "ZKLOCK_TLS_CA",
-    "ZKLOCK_TLS_CERT",
-    "ZKLOCK_TLS_KEY",
-    "ZKLOCK_SASL",
-];
-
-/// Runs `zklock --zk ZK --timeout 10s ARGS…` to its end (within RUN_LIMIT).
+/// Runs `zklock --zk ZK --timeout 10s ARGS…` to its end (within `cli_support::RUN_LIMIT`).
 fn zklock(zk: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zklock"));
-    for var in ZKLOCK_VARS {
-        cmd.env_remove(var);
-    }
-    cmd.args(["--zk", zk, "--timeout", "10s"]).args(args);
-    zklock_testing::process::output_within(&mut cmd, RUN_LIMIT).unwrap_or_else(|e| panic!("zklock did not finish: {e}"))
+    cli_support::run(cli_support::bare().args(["--zk", zk, "--timeout", "10s"]).args(args))
 }
 
 /// `doctor --json` with `args` (global options too go after the subcommand): its exit code

@@ -2,72 +2,44 @@
 //! a lock away from its holders) against a real ZooKeeper.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod cli_support;
+
+use cli_support::{children, json_of, printed, raw, stderr, stdout, wait_for_children, zklock, SOON};
 use serde_json::Value;
-use zklock_runtime::{LockClient, LockError};
+use zklock_runtime::{Leadership, LockClient, LockError};
 use zklock_testing::ZkServer;
 
-/// The longest a test waits for something that should happen promptly on a loaded machine.
-const SOON: Duration = Duration::from_secs(20);
-
-/// How long one `zklock` run may take: its own `--timeout` (5 s) and a connect, with room for a
-/// loaded machine. A run still going then is killed and the test fails, quoting its output.
-const RUN_LIMIT: Duration = Duration::from_secs(60);
-
-fn zklock(zk: &str, args: &[&str]) -> Output {
-    zklock_testing::process::output_within(
-        Command::new(env!("CARGO_BIN_EXE_zklock"))
-            .args(["--zk", zk, "--timeout", "5s"])
-            .args(args),
-        RUN_LIMIT,
-    )
-    .unwrap_or_else(|e| panic!("zklock did not finish: {e}"))
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The JSON `zklock` printed, whatever its exit code.
-fn printed(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}; stderr: {}", stdout(out), stderr(out)))
-}
-
-/// The JSON of a run that succeeded.
-fn json_of(out: &Output) -> Value {
-    assert!(out.status.success(), "zklock failed: {}", stderr(out));
-    printed(out)
-}
-
-async fn raw(connect: &str) -> zookeeper_client::Client {
-    zookeeper_client::Client::connect(connect).await.expect("raw client")
-}
-
-async fn children(raw: &zookeeper_client::Client, dir: &str) -> Vec<String> {
-    match raw.list_children(dir).await {
-        Ok(children) => children,
-        Err(zookeeper_client::Error::NoNode) => Vec::new(),
-        Err(err) => panic!("list {dir}: {err}"),
-    }
-}
-
-/// Waits, within SOON, until `dir` has `n` children.
-async fn wait_for_children(raw: &zookeeper_client::Client, dir: &str, n: usize) {
-    let deadline = Instant::now() + SOON;
-    loop {
-        let now = children(raw, dir).await.len();
-        if now == n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{dir} never had {n} children ({now})");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Two clients in election `group`: `node-a` leading, `node-b` waiting behind it (seen in the
+/// group's directory) on a task that returns its leadership once granted.
+async fn two_candidates(
+    zk: &str,
+    raw: &zookeeper_client::Client,
+    group: &str,
+) -> (
+    LockClient,
+    LockClient,
+    Leadership,
+    tokio::task::JoinHandle<Result<Leadership, LockError>>,
+) {
+    let a = LockClient::connect(zk).await.unwrap();
+    let b = LockClient::connect(zk).await.unwrap();
+    let leading = a
+        .election(group)
+        .unwrap()
+        .with_participant_id("node-a")
+        .unwrap()
+        .lead()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let election = b.election(group).unwrap().with_participant_id("node-b").unwrap();
+        async move { election.lead_timeout(SOON).await }
+    });
+    wait_for_children(raw, &format!("/zklock/{group}"), 2).await;
+    (a, b, leading, waiting)
 }
 
 /// The last segment of a node path.
@@ -120,21 +92,7 @@ async fn leader_names_the_member_that_leads() {
         serde_json::json!({"group": "compactor", "path": "/zklock/compactor", "leader": null})
     );
 
-    let a = LockClient::connect(&zk).await.unwrap();
-    let b = LockClient::connect(&zk).await.unwrap();
-    let leading = a
-        .election("compactor")
-        .unwrap()
-        .with_participant_id("node-a")
-        .unwrap()
-        .lead()
-        .await
-        .unwrap();
-    let waiting = tokio::spawn({
-        let election = b.election("compactor").unwrap().with_participant_id("node-b").unwrap();
-        async move { election.lead_timeout(SOON).await }
-    });
-    wait_for_children(&raw, "/zklock/compactor", 2).await;
+    let (a, b, leading, waiting) = two_candidates(&zk, &raw, "compactor").await;
 
     let shown = json_of(&zklock(&zk, &["leader", "compactor", "--json"]));
     assert_eq!(shown["group"], "compactor");
@@ -172,21 +130,7 @@ async fn leader_watch_follows_each_change_of_leader() {
     let server = ZkServer::start().expect("ZooKeeper");
     let zk = server.connect_string();
     let raw = raw(&zk).await;
-    let a = LockClient::connect(&zk).await.unwrap();
-    let b = LockClient::connect(&zk).await.unwrap();
-    let leading = a
-        .election("scheduler")
-        .unwrap()
-        .with_participant_id("node-a")
-        .unwrap()
-        .lead()
-        .await
-        .unwrap();
-    let waiting = tokio::spawn({
-        let election = b.election("scheduler").unwrap().with_participant_id("node-b").unwrap();
-        async move { election.lead_timeout(SOON).await }
-    });
-    wait_for_children(&raw, "/zklock/scheduler", 2).await;
+    let (a, b, leading, waiting) = two_candidates(&zk, &raw, "scheduler").await;
 
     let mut child = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_zklock"))
