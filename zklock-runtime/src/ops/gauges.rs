@@ -175,7 +175,7 @@ mod export {
     use std::time::SystemTime;
 
     use crate::connection::session::SessionStatus;
-    use crate::ops::metrics::{kind_label, Event, Labels};
+    use crate::ops::metrics::{kind_label, lock_label, Event, Labels};
 
     /// The labels of one lock's series: its kind and name template (`None`: `-`).
     #[derive(Clone, PartialEq, Eq, Hash)]
@@ -193,10 +193,7 @@ mod export {
         }
 
         fn lock(&self) -> metrics::SharedString {
-            match &self.template {
-                Some(template) => metrics::SharedString::from(template.clone()),
-                None => metrics::SharedString::const_str("-"),
-            }
+            lock_label(self.template.as_ref())
         }
 
         pub fn gauge(&self, name: &'static str) -> metrics::Gauge {

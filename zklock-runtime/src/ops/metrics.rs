@@ -214,15 +214,21 @@ pub(crate) fn kind_label(kind: LockKind) -> &'static str {
     }
 }
 
+/// The `lock` label of a lock's series: its name template, `-` without one.
+#[cfg(feature = "metrics")]
+pub(crate) fn lock_label(template: Option<&std::sync::Arc<str>>) -> metrics::SharedString {
+    match template {
+        Some(template) => metrics::SharedString::from(template.clone()),
+        None => metrics::SharedString::const_str("-"),
+    }
+}
+
 #[cfg(feature = "metrics")]
 mod export {
-    use super::{kind_label as kind, Labels, Timing};
+    use super::{kind_label as kind, lock_label, Labels, Timing};
 
     fn lock(labels: &Labels<'_>) -> metrics::SharedString {
-        match labels.template {
-            Some(template) => metrics::SharedString::from(template.clone()),
-            None => metrics::SharedString::const_str("-"),
-        }
+        lock_label(labels.template)
     }
 
     pub fn count(metric: &'static str, labels: Labels<'_>) {
