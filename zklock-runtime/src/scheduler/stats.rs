@@ -275,10 +275,7 @@ impl JobStats {
         }
         #[cfg(feature = "metrics")]
         {
-            let name = serde_json::to_value(outcome)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_else(|| "other".to_owned());
+            let name = outcome_label(outcome);
             metrics::counter!("zklock_job_runs_total", "job_name" => self.label(), "outcome" => name).increment(1);
             metrics::histogram!("zklock_job_run_seconds", "job_name" => self.label()).record(took.as_secs_f64());
             if *outcome == Outcome::Ok {
@@ -337,12 +334,30 @@ fn unix_seconds(at: SystemTime) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The `outcome` label of a run: the outcome as the history writes it (`timed_out`, …).
+#[cfg(feature = "metrics")]
+fn outcome_label(outcome: &Outcome) -> String {
+    serde_json::to_value(outcome)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "other".to_owned())
+}
+
 /// Registers every series of `job` at 0, so rates and alerts have them before the first event.
 #[cfg(feature = "metrics")]
 fn register(job: &Arc<str>) {
     let job = || metrics::SharedString::from(job.clone());
-    for outcome in ["ok", "failed", "panicked", "timed_out", "lost", "replaced"] {
-        metrics::counter!("zklock_job_runs_total", "job_name" => job(), "outcome" => outcome).increment(0);
+    let runs = [
+        Outcome::Ok,
+        Outcome::Failed,
+        Outcome::Panicked,
+        Outcome::TimedOut,
+        Outcome::Lost,
+        Outcome::Replaced,
+    ];
+    for outcome in &runs {
+        metrics::counter!("zklock_job_runs_total", "job_name" => job(), "outcome" => outcome_label(outcome))
+            .increment(0);
     }
     metrics::counter!("zklock_job_skips_total", "job_name" => job()).increment(0);
     metrics::counter!("zklock_job_missed_total", "job_name" => job()).increment(0);
