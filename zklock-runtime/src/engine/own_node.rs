@@ -22,9 +22,10 @@
 //! whichever of the two reaches the server first.
 //!
 //! The watch is set again after every event while the node is ours, and followed to its event
-//! once given up (our delete fires it). After a connection loss it is set again once
-//! reconnected, and that read is a fresh check of the node: an event can be missed only if
-//! the session ended, which is a loss already.
+//! once given up (our delete fires it). A watch already set survives a connection loss (the
+//! client sets it again on reconnecting, and the server reports what changed meanwhile); a
+//! read that fails on the connection is sent again once reconnected. An event can be missed
+//! only if the session ended, which is a loss already.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -244,9 +245,9 @@ async fn follow(session: &Session, path: &str, shared: &Shared, first: DataAnswe
                         deleted(shared, path);
                         return;
                     }
-                    zk::EventType::Session if event.session_state.is_terminated() => return,
-                    // A reconnect: read again once connected, a fresh look at the node.
-                    zk::EventType::Session if !session.wait_connected().await => return,
+                    // A one-shot watch hears of the session only when it ends (the client
+                    // sets its watches again after a reconnect): a loss the session reports.
+                    zk::EventType::Session => return,
                     // Data changed (a revocation, maybe): the next read tells.
                     _ => {}
                 }
@@ -298,5 +299,169 @@ fn deleted(shared: &Shared, path: &str) {
 fn revoked(shared: &Shared, path: &str) {
     if learned(shared, |s| !std::mem::replace(&mut s.revoked, true)) {
         debug!(node = %path, "revocation requested");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::watch;
+    use tokio::time::timeout;
+    use zookeeper_client as zk;
+
+    use super::{NodeState, OwnNode};
+    use crate::connection::session::Session;
+    use crate::ops::holder::REVOKE_MESSAGE;
+    use crate::test_server::{setup, Setup};
+
+    /// How long anything these tests wait for may take before the test fails.
+    const BOUND: Duration = Duration::from_secs(15);
+
+    /// An ephemeral node of `session`'s, standing for a contender node granted now.
+    async fn granted(session: &Session, name: &str) -> String {
+        let path = format!("/{name}");
+        let mode = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        session.zk().unwrap().create(&path, b"", &mode).await.unwrap();
+        path
+    }
+
+    /// Waits until `rx` shows something learned of the node (a deletion or a revocation).
+    async fn learned_something(rx: &mut watch::Receiver<NodeState>) -> NodeState {
+        let state = timeout(BOUND, rx.wait_for(|s| s.deleted || s.revoked))
+            .await
+            .expect("the hold never learned what happened to its node")
+            .expect("the hold's state lives as long as the hold");
+        *state
+    }
+
+    /// A node handed from hold to hold: a deletion or a revocation reaches the hold that holds
+    /// the node when it is learned and no hold that ended before; a hold that ends is told so;
+    /// and a node known deleted or revoked is not held again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_is_learned_of_a_node_reaches_only_the_hold_that_holds_it() {
+        let Setup {
+            server: _server,
+            client,
+            view,
+        } = setup(Duration::from_secs(10)).await;
+        let session = client.latest().unwrap();
+        for revoke in [false, true] {
+            let what = if revoke { "revoked" } else { "deleted" };
+            let path = granted(&session, what).await;
+            let mut first = OwnNode::watch(&session, &path);
+            let mut first_sees = first.subscribe();
+            let node = first.hand_over().expect("a hold that has not ended hands its node on");
+            timeout(BOUND, first_sees.changed())
+                .await
+                .expect("a hold that ended was never told")
+                .unwrap();
+            let mut second = node.hold().expect("nothing is known yet of the node");
+            let mut second_sees = second.subscribe();
+            if revoke {
+                view.set_data(&path, REVOKE_MESSAGE, None).await.unwrap();
+            } else {
+                view.delete(&path, None).await.unwrap();
+            }
+            let expected = NodeState {
+                deleted: !revoke,
+                revoked: revoke,
+                released: false,
+            };
+            assert_eq!(
+                learned_something(&mut second_sees).await,
+                expected,
+                "the node was {what}"
+            );
+            let ended = NodeState {
+                released: true,
+                ..NodeState::default()
+            };
+            assert_eq!(first.state(), ended, "a hold that ended learned of its node");
+            let node = second.hand_over().expect("a hold that has not ended hands its node on");
+            assert!(node.hold().is_none(), "a node known {what} was held again");
+        }
+    }
+
+    /// Our own delete, sent after the hold gave the node up, fires the node's watch: that is
+    /// not someone else deleting a held node, and the watch stops there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn our_own_delete_after_the_release_is_not_taken_for_a_loss() {
+        let Setup {
+            server: _server,
+            client,
+            view,
+        } = setup(Duration::from_secs(10)).await;
+        let session = client.latest().unwrap();
+        let path = granted(&session, "released").await;
+        let mut own = OwnNode::watch(&session, &path);
+        let mut node_sees = own.node.as_ref().expect("a node").shared.node.subscribe();
+        // The watch is set: it hears of a revocation.
+        view.set_data(&path, REVOKE_MESSAGE, None).await.unwrap();
+        learned_something(&mut own.subscribe()).await;
+        own.release();
+        session.zk().unwrap().delete(&path, None).await.unwrap();
+        // The watch follows our delete to its event, then its task ends and drops the node's
+        // state: the receiver's `changed` fails.
+        loop {
+            match timeout(BOUND, node_sees.changed()).await {
+                Err(_) => panic!("the watch went on after the node was given up and deleted"),
+                Ok(Err(_)) => break,
+                Ok(Ok(())) => assert!(
+                    !node_sees.borrow().deleted,
+                    "our own delete was taken for someone else's"
+                ),
+            }
+        }
+        assert!(
+            !node_sees.borrow().deleted,
+            "our own delete was taken for someone else's"
+        );
+        assert!(!own.state().deleted, "the released hold learned of our own delete");
+    }
+
+    /// The watch's first read is sent while the server does not answer: the read fails with the
+    /// connection, and the watch is set again once the session is connected, so a deletion
+    /// after that is still learned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_lost_with_the_connection_is_sent_again_once_reconnected() {
+        let Setup {
+            server,
+            client,
+            view: _view,
+        } = setup(Duration::from_secs(6)).await;
+        let session = client.latest().unwrap();
+        let path = granted(&session, "reconnected").await;
+        server.pause().unwrap();
+        // Armed after 100 ms: into the paused server.
+        let own = OwnNode::watch(&session, &path);
+        let mut health = session.subscribe();
+        timeout(BOUND, health.wait_for(|h| !h.status.is_connected()))
+            .await
+            .expect("the client never noticed the paused server")
+            .unwrap();
+        server.resume().unwrap();
+        timeout(BOUND, health.wait_for(|h| h.status.is_connected()))
+            .await
+            .expect("the client never reconnected")
+            .unwrap();
+        let other = zk::Client::connector().connect(&server.connect_string()).await.unwrap();
+        other.delete(&path, None).await.unwrap();
+        let expected = NodeState {
+            deleted: true,
+            ..NodeState::default()
+        };
+        assert_eq!(learned_something(&mut own.subscribe()).await, expected);
+    }
+
+    /// The view of a hold whose node went on to a value of its own (a put-off release) has
+    /// ended from the start.
+    #[test]
+    fn a_detached_view_has_ended() {
+        let ended = NodeState {
+            released: true,
+            ..NodeState::default()
+        };
+        assert_eq!(OwnNode::detached().state(), ended);
     }
 }
