@@ -448,11 +448,19 @@ mod tests {
             .unwrap()
             .expect("the waiter gets the lock in a new session");
         assert_ne!(guard.node_path(), node, "the waiter was handed the expired node");
-        let stat = view.check_stat(guard.node_path()).await.unwrap();
+        // A read is answered from the view's server, which may not have applied the grant's
+        // create yet: catch it up with the leader first.
+        view.sync(guard.node_path()).await.unwrap();
+        let owner = view
+            .check_stat(guard.node_path())
+            .await
+            .unwrap()
+            .map(|s| s.ephemeral_owner);
         assert!(
-            stat.is_some_and(|s| s.ephemeral_owner != session.id),
-            "granted {} outside a live session",
-            guard.node_path()
+            owner.is_some_and(|owner| owner != session.id),
+            "granted {} outside a live session (its owner: {owner:?}, the expired session: {})",
+            guard.node_path(),
+            session.id
         );
         assert_eq!(client.metrics().handed_off, 0, "a node was handed over");
         let _ = released.await.unwrap();
