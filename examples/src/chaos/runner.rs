@@ -513,6 +513,22 @@ fn pick_target(config: &RunConfig, shared: &Shared, contenders: &mut [Contender]
     })
 }
 
+/// The process and client whose open section holds the main lock's node created at `zxid`.
+fn holder_of(shared: &Shared, zxid: i64) -> Option<(usize, String)> {
+    let observed = shared.lock();
+    observed.open.iter().find_map(|((client, token), open)| {
+        let main = if open.lock == LOCK {
+            Some(*token)
+        } else {
+            open.second
+                .as_ref()
+                .filter(|part| part.lock == LOCK)
+                .map(|part| part.token)
+        };
+        main.filter(|t| t.zxid == zxid).map(|_| (open.process, client.clone()))
+    })
+}
+
 fn send_to(contenders: &mut [Contender], process: usize, line: &str) {
     if let Some(c) = contenders.iter_mut().find(|c| c.index == process) {
         c.send(line);
@@ -775,14 +791,41 @@ fn inject(
             );
         }
         FaultKind::RevokeHolder => {
-            let Some((p, client)) = pick_target(config, shared, contenders) else {
+            let raw = rt.block_on(raw_client(&ensemble.connect_string()))?;
+            // A live holder, able to honour the request: the section picked may be one of a
+            // process just paused or cut off, still open as far as the runner heard while its
+            // node is gone and another holds the lock; such a section ends as soon as its
+            // process sees the loss, and the next pick finds a live one.
+            let mut picked = None;
+            for _ in 0..3 {
+                let Some((p, client)) = pick_target(config, shared, contenders) else {
+                    break;
+                };
+                let live = rt
+                    .block_on(operator::holder_node(&raw, &format!("{NAMESPACE}/{LOCK}")))?
+                    .and_then(|(_, zxid)| holder_of(shared, zxid))
+                    .is_some_and(|(_, holder)| holder == client);
+                picked = Some((p, client));
+                if live {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(500));
+            }
+            let Some((mut p, mut client)) = picked else {
                 return Ok(record.not_taken("no holder to revoke"));
             };
-            let raw = rt.block_on(raw_client(&ensemble.connect_string()))?;
             let (mut holder, mut outcome) = (None, RevokeOutcome::NoHolder);
             // Between two holds nobody may hold the lock: ask again (a few times).
             for _ in 0..10 {
                 holder = rt.block_on(operator::holder_node(&raw, &format!("{NAMESPACE}/{LOCK}")))?;
+                // The holder asked is whoever's section holds that node. The one picked may be
+                // a section of a process just paused or cut off, still open as far as the runner
+                // heard while its node is gone and another holds the lock.
+                if let Some((_, zxid)) = &holder {
+                    if let Some((process, holder_client)) = holder_of(shared, *zxid) {
+                        (p, client) = (process, holder_client);
+                    }
+                }
                 record.injected_ns = now_ns();
                 outcome = rt.block_on(operator::revoke(&ensemble.connect_string(), NAMESPACE, LOCK))?;
                 if matches!(&outcome, RevokeOutcome::Requested { nodes } if !nodes.is_empty()) {
