@@ -5,8 +5,8 @@ async fn run() -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock("jobs", timeout = "1.5s")]
-async fn fractional() -> Result<(), LockError> {
+#[distributed_lock("jobs", timeout = "10")]
+async fn no_unit() -> Result<(), LockError> {
     Ok(())
 }
 

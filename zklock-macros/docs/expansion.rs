@@ -13,7 +13,7 @@ impl Inventory {
             __zklock_names,
             __zklock::__private::LockOptions {
                 kind: __zklock::LockKind::Mutex,
-                timeout: __zklock::__private::Timeout::After(::core::time::Duration::from_millis(10000u64)),
+                timeout: __zklock::__private::Timeout::After(::core::time::Duration::new(10u64, 0u32)),
                 on_lost: __zklock::__private::OnLost::Abort,
                 on_revoke: __zklock::__private::OnRevoke::Continue,
                 max_hold: ::core::option::Option::None,

@@ -257,8 +257,8 @@ fn lock_call(
         TimeoutArg::Default => quote!(#krate::__private::Timeout::Default),
         TimeoutArg::Forever => quote!(#krate::__private::Timeout::Forever),
         TimeoutArg::After(d) => {
-            let ms = d.as_millis() as u64;
-            quote!(#krate::__private::Timeout::After(::core::time::Duration::from_millis(#ms)))
+            let duration = duration_expr(d);
+            quote!(#krate::__private::Timeout::After(#duration))
         }
     };
     let on_lost = match args.on_lost {
@@ -573,13 +573,19 @@ fn future_output(ty: &Type) -> Option<&Type> {
     }
 }
 
-/// `Option<Duration>` as an expression of the expansion (whole milliseconds, as parsed).
+/// `duration` as an expression of the expansion, to the nanosecond.
+fn duration_expr(duration: std::time::Duration) -> TokenStream {
+    let (secs, nanos) = (duration.as_secs(), duration.subsec_nanos());
+    quote!(::core::time::Duration::new(#secs, #nanos))
+}
+
+/// `Option<Duration>` as an expression of the expansion.
 fn optional_duration(duration: Option<std::time::Duration>) -> TokenStream {
     match duration {
         None => quote!(::core::option::Option::None),
         Some(d) => {
-            let ms = d.as_millis() as u64;
-            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
+            let duration = duration_expr(d);
+            quote!(::core::option::Option::Some(#duration))
         }
     }
 }
@@ -639,7 +645,7 @@ mod tests {
             out.contains("__zklock :: __private :: explicit_client (& (self . locks))"),
             "{out}"
         );
-        assert!(out.contains("from_millis (10000u64)"), "{out}");
+        assert!(out.contains("Duration :: new (10u64 , 0u32)"), "{out}");
         assert!(out.contains("result_converter :: < _ , AppError > ()"), "{out}");
         assert!(
             out.contains(

@@ -91,10 +91,10 @@
 //! | `crate` | the path of the `zklock` crate, as `crate = path` or `crate = "path"` | found in `Cargo.toml` |
 //!
 //! * **`timeout`**: the longest wait for the lock; past it, the function returns
-//!   `LockError::Timeout` through its error type without running the body. A duration is one
-//!   or more `<number><unit>` parts, optionally separated by spaces (`"1m30s"`, `"1m 30s"`,
-//!   `"10 sec"`), in whole numbers; the units are `ms` (also `msec`, `millis`), `s` (`sec`,
-//!   `secs`), `m` (`min`, `mins`) and `h` (`hr`, `hrs`).
+//!   `LockError::Timeout` through its error type without running the body. Durations, here
+//!   and in every other option, are written as the `zklock` command takes them
+//!   ([humantime](https://docs.rs/humantime)'s syntax): `"500ms"`, `"10s"`, `"1m30s"`,
+//!   `"1m 30s"`, `"1.5s"`, `"2 hours"`.
 //! * **`mode`**: `"read"` holders share the lock with each other and exclude `"write"`
 //!   holders; `"semaphore"` lets up to `leases` holders in at once.
 //! * **`client`**: evaluated once per call, before the lock is taken. Without it, the client
