@@ -105,7 +105,12 @@ async fn demo(connect: &str) -> Result<(), LockError> {
     for task in [alice_task, bob_task] {
         match task.await {
             Ok(turn) => turns.push(turn?),
-            Err(e) => return Err(LockError::InvalidConfig(format!("contender task failed: {e}"))),
+            Err(e) => {
+                return Err(LockError::InvalidConfig {
+                    message: format!("contender task failed: {e}"),
+                    source: None,
+                })
+            }
         }
     }
     // Closing ends both sessions at once (nothing is left for the server to expire).
@@ -130,7 +135,10 @@ async fn demo(connect: &str) -> Result<(), LockError> {
     let (a, b) = (alice.metrics(), bob.metrics());
     println!("  alice metrics: {a:?}\n  bob metrics:   {b:?}");
     if !increasing {
-        return Err(LockError::InvalidConfig("fencing tokens did not increase".into()));
+        return Err(LockError::InvalidConfig {
+            message: "fencing tokens did not increase".into(),
+            source: None,
+        });
     }
     Ok(())
 }

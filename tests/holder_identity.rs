@@ -74,7 +74,7 @@ async fn contender_nodes_name_their_holder_and_template() {
 
     assert!(matches!(
         LockClient::builder(zk.connect_string()).identity("").build(),
-        Err(zklock::LockError::InvalidConfig(_))
+        Err(zklock::LockError::InvalidConfig { .. })
     ));
 }
 

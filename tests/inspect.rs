@@ -1,7 +1,8 @@
 //! Inspection (`LockClient::lock_names`, `inspect`) of queues that hold more than zklock's own
 //! nodes, against a real ZooKeeper: Kazoo's and unknown clients' nodes are shown in queue
-//! order with who made them, a node gone between the listing and its read is left out, and a
-//! client with its own namespace sees its own locks only.
+//! order with who made them, a lock's queue followed through `watch_lock`, and a client with its
+//! own namespace sees its own locks only. (A node gone between the listing and its read:
+//! `ops::inspect`'s own tests.)
 
 mod support;
 
@@ -57,6 +58,9 @@ async fn kazoo_and_unknown_nodes_are_shown_in_queue_order_with_their_makers() {
     assert!(!k.holds && !u.holds);
     let session = foreign.session_id().0;
     assert!(view.waiters.iter().all(|w| w.session == session), "{view:?}");
+    // The oldest wait is the first waiter's: it was queued first.
+    assert!(k.age >= u.age, "{view:?}");
+    assert_eq!(view.oldest_wait(), Some(k.age));
     guard.release().await.unwrap();
 
     // With zklock's node gone, Kazoo's node is the holder.
@@ -64,6 +68,10 @@ async fn kazoo_and_unknown_nodes_are_shown_in_queue_order_with_their_makers() {
     assert_eq!(view.holders.len(), 1);
     assert_eq!(view.holders[0].node, kazoo);
     assert_eq!(view.waiters.len(), 1);
+    assert_eq!(view.oldest_wait(), Some(view.waiters[0].age));
+    foreign.delete(&format!("/zklock/mixed/{unknown}"), None).await.unwrap();
+    let alone = c.inspect("mixed").await.unwrap().expect("Kazoo's node holds it");
+    assert_eq!(alone.oldest_wait(), None, "nobody waits: {alone:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,47 +100,62 @@ async fn a_client_with_its_own_namespace_inspects_its_own_locks() {
     other.release().await.unwrap();
 }
 
-/// A holder's node deleted after the inspection listed the directory and before it read the
-/// node: the view leaves it out, judges the rest without it, and reports the queue changed.
-///
-/// The delete is ordered by the server, not by timing: the inspection's listing is sent first
-/// (its first poll), then the release's delete on the same session, and only then are the
-/// node reads sent (when the inspection is polled again, with the listing already answered).
-/// The fired directory watch shows that the listing came before the delete, so the node was
-/// listed and then found gone.
+/// `watch_lock` follows a lock's queue from before it exists: no directory, then a holder, a
+/// waiter behind it, the waiter holding once the holder left; and a closed client ends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_gone_between_the_listing_and_its_read_is_left_out() {
-    use futures::FutureExt;
-
+async fn watch_lock_follows_the_queue_as_it_changes() {
     let zk = server();
     let c = client(&zk.connect_string()).await;
     let foreign = raw(&zk.connect_string()).await;
-    let guard = c.mutex("vanishing").unwrap().acquire().await.unwrap();
-    let waiter = foreign_node(&foreign, "/zklock/vanishing", "someone-", b"").await;
+    let mut queue = c.watch_lock("followed").await.unwrap();
+    assert!(queue.borrow_and_update().is_none(), "no directory yet");
 
-    let mut inspection = Box::pin(c.inspect_and_watch("vanishing"));
-    assert!(
-        inspection.as_mut().now_or_never().is_none(),
-        "the listing waits for its answer"
-    );
+    /// The holders' and waiters' node names the receiver shows once `until` holds of them.
+    async fn shows(
+        queue: &mut tokio::sync::watch::Receiver<Option<zklock_runtime::LockView>>,
+        until: impl Fn(&[String], &[String]) -> bool,
+    ) -> (Vec<String>, Vec<String>) {
+        let names = |view: &Option<zklock_runtime::LockView>| {
+            let view = view.as_ref();
+            let of = |nodes: Option<&Vec<zklock_runtime::QueuedNode>>| {
+                nodes.map_or_else(Vec::new, |n| n.iter().map(|n| n.node.clone()).collect::<Vec<_>>())
+            };
+            (of(view.map(|v| &v.holders)), of(view.map(|v| &v.waiters)))
+        };
+        let seen = tokio::time::timeout(
+            Duration::from_secs(20),
+            queue.wait_for(|view| {
+                let (holders, waiters) = names(view);
+                until(&holders, &waiters)
+            }),
+        )
+        .await
+        .expect("the watch never showed the change")
+        .expect("the watch is running");
+        names(&seen)
+    }
+
+    let guard = c.mutex("followed").unwrap().acquire().await.unwrap();
+    let holder = guard.node_path().rsplit('/').next().unwrap().to_owned();
+    let (holders, _) = shows(&mut queue, |h, _| !h.is_empty()).await;
+    assert_eq!(holders, std::slice::from_ref(&holder));
+
+    let waiter = foreign_node(&foreign, "/zklock/followed", "someone-", b"").await;
+    let (holders, waiters) = shows(&mut queue, |_, w| !w.is_empty()).await;
+    assert_eq!((holders, waiters), (vec![holder.clone()], vec![waiter.clone()]));
+
     guard.release().await.unwrap();
-    let (view, changed) = tokio::time::timeout(Duration::from_secs(20), inspection)
-        .await
-        .expect("the inspection answers")
-        .expect("a vanished node is not an error");
-    tokio::time::timeout(Duration::from_secs(20), changed)
-        .await
-        .expect("the listing saw the holder's node, so its delete fires the watch");
-    let view = view.expect("the lock exists");
-    let nodes: Vec<_> = view
-        .holders
-        .iter()
-        .chain(&view.waiters)
-        .map(|n| n.node.as_str())
-        .collect();
-    assert_eq!(nodes, [waiter.as_str()], "{view:?}");
-    assert!(
-        view.holders[0].waits_for.is_none(),
-        "judged without the vanished node, the next in line holds: {view:?}"
+    let (holders, waiters) = shows(&mut queue, |h, _| h.first() != Some(&holder)).await;
+    assert_eq!(
+        (holders, waiters),
+        (vec![waiter], vec![]),
+        "the waiter holds once the holder left"
     );
+
+    c.close().await;
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while queue.changed().await.is_ok() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the watch went on after the client was closed");
 }

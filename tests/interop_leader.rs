@@ -66,7 +66,7 @@ async fn a_zklock_member_waits_behind_a_curator_leader_and_leads_when_it_closes(
     let leadership = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap().unwrap();
     assert!(leadership.is_leader());
     assert_eq!(election.leader().await.unwrap().unwrap().participant, "zklock-1");
-    leadership.relinquish().await.unwrap();
+    leadership.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +90,7 @@ async fn a_curator_latch_waits_behind_a_zklock_leader_and_leads_when_it_relinqui
         [participant("zklock-1", true), participant("curator-1", false)]
     );
 
-    leadership.relinquish().await.unwrap();
+    leadership.release().await.unwrap();
     peer.wait_leader("l", SOON).await.unwrap();
     let leader = election.leader().await.unwrap().expect("Curator leads");
     assert_eq!(leader.participant, "curator-1");
@@ -124,7 +124,7 @@ async fn a_killed_curator_leader_hands_leadership_to_the_zklock_member_behind_it
     let members = election.members().await.unwrap();
     assert_eq!(members.len(), 1, "Curator's node went with its session: {members:?}");
     assert!(members[0].is_leader);
-    leadership.relinquish().await.unwrap();
+    leadership.release().await.unwrap();
 }
 
 /// The zklock leader is cut off past its session: it is told it lost leadership before the

@@ -40,13 +40,13 @@ async fn one_member_leads_and_the_next_takes_over_when_it_relinquishes() {
     wait_watching(&zk, &session_of(&b), first.node_path(), "the second member").await;
     assert!(!waiting.is_finished(), "two leaders at once");
     let first_token = first.fencing_token();
-    first.relinquish().await.unwrap();
+    first.release().await.unwrap();
 
     let second = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap().unwrap();
     assert!(second.is_leader());
     assert!(second.fencing_token() > first_token, "the next term's token is larger");
     assert_eq!(member_nodes(&view, "leaders-1").await, [second.node_path().to_owned()]);
-    second.relinquish().await.unwrap();
+    second.release().await.unwrap();
     assert!(member_nodes(&view, "leaders-1").await.is_empty());
 }
 
@@ -82,12 +82,12 @@ async fn members_are_listed_in_order_with_their_ids_and_every_member_has_a_node(
     assert_eq!(view.recipe, RecipeKind::Election);
     assert!(view.holders.iter().chain(&view.waiters).all(|n| n.side == Side::Member));
 
-    leader.relinquish().await.unwrap();
+    leader.release().await.unwrap();
     let beta = tokio::time::timeout(SOON, beta_waits).await.unwrap().unwrap().unwrap();
     assert_eq!(beta.participant_id(), "beta");
-    beta.relinquish().await.unwrap();
+    beta.release().await.unwrap();
     let gamma = tokio::time::timeout(SOON, gamma_waits).await.unwrap().unwrap().unwrap();
-    gamma.relinquish().await.unwrap();
+    gamma.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +113,7 @@ async fn the_leader_watch_reports_every_change_of_leader() {
     wait_watching(&zk, &session_of(&b), first.node_path(), "the second member").await;
     // A member joining behind the leader changes nothing the watch reports.
     assert_eq!(leader.borrow_and_update().as_ref().unwrap().participant, "first");
-    first.relinquish().await.unwrap();
+    first.release().await.unwrap();
     tokio::time::timeout(
         SOON,
         leader.wait_for(|l| l.as_ref().is_some_and(|m| m.participant == "second")),
@@ -126,7 +126,7 @@ async fn the_leader_watch_reports_every_change_of_leader() {
         .expect("the second member leads")
         .unwrap()
         .unwrap();
-    second.relinquish().await.unwrap();
+    second.release().await.unwrap();
     tokio::time::timeout(SOON, leader.wait_for(Option::is_none))
         .await
         .expect("the watch saw the group without a leader")
@@ -141,7 +141,7 @@ async fn the_leader_watch_reports_every_change_of_leader() {
     .await
     .expect("the watch saw the leader after the leaderless group")
     .unwrap();
-    third.relinquish().await.unwrap();
+    third.release().await.unwrap();
     tokio::time::timeout(SOON, leader.wait_for(Option::is_none))
         .await
         .expect("the watch saw the group without a leader again")
@@ -193,7 +193,7 @@ async fn a_leader_cut_off_past_its_session_is_told_before_the_next_leads() {
 
     let next = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap().unwrap();
     assert!(next.fencing_token() > leadership.fencing_token());
-    next.relinquish().await.unwrap();
+    next.release().await.unwrap();
     proxy.pass();
 }
 
@@ -262,7 +262,7 @@ async fn the_service_restarts_its_body_on_regaining_leadership() {
         member_nodes(&view, "served").await
     );
     assert!(terms.try_recv().is_err(), "a body ran while another member led");
-    theirs.relinquish().await.unwrap();
+    theirs.release().await.unwrap();
     let (term, token) = tokio::time::timeout(SOON, terms.recv()).await.unwrap().unwrap();
     assert_eq!(term, 2);
     assert!(token > first_token);
@@ -318,7 +318,7 @@ async fn shutdown_lets_the_body_finish_and_hands_leadership_over() {
     // Leadership was given up before shutdown returned: the next member is granted on the
     // notification of that delete, without waiting for any session to end.
     let next = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap().unwrap();
-    next.relinquish().await.unwrap();
+    next.release().await.unwrap();
 }
 
 /// A service on `group` whose body leads until it is dropped, setting the returned flag then;
@@ -393,13 +393,13 @@ async fn a_member_that_stops_waiting_leaves_the_group() {
     assert!(election.try_lead().await.unwrap().is_none());
     c.flush().await;
     assert_eq!(member_nodes(&view, "patient").await, [leader.node_path().to_owned()]);
-    leader.relinquish().await.unwrap();
+    leader.release().await.unwrap();
     election
         .try_lead()
         .await
         .unwrap()
         .expect("alone, it leads")
-        .relinquish()
+        .release()
         .await
         .unwrap();
 }
@@ -413,11 +413,11 @@ async fn bad_group_names_and_participant_ids_are_refused() {
     let election = c.election("ids").unwrap();
     assert!(matches!(
         election.clone().with_participant_id(""),
-        Err(LockError::InvalidConfig(_))
+        Err(LockError::InvalidConfig { .. })
     ));
     assert!(matches!(
         election.clone().with_participant_id("x".repeat(257)),
-        Err(LockError::InvalidConfig(_))
+        Err(LockError::InvalidConfig { .. })
     ));
     assert_eq!(
         election.participant_id(),
@@ -431,7 +431,7 @@ fn a_service_or_a_watch_without_a_runtime_is_an_error_not_a_panic() {
     let c = LockClient::builder("127.0.0.1:1").build().unwrap();
     let election = c.election("no-runtime").unwrap();
     let err = election.serve(|_| async {}).unwrap_err();
-    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    assert!(matches!(err, LockError::InvalidConfig { .. }), "{err:?}");
 }
 
 /// A body that panics ends its term, not the service: leadership is given up and the member
@@ -462,4 +462,35 @@ async fn a_panicking_body_ends_its_term_and_the_service_goes_on() {
     assert_eq!(tokio::time::timeout(SOON, terms.recv()).await.unwrap(), Some(2));
     assert!(service.is_leading());
     service.shutdown(Duration::from_secs(1)).await;
+}
+
+/// An election names its group and its directory; a leadership confirms with the server that
+/// it still leads, and turns into the lock guard of the same hold (same node, same token),
+/// which sees the node's deletion as any guard does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leadership_confirms_with_the_server_and_becomes_a_guard() {
+    let zk = server();
+    let view = raw(&zk.connect_string()).await;
+    let c = client(&zk.connect_string()).await;
+    let election = c.election("confirmed").unwrap();
+    assert_eq!(election.group(), "confirmed");
+    assert_eq!(election.path(), "/zklock/confirmed");
+    let leadership = election.lead().await.unwrap();
+    leadership
+        .ensure_held()
+        .await
+        .expect("the server knows the leader's node");
+    let (node, token) = (leadership.node_path().to_owned(), leadership.fencing_token());
+    assert!(node.starts_with("/zklock/confirmed/"), "{node}");
+
+    let guard = leadership.into_guard();
+    assert_eq!((guard.node_path(), guard.fencing_token()), (node.as_str(), token));
+    guard.ensure_held().await.expect("still held as a guard");
+    view.delete(&node, None).await.unwrap();
+    // NotHeld from the server, or Lost once the node's own watch has told of the deletion.
+    let checked = guard.ensure_held().await;
+    assert!(
+        matches!(checked, Err(LockError::NotHeld { .. } | LockError::Lost { .. })),
+        "the guard still claims the deleted node: {checked:?}"
+    );
 }

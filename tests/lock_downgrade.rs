@@ -176,7 +176,7 @@ async fn misuse_is_refused_and_loses_nothing() {
     ];
     for lock in &refused {
         let err = lock.downgrade(&mut guard).await.unwrap_err();
-        assert!(matches!(err, LockError::InvalidConfig(_)), "{lock:?}: {err:?}");
+        assert!(matches!(err, LockError::InvalidConfig { .. }), "{lock:?}: {err:?}");
         assert!(err.to_string().contains("cannot downgrade `"), "{err}");
     }
     // A guard shared by a reentrant acquisition.

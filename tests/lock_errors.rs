@@ -75,7 +75,7 @@ async fn bad_configuration_is_rejected_before_connecting() {
             .namespace(namespace)
             .build()
             .unwrap_err();
-        assert!(matches!(err, LockError::InvalidConfig(_)), "{namespace:?}: {err:?}");
+        assert!(matches!(err, LockError::InvalidConfig { .. }), "{namespace:?}: {err:?}");
     }
     let err = LockClient::builder("").build().unwrap_err();
     assert!(err.to_string().contains("connect string"), "{err}");
@@ -83,7 +83,7 @@ async fn bad_configuration_is_rejected_before_connecting() {
         .session_timeout(Duration::ZERO)
         .build()
         .unwrap_err();
-    assert!(matches!(err, LockError::InvalidConfig(_)));
+    assert!(matches!(err, LockError::InvalidConfig { .. }));
     // Sent as an i32 of milliseconds: 3 000 000 s would wrap to a negative value (and was
     // silently granted as the server's minimum); Duration::MAX panicked in the client library.
     for huge in [Duration::from_secs(3_000_000), Duration::MAX] {
@@ -98,7 +98,7 @@ async fn bad_configuration_is_rejected_before_connecting() {
         .build();
     assert!(ok.is_ok(), "{ok:?}");
     let err = LockClient::builder("127.0.0.1:2181").identity("").build().unwrap_err();
-    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    assert!(matches!(err, LockError::InvalidConfig { .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -109,7 +109,7 @@ async fn unreachable_server_fails_connect_within_its_timeout() {
         .connect()
         .await
         .unwrap_err();
-    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "took {:?}",
@@ -131,7 +131,7 @@ async fn silent_server_fails_acquire_within_the_callers_timeout() {
     let started = Instant::now();
     let err = lock.acquire_timeout(Duration::from_secs(3)).await.unwrap_err();
     let took = started.elapsed();
-    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
     assert!(took < Duration::from_secs(6), "took {took:?}");
     // Unbounded acquire still ends, with the connect timeout.
     let c = LockClient::builder(proxy.connect_string())
@@ -141,7 +141,7 @@ async fn silent_server_fails_acquire_within_the_callers_timeout() {
     let err = tokio::time::timeout(Duration::from_secs(10), c.mutex("silent").unwrap().acquire())
         .await
         .expect("no hang");
-    assert!(matches!(err, Err(LockError::Connection(_))), "{err:?}");
+    assert!(matches!(err, Err(LockError::Connection { .. })), "{err:?}");
 }
 
 #[tokio::test]
@@ -157,7 +157,7 @@ async fn acquire_on_a_lost_connection_is_a_connection_error_not_a_hang() {
     let started = Instant::now();
     let res = c.mutex("cut").unwrap().acquire_timeout(Duration::from_secs(2)).await;
     assert!(
-        matches!(res, Err(LockError::Connection(_)) | Err(LockError::Timeout { .. })),
+        matches!(res, Err(LockError::Connection { .. }) | Err(LockError::Timeout { .. })),
         "{res:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -179,7 +179,7 @@ async fn a_refused_connect_fails_fast_naming_each_server() {
     let started = Instant::now();
     let err = LockClient::connect(&format!("{first},{second}")).await.unwrap_err();
     let took = started.elapsed();
-    let LockError::Connection(why) = &err else {
+    let LockError::Connection { message: why, .. } = &err else {
         panic!("expected Connection, got {err:?}")
     };
     assert!(why.contains(&first) && why.contains(&second), "{why}");
@@ -202,7 +202,7 @@ async fn a_slow_connect_keeps_its_whole_timeout() {
         .await
         .unwrap_err();
     let took = started.elapsed();
-    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
     assert!(
         took >= Duration::from_secs(3),
         "gave up after {took:?}, before its timeout"
@@ -227,7 +227,7 @@ async fn while_disconnected_zero_tries_at_once_and_errors_name_the_refusal() {
 
     let started = Instant::now();
     let err = lock.acquire_timeout(Duration::ZERO).await.unwrap_err();
-    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
     assert!(
         started.elapsed() < Duration::from_millis(500),
         "a try took {:?}",

@@ -31,7 +31,7 @@ async fn told_before_another_is_granted(
     fault: impl FnOnce(),
 ) {
     let loss = tokio::spawn({
-        let mut signal = guard.loss_signal();
+        let signal = guard.loss_signal();
         async move {
             let err = signal.lost().await;
             (Instant::now(), err)
@@ -157,6 +157,72 @@ async fn curator_678_release_during_connection_loss_still_deletes_the_node() {
         .await
         .expect("later acquires keep working");
     again.release().await.unwrap();
+}
+
+/// Guarantee 7: a waiter whose session is reported lost while it waits (the connection down
+/// for `loss_after`, the session alive on the server) and whose turn comes meanwhile does not
+/// keep the grant of the node it queued with: the count of losses is read before the attempt,
+/// so that grant is given up and the acquisition starts over, in the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_in_a_session_reported_lost_meanwhile_is_given_up() {
+    // A 10 s session with a 1 s `loss_after`: the loss is reported about 5 s into the cut,
+    // seconds before the server could expire the session.
+    let zk = zklock_testing::ZkServer::builder()
+        .tick_time(Duration::from_millis(500))
+        .start()
+        .unwrap();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let waiter = LockClient::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .loss_after(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let session = waiter.session_id();
+    let holder = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let dir = "/zklock/lost-meanwhile";
+    let held = holder.mutex("lost-meanwhile").unwrap().acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let lock = waiter.mutex("lost-meanwhile").unwrap();
+        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
+    });
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            contenders(&view, dir).await.len() == 2
+        })
+        .await,
+        "the waiter never queued"
+    );
+    let queued_with = contenders(&view, dir)
+        .await
+        .into_iter()
+        .find(|c| !held.node_path().ends_with(c.as_str()))
+        .expect("the waiter's node");
+
+    let mut status = waiter.watch_status();
+    proxy.blackhole();
+    tokio::time::timeout(Duration::from_secs(20), status.wait_for(|s| *s == SessionStatus::Lost))
+        .await
+        .expect("the loss was never reported")
+        .unwrap();
+    // The turn comes while the waiter is cut off; it learns of it once reconnected.
+    held.release().await.unwrap();
+    proxy.pass();
+    proxy.reset_all();
+
+    let guard = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter was never granted")
+        .unwrap()
+        .expect("granted once reconnected");
+    assert_eq!(waiter.session_id(), session, "the session survived the cut");
+    assert!(!guard.is_lost());
+    assert!(
+        !guard.node_path().ends_with(queued_with.as_str()),
+        "granted the node queued before the loss was reported: {queued_with}"
+    );
+    guard.release().await.unwrap();
 }
 
 /// Connection loss during create: the create reaches the server but its answer is lost. The

@@ -196,7 +196,7 @@ async fn what_is_held_waited_for_and_leading_now_is_exported() {
     let leading = compactor.lead().await.unwrap();
     assert_eq!(get(&handle, r#"zklock_leader{group="compactor"}"#), 1.0);
     assert_eq!(get(&handle, r#"zklock_leader{group="idle-group"}"#), 0.0);
-    leading.relinquish().await.unwrap();
+    leading.release().await.unwrap();
     assert_eq!(get(&handle, r#"zklock_leader{group="compactor"}"#), 0.0);
     drop(idle);
 

@@ -25,7 +25,7 @@ fn malformed_connect_strings_are_refused_when_the_client_is_built() {
         " ",
     ] {
         match LockClient::builder(bad).build() {
-            Err(LockError::InvalidConfig(why)) => {
+            Err(LockError::InvalidConfig { message: why, .. }) => {
                 assert!(why.contains("connect string"), "{bad:?}: {why}");
             }
             other => panic!("{bad:?} accepted: {other:?}"),
@@ -52,7 +52,7 @@ async fn an_unresolvable_host_is_named_as_such_not_left_to_the_connect_timeout()
         .await
         .unwrap_err();
     match &err {
-        LockError::Connection(why) => assert!(
+        LockError::Connection { message: why, .. } => assert!(
             why.contains("cannot resolve") && why.contains("no-such-host.invalid"),
             "{why}"
         ),
@@ -81,7 +81,7 @@ async fn close_releases_every_lock_at_once_and_later_calls_say_closed() {
     let kept = holder.mutex("close-kept").unwrap().acquire().await.unwrap();
     let dropped = holder.mutex("close-dropped").unwrap().acquire().await.unwrap();
     drop(dropped); // its delete is in the background: close() waits for it
-    let mut loss = kept.loss_signal();
+    let loss = kept.loss_signal();
     assert!(!loss.is_lost(), "a sound hold's signal says lost");
 
     holder.close().await;
@@ -98,7 +98,7 @@ async fn close_releases_every_lock_at_once_and_later_calls_say_closed() {
     }
     assert_eq!(holder.status(), SessionStatus::Closed);
     match holder.mutex("close-kept").unwrap().acquire_timeout(SOON).await {
-        Err(LockError::Closed(why)) => assert!(why.contains("close()"), "{why}"),
+        Err(LockError::Closed { message: why, .. }) => assert!(why.contains("close()"), "{why}"),
         other => panic!("expected Closed, got {other:?}"),
     }
     // Another client gets the lock at once, long before a 10 s session could expire.
@@ -269,7 +269,7 @@ async fn close_fails_queued_waiters_promptly_and_takes_their_nodes_away() {
             .expect("a waiter answered")
             .unwrap()
         {
-            Err(LockError::Closed(_)) => {}
+            Err(LockError::Closed { .. }) => {}
             other => panic!("expected Closed, got {other:?}"),
         }
     }
@@ -296,7 +296,7 @@ async fn close_during_a_partition_returns_and_the_lock_frees_with_the_session() 
     assert!(guard.is_lost(), "a guard of a closed client still looks held");
     assert_eq!(cut.status(), SessionStatus::Closed);
     match cut.mutex("partitioned-close").unwrap().try_acquire().await {
-        Err(LockError::Closed(_)) => {}
+        Err(LockError::Closed { .. }) => {}
         other => panic!("expected Closed, got {other:?}"),
     }
     // The server ends the unreachable session after its timeout, which frees the lock.

@@ -111,7 +111,7 @@ async fn a_min_hold_over_an_hour_is_refused_and_zero_turns_it_off() {
     let a = client(&zk.connect_string()).await;
     let refused = a.mutex("mh-bad").unwrap().with_min_hold(Duration::from_secs(7200));
     assert!(
-        matches!(refused, Err(LockError::InvalidConfig(ref why)) if why.contains("min_hold")),
+        matches!(refused, Err(LockError::InvalidConfig { message: ref why, .. }) if why.contains("min_hold")),
         "{refused:?}"
     );
     let off = a.mutex("mh-bad").unwrap().with_min_hold(Duration::ZERO).unwrap();

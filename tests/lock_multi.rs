@@ -48,7 +48,7 @@ async fn locks_are_taken_in_path_order_without_duplicates() {
     assert!(multi.locks().iter().all(|l| l.kind() == LockKind::Mutex));
 
     match locks.multi_lock(Vec::<String>::new()) {
-        Err(LockError::InvalidConfig(why)) => assert!(why.contains("at least one"), "{why}"),
+        Err(LockError::InvalidConfig { message: why, .. }) => assert!(why.contains("at least one"), "{why}"),
         other => panic!("expected InvalidConfig for no names, got {other:?}"),
     }
     match locks.multi_lock(["fine", "not/fine"]) {
@@ -57,7 +57,7 @@ async fn locks_are_taken_in_path_order_without_duplicates() {
     }
     let mixed = [locks.mutex("a").unwrap(), locks.read_lock("b").unwrap()];
     match MultiLock::new(mixed) {
-        Err(LockError::InvalidConfig(why)) => assert!(why.contains("one kind"), "{why}"),
+        Err(LockError::InvalidConfig { message: why, .. }) => assert!(why.contains("one kind"), "{why}"),
         other => panic!("expected InvalidConfig for mixed kinds, got {other:?}"),
     }
     let labelled = MultiLock::new([
@@ -68,7 +68,7 @@ async fn locks_are_taken_in_path_order_without_duplicates() {
     assert_eq!(labelled.locks()[0].name(), "sku-1");
     assert_eq!(labelled.locks()[0].template(), Some("sku-{n}"));
     match locks.multi_lock_of(LockKind::Semaphore { leases: 0 }, ["a"]) {
-        Err(LockError::InvalidConfig(_)) => {}
+        Err(LockError::InvalidConfig { .. }) => {}
         other => panic!("expected InvalidConfig for a zero-lease semaphore, got {other:?}"),
     }
 }
@@ -275,9 +275,9 @@ async fn tokens_and_reentrancy_work_per_name() {
                 .acquire_timeout(SOON)
                 .await
                 .unwrap();
-            assert_eq!(multi.fencing_token("re-a"), Some(outer_token));
-            let b_token = multi.fencing_token("re-b").expect("re-b held");
-            assert_eq!(multi.fencing_token("re-c"), None);
+            assert_eq!(multi.fencing_token_of("re-a"), Some(outer_token));
+            let b_token = multi.fencing_token_of("re-b").expect("re-b held");
+            assert_eq!(multi.fencing_token_of("re-c"), None);
             assert_eq!(outer.hold_count(), 2, "re-a re-entered, not taken again");
             assert_eq!(contenders(&raw, "/zklock/re-a").await.len(), 1);
             multi

@@ -180,9 +180,9 @@ async fn on_revoke_abort_stops_the_body_and_continue_runs_on() {
     assert_eq!(finished.unwrap(), 7, "the body ran to its end");
 }
 
-/// An operator deletes the holder's node: the holder is told it lost the lock (with a message
-/// that says so), work under `run` is stopped, the next contender is granted, the release
-/// reports the loss, and the metrics count it.
+/// An operator deletes the holder's node once its watch is set: the holder is told it lost the
+/// lock (with a message that says so), work under `run` is stopped, the next contender is
+/// granted, the release reports the loss, and the metrics count it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_deleted_by_someone_else_is_a_loss() {
     let zk = server();
@@ -190,7 +190,7 @@ async fn a_node_deleted_by_someone_else_is_a_loss() {
     let waiter = client(&zk.connect_string()).await;
     let operator = raw(&zk.connect_string()).await;
     let guard = holder.mutex("rv-deleted").unwrap().acquire().await.unwrap();
-    let mut signal = guard.loss_signal();
+    let signal = guard.loss_signal();
     let waiting = tokio::spawn({
         let lock = waiter.mutex("rv-deleted").unwrap();
         async move { lock.acquire_timeout(SOON).await }
@@ -201,7 +201,12 @@ async fn a_node_deleted_by_someone_else_is_a_loss() {
     .await;
     assert!(queued, "the waiter never queued");
 
+    // The deletion comes after the hold's watch is set, so it is the watch's event that tells
+    // (a deletion before it would be told by the watch's first read).
     let node = guard.node_path().to_owned();
+    let session = session_of(&holder);
+    let watched = eventually(SOON, || async { watches_of(&zk, &session).contains(&node) }).await;
+    assert!(watched, "the hold never watched its node");
     let (ran, deleted) = tokio::join!(
         tokio::time::timeout(SOON, guard.run(std::future::pending::<()>())),
         operator.delete(&node, None)
@@ -248,7 +253,7 @@ async fn our_own_release_is_not_a_loss() {
     let session = session_of(&c);
     for round in 0..20 {
         let guard = c.mutex("rv-own").unwrap().acquire().await.unwrap();
-        let mut signal = guard.loss_signal();
+        let signal = guard.loss_signal();
         if round % 4 < 2 {
             let node = guard.node_path().to_owned();
             let watched = eventually(SOON, || async { watches_of(&zk, &session).contains(&node) }).await;

@@ -253,7 +253,7 @@ async fn semaphore_with_zero_leases_is_rejected() {
     let c = client(&zk.connect_string()).await;
     assert!(matches!(
         c.semaphore("none", 0),
-        Err(zklock_runtime::LockError::InvalidConfig(_))
+        Err(zklock_runtime::LockError::InvalidConfig { .. })
     ));
 }
 

@@ -36,7 +36,7 @@ async fn documented_expansion_compiles_and_reports_an_unreachable_ensemble() {
         .unwrap();
     let inventory = Inventory { locks };
     match inventory.deduct("sku-1", 1).await {
-        Err(AppError::Lock(LockError::Connection(_))) => {}
+        Err(AppError::Lock(LockError::Connection { .. })) => {}
         other => panic!("expected a connection error through AppError, got {other:?}"),
     }
 }

@@ -292,7 +292,7 @@ async fn async_trait_methods_and_aliased_crates_reach_the_runtime() {
         ledger.traced_inside(3).await,
     ] {
         match result {
-            Err(AppError::Lock(LockError::Connection(_) | LockError::Timeout { .. })) => {}
+            Err(AppError::Lock(LockError::Connection { .. } | LockError::Timeout { .. })) => {}
             other => panic!("expected a connection error, got {other:?}"),
         }
     }
@@ -300,7 +300,7 @@ async fn async_trait_methods_and_aliased_crates_reach_the_runtime() {
     // No default client in this binary.
     assert!(matches!(
         through_reexport().await,
-        Err(AppError::Lock(LockError::InvalidConfig(_)))
+        Err(AppError::Lock(LockError::InvalidConfig { .. }))
     ));
 }
 
@@ -309,7 +309,7 @@ async fn without_a_default_client_the_call_returns_a_clear_error() {
     // No test in this binary installs a default client.
     let err = instrument_outside(7).await.unwrap_err();
     match err {
-        AppError::Lock(LockError::InvalidConfig(message)) => {
+        AppError::Lock(LockError::InvalidConfig { message, .. }) => {
             assert!(message.contains("install_default"), "{message}");
         }
         other => panic!("expected InvalidConfig, got {other:?}"),
@@ -317,7 +317,7 @@ async fn without_a_default_client_the_call_returns_a_clear_error() {
     // The body did not run: a body would have returned Ok.
     assert!(matches!(
         countdown(2).await,
-        Err(AppError::Lock(LockError::InvalidConfig(_)))
+        Err(AppError::Lock(LockError::InvalidConfig { .. }))
     ));
 }
 
@@ -330,7 +330,7 @@ async fn an_unreachable_ensemble_comes_out_through_the_error_type() {
         count: 0,
     };
     match service.by_ref(1).await {
-        Err(AppError::Lock(LockError::Connection(_) | LockError::Timeout { .. })) => {}
+        Err(AppError::Lock(LockError::Connection { .. } | LockError::Timeout { .. })) => {}
         other => panic!("expected a connection error, got {other:?}"),
     }
 }

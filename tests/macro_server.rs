@@ -230,7 +230,7 @@ impl Fragile {
     #[distributed_lock("macro-fragile-continue", client = self.locks, timeout = "10s", on_lost = "continue")]
     async fn continue_on_loss(&self) -> Result<bool, AppError> {
         self.started.notify_one();
-        let mut loss = zklock::current_loss_signal().expect("inside a locked body");
+        let loss = zklock::current_loss_signal().expect("inside a locked body");
         let _ = tokio::time::timeout(PATIENCE, loss.lost()).await;
         self.finished.store(true, Ordering::SeqCst);
         Ok(loss.is_lost())
@@ -570,4 +570,62 @@ async fn if_busy_skip_returns_the_default_without_running_the_body() {
         Err(AppError::Lock(err)) => assert_eq!(err.kind(), zklock::ErrorKind::Unavailable, "{err:?}"),
         other => panic!("expected an unavailable error, got {other:?}"),
     }
+}
+
+#[distributed_lock("macro-defaults", client = locks)]
+async fn with_the_clients_defaults(locks: &LockClient, forever: bool) -> Result<(), AppError> {
+    if forever {
+        std::future::pending::<()>().await;
+    }
+    Ok(())
+}
+
+/// A function whose attribute gives no `timeout` and no `max_hold` takes the client's
+/// `default_timeout` and `default_max_hold`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attribute_without_timeout_or_max_hold_takes_the_clients_defaults() {
+    let zk = server();
+    let defaults = LockClient::builder(zk.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .default_timeout(Duration::from_millis(700))
+        .default_max_hold(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(defaults.default_timeout(), Duration::from_millis(700));
+    assert_eq!(defaults.default_max_hold(), Some(Duration::from_millis(300)));
+
+    // Nobody else holds it: the body runs until the default max_hold stops it.
+    let stopped = tokio::time::timeout(Duration::from_secs(20), with_the_clients_defaults(&defaults, true))
+        .await
+        .expect("the client's default_max_hold never stopped the body");
+    match stopped {
+        Err(AppError::Lock(LockError::MaxHoldExceeded { max_hold, .. })) => {
+            assert_eq!(max_hold, Duration::from_millis(300));
+        }
+        other => panic!("expected MaxHoldExceeded, got {other:?}"),
+    }
+
+    // Held elsewhere: the call gives up after the default timeout (not the attribute's 30 s).
+    let holder = client(&zk.connect_string()).await;
+    let guard = holder.mutex("macro-defaults").unwrap().acquire().await.unwrap();
+    let busy = tokio::time::timeout(Duration::from_secs(20), with_the_clients_defaults(&defaults, false))
+        .await
+        .expect("the client's default_timeout was not used");
+    match busy {
+        Err(AppError::Lock(LockError::Timeout { waited, .. })) => {
+            assert!(waited >= Duration::from_millis(700), "gave up after {waited:?}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    guard.release().await.unwrap();
+
+    let zero = LockClient::builder(zk.connect_string())
+        .default_max_hold(Duration::ZERO)
+        .connect()
+        .await;
+    assert!(
+        matches!(zero, Err(LockError::InvalidConfig { ref message, .. }) if message.contains("default_max_hold")),
+        "{zero:?}"
+    );
 }

@@ -188,7 +188,7 @@ async fn close_ends_the_session_whatever_is_alive() {
         .expect("the waiter never answered")
         .unwrap()
     {
-        Err(LockError::Closed(_)) => {}
+        Err(LockError::Closed { .. }) => {}
         other => panic!("expected Closed, got {other:?}"),
     }
     assert!(
@@ -278,7 +278,7 @@ async fn a_close_cancelled_at_any_point_and_called_again_ends_the_session() {
             .unwrap_or_else(|_| panic!("step {step}: the waiter never answered"))
             .unwrap()
         {
-            Err(LockError::Closed(_)) => {}
+            Err(LockError::Closed { .. }) => {}
             other => panic!("step {step}: expected Closed, got {other:?}"),
         }
     }
@@ -338,7 +338,7 @@ async fn a_node_handed_on_is_not_taken_after_its_session_was_reported_lost() {
     let lock = c.mutex("lost-handoff").unwrap();
     let guard = lock.acquire().await.unwrap();
     let node = guard.node_path().to_owned();
-    let mut loss = guard.loss_signal();
+    let loss = guard.loss_signal();
     // Polled once, the waiter is queued in the process behind the guard; it is not polled
     // again until the loss has been reported.
     let mut waiter = Box::pin(lock.acquire_timeout(SOON));

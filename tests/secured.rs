@@ -195,13 +195,16 @@ async fn a_server_that_requires_a_client_certificate_gets_one() {
     // Without a certificate, or with one from an authority the server does not trust.
     let err = refused(builder(&secure_connect(&zk)).tls(trusting(&ca))).await;
     assert!(
-        matches!(&err, LockError::Tls(why) if why.contains("client certificate")),
+        matches!(&err, LockError::Tls { message: why, .. } if why.contains("client certificate")),
         "{err:?}"
     );
     let stranger = TestCa::new("another CA").unwrap().issue("intruder").unwrap();
     let untrusted = trusting(&ca).identity_pem(stranger.cert_pem(), stranger.key_pem());
     let err = refused(builder(&secure_connect(&zk)).tls(untrusted)).await;
-    assert!(matches!(&err, LockError::Tls(why) if why.contains("alert")), "{err:?}");
+    assert!(
+        matches!(&err, LockError::Tls { message: why, .. } if why.contains("alert")),
+        "{err:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,7 +214,7 @@ async fn a_ca_that_does_not_vouch_for_the_server_is_named() {
     let other = TestCa::new("another CA").unwrap();
     let err = refused(builder(&secure_connect(&zk)).tls(trusting(&other))).await;
     match &err {
-        LockError::Tls(why) => {
+        LockError::Tls { message: why, .. } => {
             assert!(why.contains("not signed by the configured CA"), "{why}");
             assert!(why.contains(&secure_connect(&zk)), "names the server: {why}");
         }
@@ -225,7 +228,7 @@ async fn a_plain_client_on_the_tls_port_is_told_the_port_speaks_tls() {
     let zk = tls_server(&ca);
     let err = refused(builder(&secure_connect(&zk))).await;
     assert!(
-        matches!(&err, LockError::Tls(why) if why.contains("speaks TLS") && why.contains("without `tls(...)`")),
+        matches!(&err, LockError::Tls { message: why, .. } if why.contains("speaks TLS") && why.contains("without `tls(...)`")),
         "{err:?}"
     );
 }
@@ -236,7 +239,7 @@ async fn a_tls_client_on_a_plain_port_is_told_the_port_does_not_serve_tls() {
     let zk = tls_server(&ca);
     let err = refused(builder(&zk.connect_string()).tls(trusting(&ca))).await;
     assert!(
-        matches!(&err, LockError::Tls(why) if why.contains("does not seem to serve TLS")),
+        matches!(&err, LockError::Tls { message: why, .. } if why.contains("does not seem to serve TLS")),
         "{err:?}"
     );
 }
@@ -251,7 +254,7 @@ async fn an_unreachable_tls_server_is_a_connection_error() {
         .connect()
         .await
         .unwrap_err();
-    assert!(matches!(err, LockError::Connection(_)), "{err:?}");
+    assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
 }
 
 #[test]
@@ -259,7 +262,14 @@ fn unreadable_or_malformed_pem_is_a_configuration_error() {
     let missing = std::env::temp_dir().join("zklock-no-such-dir/ca.pem");
     let err = TlsConfig::ca_file(&missing).unwrap_err();
     assert!(
-        matches!(&err, LockError::InvalidConfig(why) if why.contains("zklock-no-such-dir/ca.pem")),
+        matches!(&err, LockError::InvalidConfig { message: why, .. } if why.contains("zklock-no-such-dir/ca.pem")),
+        "{err:?}"
+    );
+    // Why it cannot be read is the io error, the error's source.
+    let io = std::error::Error::source(&err).and_then(|e| e.downcast_ref::<std::io::Error>());
+    assert_eq!(
+        io.map(std::io::Error::kind),
+        Some(std::io::ErrorKind::NotFound),
         "{err:?}"
     );
     let ca = TestCa::new("zklock test CA").unwrap();
@@ -267,7 +277,7 @@ fn unreadable_or_malformed_pem_is_a_configuration_error() {
         .identity_files(ca.cert_file(), &missing)
         .unwrap_err();
     assert!(
-        matches!(&err, LockError::InvalidConfig(why) if why.contains("key file")),
+        matches!(&err, LockError::InvalidConfig { message: why, .. } if why.contains("key file")),
         "{err:?}"
     );
 
@@ -302,12 +312,12 @@ fn unreadable_or_malformed_pem_is_a_configuration_error() {
     );
     // A server the connect string marks `tcp+tls://` needs TLS settings.
     match LockClient::builder("tcp+tls://127.0.0.1:2281").build() {
-        Err(LockError::InvalidConfig(why)) => assert!(why.contains("tcp+tls://"), "{why}"),
+        Err(LockError::InvalidConfig { message: why, .. }) => assert!(why.contains("tcp+tls://"), "{why}"),
         other => panic!("expected InvalidConfig for tcp+tls:// without tls(...), got {other:?}"),
     }
     for (what, tls, names) in bad {
         match LockClient::builder("127.0.0.1:2181").tls(tls).build() {
-            Err(LockError::InvalidConfig(why)) => assert!(why.contains(names), "{what}: {why}"),
+            Err(LockError::InvalidConfig { message: why, .. }) => assert!(why.contains(names), "{what}: {why}"),
             other => panic!("{what}: expected InvalidConfig, got {other:?}"),
         }
     }
@@ -358,7 +368,7 @@ async fn a_wrong_sasl_password_is_an_authentication_error() {
     for (user, password) in [("alice", "not-her-password"), ("mallory", "anything")] {
         let err = refused(builder(&zk.connect_string()).sasl_digest(user, password)).await;
         assert!(
-            matches!(&err, LockError::AuthFailed(why) if why.contains(user)),
+            matches!(&err, LockError::AuthFailed { message: why, .. } if why.contains(user)),
             "{user}: {err:?}"
         );
     }
@@ -371,7 +381,7 @@ async fn a_sasl_client_of_a_server_without_sasl_is_told_so() {
     let zk = start(ZkServer::builder());
     let err = refused(builder(&zk.connect_string()).sasl_digest("alice", "alice-secret")).await;
     assert!(
-        matches!(&err, LockError::AuthFailed(why) if why.contains("without SASL authentication")),
+        matches!(&err, LockError::AuthFailed { message: why, .. } if why.contains("without SASL authentication")),
         "{err:?}"
     );
 }
@@ -449,7 +459,7 @@ async fn sasl_options_and_explicit_acls_shape_the_lock_nodes() {
 
     // A refused password through `.sasl()` is an authentication failure, as with sasl_digest.
     let err = refused(builder(&zk.connect_string()).sasl(zk::SaslOptions::digest_md5("alice", "wrong"))).await;
-    assert!(matches!(err, LockError::AuthFailed(_)), "{err:?}");
+    assert!(matches!(err, LockError::AuthFailed { .. }), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,7 +46,7 @@ async fn refusal(server: &ZkServer, ca: &TestCa) -> String {
     let took = started.elapsed();
     let why = match outcome {
         Ok(client) => panic!("connected to a server with a wrong certificate: {client:?}"),
-        Err(LockError::Tls(why)) => why,
+        Err(LockError::Tls { message: why, .. }) => why,
         Err(other) => panic!("expected a TLS error naming the certificate problem, got {other:?}"),
     };
     eprintln!("refused after {took:?}: {why}");

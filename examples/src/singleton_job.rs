@@ -33,7 +33,7 @@ pub struct Args {
     tz: zklock::scheduler::chrono_tz::Tz,
     /// Abort a run that takes longer than this (e.g. `2s`), and record it as timed out.
     #[arg(long, value_parser = humantime::parse_duration)]
-    max_run: Option<Duration>,
+    max_hold: Option<Duration>,
     /// The job name (validated like a lock name).
     #[arg(long, default_value = "singleton-demo")]
     name: String,
@@ -113,8 +113,8 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
     })?
     .policy(policy)
     .time_zone(args.tz);
-    let job = match args.max_run {
-        Some(max) => job.max_run(max),
+    let job = match args.max_hold {
+        Some(max) => job.max_hold(max),
         None => job,
     };
 

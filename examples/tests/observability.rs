@@ -461,7 +461,7 @@ async fn every_panel_and_alert_has_data_and_real_faults_raise_alerts() {
     }
     go_tx.send(()).unwrap();
     blocked.await.unwrap().expect("work that ended on its own is not cut");
-    leadership.relinquish().await.unwrap();
+    leadership.release().await.unwrap();
     let _ = tokio::time::timeout(Duration::from_secs(20), waiting).await;
     client.close().await;
     other.close().await;

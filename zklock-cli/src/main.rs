@@ -276,19 +276,37 @@ struct Failure {
 impl From<LockError> for Failure {
     fn from(err: LockError) -> Self {
         let code = match err {
-            LockError::Connection(_) | LockError::SessionExpired => EXIT_UNREACHABLE,
+            LockError::Connection { .. } | LockError::SessionExpired => EXIT_UNREACHABLE,
             // The lock was not granted in time because someone holds it, not because ZooKeeper
             // is out of reach (that is `Connection`).
             LockError::Timeout { .. } => EXIT_STILL_HELD,
-            LockError::Tls(_) => EXIT_UNREACHABLE,
-            LockError::InvalidName { .. } | LockError::InvalidConfig(_) => 2,
+            LockError::Tls { .. } => EXIT_UNREACHABLE,
+            LockError::InvalidName { .. } | LockError::InvalidConfig { .. } => 2,
             _ => EXIT_FAILED,
         };
         Failure {
             code,
-            message: err.to_string(),
+            message: with_causes(&err),
         }
     }
+}
+
+/// The error's message followed by each of its causes (`source()`), joined by ": ": an error
+/// names what failed and leaves the underlying error (an io error, a TLS or ZooKeeper error) to
+/// its source, which the user needs to see as well. A cause whose text the message already ends
+/// with (an error that shows its source's text itself) is not repeated.
+pub(crate) fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut cause = err.source();
+    while let Some(err) = cause {
+        let text = err.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = err.source();
+    }
+    message
 }
 
 fn main() -> ExitCode {
@@ -509,8 +527,9 @@ async fn revoke(client: &LockClient, name: &str, as_json: bool) -> Result<(), Fa
 async fn watch(client: &LockClient, name: &str, count: Option<u64>, as_json: bool) -> Result<(), Failure> {
     let redraw = !as_json && std::io::stdout().is_terminal();
     let mut shown = 0;
+    let mut queue = client.watch_lock(name).await?;
     loop {
-        let (view, changed) = client.inspect_and_watch(name).await?;
+        let view = queue.borrow_and_update().clone();
         if redraw {
             print!("\x1b[2J\x1b[H");
         }
@@ -528,7 +547,12 @@ async fn watch(client: &LockClient, name: &str, count: Option<u64>, as_json: boo
             return Ok(());
         }
         tokio::select! {
-            () = changed => {}
+            changed = queue.changed() => if changed.is_err() {
+                return Err(Failure {
+                    code: EXIT_FAILED,
+                    message: format!("stopped following lock {name}: the client closed"),
+                });
+            },
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
     }
@@ -632,6 +656,32 @@ mod tests {
         assert_eq!(timestamp(LAST_RFC3339_MS), "9999-12-31T23:59:59.999Z");
         assert_eq!(timestamp(LAST_RFC3339_MS + 1), "253402300800000ms since 1970");
         assert_eq!(timestamp(-5), "-5ms since 1970");
+    }
+
+    /// A TLS file that cannot be read is reported with why: the io error, which the runtime's
+    /// error keeps as its source, follows the message once.
+    #[test]
+    fn a_failure_shows_the_error_and_its_cause_once() {
+        let missing = std::env::temp_dir().join("zklock-no-such-dir/ca.pem");
+        let io = std::fs::read_to_string(&missing).unwrap_err().to_string();
+        let failure = Failure::from(TlsConfig::ca_file(&missing).unwrap_err());
+        assert_eq!(failure.code, 2);
+        assert_eq!(
+            failure.message,
+            format!(
+                "invalid configuration: cannot read the TLS CA file {}: {io}",
+                missing.display()
+            )
+        );
+        // An error that shows its source's text itself does not show it twice.
+        let refused = Failure::from(LockError::ZooKeeper {
+            op: "create",
+            source: zklock_runtime::zk::Error::NoAuth,
+        });
+        assert_eq!(
+            refused.message,
+            format!("ZooKeeper error on create: {}", zklock_runtime::zk::Error::NoAuth)
+        );
     }
 
     fn parse_timeout(timeout: &str) -> Result<Duration, clap::Error> {

@@ -394,10 +394,24 @@ async fn jobs_actions_reach_the_nodes_running_the_job() {
     assert_eq!(unconfirmed.status.code(), Some(2), "reset needs --yes");
     assert!(String::from_utf8_lossy(&unconfirmed.stderr).contains("--yes"));
     scheduler.shutdown().await.unwrap();
+    // With nothing running, the history stands still: --limit N is its newest N entries.
+    let full = json_of(&zklock(&zk, &["jobs", "history", "sweep", "--json"]));
+    let limited = json_of(&zklock(&zk, &["jobs", "history", "sweep", "--limit", "2", "--json"]));
+    let full = full.as_array().expect("a list");
+    assert!(full.len() > 2, "{full:?}");
+    assert_eq!(limited.as_array().expect("a list")[..], full[..2]);
     assert!(json_of(&zklock(&zk, &["jobs", "reset", "sweep", "--yes", "--json"]))["reset"] == true);
     assert_eq!(
         json_of(&zklock(&zk, &["jobs", "history", "sweep", "--json"])),
         serde_json::json!([])
+    );
+    let unconfirmed = zklock(&zk, &["jobs", "remove", "sweep"]);
+    assert_eq!(unconfirmed.status.code(), Some(2), "remove needs --yes");
+    assert!(String::from_utf8_lossy(&unconfirmed.stderr).contains("--yes"));
+    assert_eq!(
+        json_of(&zklock(&zk, &["jobs", "--json"]))[0]["job"],
+        "sweep",
+        "removed without --yes"
     );
     assert!(json_of(&zklock(&zk, &["jobs", "remove", "sweep", "--yes", "--json"]))["removed"] == true);
     assert_eq!(json_of(&zklock(&zk, &["jobs", "--json"])), serde_json::json!([]));

@@ -633,7 +633,7 @@ async fn wait_bounds_the_wait_for_leadership() {
     assert!(!dir.path().join("ran").exists(), "the command ran without leading");
     assert_eq!(children(&raw, "/zklock/contested", 1).await, [leader_node.as_str()]);
 
-    leadership.relinquish().await.unwrap();
+    leadership.release().await.unwrap();
     Running::start(&mut exec_sh(
         &zk,
         dir.path(),

@@ -113,11 +113,11 @@ async fn leader_names_the_member_that_leads() {
         "{text}"
     );
 
-    leading.relinquish().await.unwrap();
+    leading.release().await.unwrap();
     let next = waiting.await.unwrap().unwrap();
     let shown = json_of(&zklock(&zk, &["leader", "compactor", "--json"]));
     assert_eq!(shown["leader"]["participant"], "node-b", "{shown}");
-    next.relinquish().await.unwrap();
+    next.release().await.unwrap();
     a.close().await;
     b.close().await;
 }
@@ -160,12 +160,12 @@ async fn leader_watch_follows_each_change_of_leader() {
 
     let first = next_view(&mut lines, "the first leader").await;
     assert_eq!(first["leader"]["participant"], "node-a", "{first}");
-    leading.relinquish().await.unwrap();
+    leading.release().await.unwrap();
     let second = next_view(&mut lines, "the second leader").await;
     assert_eq!(second["leader"]["participant"], "node-b", "{second}");
     let next = waiting.await.unwrap().unwrap();
     assert_eq!(second["leader"]["token"], next.fencing_token().to_string());
-    next.relinquish().await.unwrap();
+    next.release().await.unwrap();
     let third = next_view(&mut lines, "no leader").await;
     assert_eq!(third["leader"], Value::Null, "{third}");
 

@@ -89,6 +89,10 @@ impl std::fmt::Debug for LockClient {
     }
 }
 
+/// How long a `#[distributed_lock]` function waits for its lock when the attribute gives no
+/// `timeout` and the client no [`default_timeout`](LockClientBuilder::default_timeout).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub(crate) struct Config {
     pub connect: String,
     pub session_timeout: Duration,
@@ -102,6 +106,10 @@ pub(crate) struct Config {
     pub fast_path_dirs: usize,
     /// Who this client's contender nodes say they belong to.
     pub holder: Holder,
+    /// The wait of a `#[distributed_lock]` function that gives no `timeout`.
+    pub default_timeout: Duration,
+    /// The `max_hold` of a `#[distributed_lock]` function that gives none.
+    pub default_max_hold: Option<Duration>,
     /// TLS and SASL settings, checked.
     pub security: Secured,
 }
@@ -175,6 +183,8 @@ pub struct LockClientBuilder {
     fast_path_dirs: usize,
     identity: Option<String>,
     security: Security,
+    default_timeout: Duration,
+    default_max_hold: Option<Duration>,
 }
 
 /// Shows the settings, never a credential: digest auth appears as its scheme only.
@@ -193,6 +203,8 @@ impl std::fmt::Debug for LockClientBuilder {
             .field("fast_path_dirs", &self.fast_path_dirs)
             .field("identity", &self.identity)
             .field("security", &self.security)
+            .field("default_timeout", &self.default_timeout)
+            .field("default_max_hold", &self.default_max_hold)
             .finish()
     }
 }
@@ -400,6 +412,46 @@ impl LockClientBuilder {
         self
     }
 
+    /// How long a `#[distributed_lock]` function using this client waits for its lock when the
+    /// attribute gives no `timeout` (default [`DEFAULT_TIMEOUT`], 30 s): lock4j's global acquire timeout. `Duration::ZERO` tries once. An explicit
+    /// `timeout = …` wins; [`Lock::acquire`](crate::Lock::acquire) is not affected (it waits
+    /// as long as it takes, like `tokio::sync::Mutex::lock`).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::builder("zk1:2181")
+    ///     .default_timeout(std::time::Duration::from_secs(5))
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(client.default_timeout(), std::time::Duration::from_secs(5));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = timeout;
+        self
+    }
+
+    /// The longest a `#[distributed_lock]` function using this client may hold its lock when
+    /// the attribute gives no `max_hold` (default: no bound): past it the body is stopped and
+    /// the call returns [`LockError::MaxHoldExceeded`], as with the attribute's own option,
+    /// which wins. ShedLock's and lock4j's global "lock at most for". Zero is refused when
+    /// the client connects.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::builder("zk1:2181")
+    ///     .default_max_hold(std::time::Duration::from_secs(60))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn default_max_hold(mut self, max_hold: Duration) -> Self {
+        self.default_max_hold = Some(max_hold);
+        self
+    }
+
     /// The holder identity written into every contender node this client creates, so an
     /// operator (`zklock show`, or any ZooKeeper browser) can tell who holds or waits for a
     /// lock: a service and instance name such as `"orders-api@pod-7"`. Default: `host:pid`. At
@@ -453,11 +505,11 @@ impl LockClientBuilder {
         validate_namespace(&self.namespace)?;
         let servers = connect_string::parse(&self.connect)?;
         if self.session_timeout.is_zero() {
-            return Err(LockError::InvalidConfig("the session timeout is zero".into()));
+            return Err(LockError::invalid_config("the session timeout is zero"));
         }
         // The protocol carries it as an i32 of milliseconds; a larger one would wrap around.
         if self.session_timeout.as_millis() > i32::MAX as u128 {
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "the session timeout {:?} is longer than ZooKeeper can express ({} ms); servers \
                  grant at most 20 ticks anyway",
                 self.session_timeout,
@@ -465,7 +517,7 @@ impl LockClientBuilder {
             )));
         }
         if self.connect_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(LockError::InvalidConfig("the connect timeout is zero".into()));
+            return Err(LockError::invalid_config("the connect timeout is zero"));
         }
         let mut acls = self.acls;
         if acls.is_empty() && (!self.auth.is_empty() || self.security.authenticates()) {
@@ -473,6 +525,11 @@ impl LockClientBuilder {
         }
         let security = self.security.prepare(&servers)?;
         let holder = Holder::new(self.identity)?;
+        if self.default_max_hold.is_some_and(|max| max.is_zero()) {
+            return Err(LockError::invalid_config(
+                "default_max_hold must be longer than zero; leave it out for no bound",
+            ));
+        }
         let (status, _) = watch::channel(SessionStatus::Connecting);
         let config = Config {
             connect: self.connect,
@@ -486,6 +543,8 @@ impl LockClientBuilder {
             fast_path_dirs: self.fast_path_dirs,
             holder,
             security,
+            default_timeout: self.default_timeout,
+            default_max_hold: self.default_max_hold,
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -555,6 +614,8 @@ impl LockClient {
             fast_path_dirs: DEFAULT_FAST_PATH_DIRS,
             identity: None,
             security: Security::default(),
+            default_timeout: DEFAULT_TIMEOUT,
+            default_max_hold: None,
         }
     }
 
@@ -572,6 +633,18 @@ impl LockClient {
     /// [`LockClientBuilder::identity`]).
     pub fn identity(&self) -> &str {
         self.inner.config.holder.identity()
+    }
+
+    /// How long a `#[distributed_lock]` function waits for its lock when the attribute gives no
+    /// `timeout` (see [`LockClientBuilder::default_timeout`]).
+    pub fn default_timeout(&self) -> Duration {
+        self.inner.config.default_timeout
+    }
+
+    /// The `max_hold` of a `#[distributed_lock]` function whose attribute gives none, if any
+    /// (see [`LockClientBuilder::default_max_hold`]).
+    pub fn default_max_hold(&self) -> Option<Duration> {
+        self.inner.config.default_max_hold
     }
 
     /// The session timeout the server granted for the current session, once one is open.
@@ -676,7 +749,7 @@ impl LockClient {
     /// let guard = client.mutex("report")?.acquire().await?;
     /// guard.release().await?;
     /// client.close().await;
-    /// assert!(matches!(client.mutex("report")?.acquire().await, Err(zklock_runtime::LockError::Closed(_))));
+    /// assert!(matches!(client.mutex("report")?.acquire().await, Err(zklock_runtime::LockError::Closed { .. })));
     /// # Ok(()) }
     /// ```
     pub async fn close(&self) {
@@ -796,10 +869,9 @@ impl LockClient {
             .get()
             .and_then(|slot| slot.read().unwrap_or_else(|e| e.into_inner()).clone())
             .ok_or_else(|| {
-                LockError::InvalidConfig(
+                LockError::invalid_config(
                     "no default lock client: call LockClient::install_default() at start-up, \
-                     or pass `client = …` to #[distributed_lock]"
-                        .into(),
+                     or pass `client = …` to #[distributed_lock]",
                 )
             })
     }
@@ -841,7 +913,7 @@ impl LockClient {
             result = open => result,
             why = secure::misconfiguration(&config.security, self.inner.contact.servers()) => Err(why),
             why = connect_string::all_refused(&config.connect, &self.inner.contact) => Err(why),
-            () = tokio::time::sleep(limit) => Err(LockError::Connection(format!(
+            () = tokio::time::sleep(limit) => Err(LockError::connection(format!(
                 "no ZooKeeper session could be opened to {} within {limit:?}{}",
                 config.connect,
                 self.inner.contact.clause()
@@ -856,7 +928,7 @@ impl LockClient {
             self.mark_closed("its driver thread stopped under its ZooKeeper session; open a new client");
         }
         match &*self.inner.closed.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(reason) => Err(LockError::Closed(reason.clone())),
+            Some(reason) => Err(LockError::closed(reason.clone())),
             None => Ok(()),
         }
     }
@@ -884,13 +956,13 @@ impl LockClient {
         });
         let zk = connecting
             .await
-            .ok_or_else(|| LockError::Connection("the client's driver thread stopped".into()))?
+            .ok_or_else(|| LockError::connection("the client's driver thread stopped"))?
             .map_err(|e| match e {
                 zk::Error::AuthFailed => config.security.auth_failed(),
-                zk::Error::BadArguments(why) => {
-                    LockError::InvalidConfig(format!("connect string {:?}: {why}", config.connect))
+                e @ zk::Error::BadArguments(_) => {
+                    LockError::invalid_config_from(format!("connect string {:?}", config.connect), e)
                 }
-                e => LockError::Connection(format!("cannot open a session to {}: {e}", config.connect)),
+                e => LockError::connection_from(format!("cannot open a session to {}", config.connect), e),
             })?;
         config.security.check_authenticated(&zk).await?;
         let negotiated = zk.session_timeout();

@@ -88,7 +88,7 @@ impl Lock {
         let Some(hold) = guard.sole_hold() else {
             // Referenced from elsewhere (a scope running it): nothing changed; the read node
             // goes as `contending` drops.
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "cannot downgrade `{}`: the hold is in use elsewhere (a scope running under it)",
                 self.name()
             )));
@@ -131,7 +131,7 @@ impl Lock {
     /// The misuses [`downgrade`](Self::downgrade) refuses before touching anything.
     fn check_downgrade(&self, guard: &LockGuard) -> Result<(), LockError> {
         let refuse = |why: &str| {
-            Err(LockError::InvalidConfig(format!(
+            Err(LockError::invalid_config(format!(
                 "cannot downgrade `{}`: {why}",
                 self.name()
             )))

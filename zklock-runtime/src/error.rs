@@ -1,17 +1,23 @@
 //! The one error type of the crate.
 
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything that can go wrong while taking, holding or releasing a lock.
 ///
 /// Match on the variant to decide what to do; every variant's message says what happened in
-/// words a user can act on.
+/// words a user can act on. An error caused by another one (an io error reading a TLS file, the
+/// client library's error opening a session) returns it from
+/// [`source()`](std::error::Error::source) rather than repeating its text, so a report that
+/// walks the chain shows each cause once.
 ///
 /// ```
 /// use zklock_runtime::LockError;
 ///
 /// fn retryable(err: &LockError) -> bool {
-///     matches!(err, LockError::Timeout { .. } | LockError::Connection(_) | LockError::SessionExpired)
+///     matches!(err, LockError::Timeout { .. } | LockError::Connection { .. } | LockError::SessionExpired)
 /// }
 /// assert!(retryable(&LockError::SessionExpired));
 /// assert!(!retryable(&LockError::InvalidName { name: "".into(), reason: "it is empty" }));
@@ -61,22 +67,46 @@ pub enum LockError {
     #[error("the ZooKeeper session expired")]
     SessionExpired,
     /// No usable connection to the ZooKeeper ensemble.
-    #[error("cannot reach ZooKeeper: {0}")]
-    Connection(String),
+    #[error("cannot reach ZooKeeper: {message}")]
+    Connection {
+        /// What was tried and what it came to.
+        message: String,
+        /// The error that made it fail, when there is one (the client library's, an io error).
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// The ensemble refused this client's credentials (a wrong SASL password, or a user the
     /// servers do not know). Retrying does not help; fix the credentials.
-    #[error("ZooKeeper authentication failed: {0}")]
-    AuthFailed(String),
+    #[error("ZooKeeper authentication failed: {message}")]
+    AuthFailed {
+        /// Whose credentials were refused, and what to check.
+        message: String,
+        /// The error that made it fail, when there is one.
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// A TLS connection to the ensemble cannot work as configured: the message names the
     /// certificate problem, or the port that does not speak (or does speak) TLS. Found by a
     /// handshake of the client's own while a session does not open. Retrying does not help.
-    #[error("TLS connection to ZooKeeper failed: {0}")]
-    Tls(String),
+    #[error("TLS connection to ZooKeeper failed: {message}")]
+    Tls {
+        /// The certificate problem, or the port's, for each server that showed one.
+        message: String,
+        /// The error that made it fail, when there is one.
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// The client cannot be used any more: it was closed with
     /// [`LockClient::close`](crate::LockClient::close), or (should it ever happen) the thread its
     /// sessions run on stopped. The message says which; open a new client.
-    #[error("the lock client is closed: {0}")]
-    Closed(String),
+    #[error("the lock client is closed: {message}")]
+    Closed {
+        /// Why the client is closed.
+        message: String,
+        /// The error that closed it, when there is one.
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// The lock name cannot be used.
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName {
@@ -86,8 +116,15 @@ pub enum LockError {
         reason: &'static str,
     },
     /// A configuration value (session timeout, namespace, duration, ACL…) is unusable.
-    #[error("invalid configuration: {0}")]
-    InvalidConfig(String),
+    #[error("invalid configuration: {message}")]
+    InvalidConfig {
+        /// Which value is unusable, and why.
+        message: String,
+        /// The error that made it unusable, when there is one (the io error of a file that
+        /// cannot be read, the parser's error of PEM that does not parse).
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// Clients disagree on a semaphore's lease count: leases are held under the count recorded
     /// with the semaphore, and this acquirer asked for another. Nothing was taken. Use the
     /// same count everywhere; to change it, let every holder release first (the first acquirer
@@ -155,7 +192,7 @@ pub enum LockError {
 ///     matches!(err.kind(), ErrorKind::Busy | ErrorKind::Unavailable)
 /// }
 /// assert!(worth_retrying(&LockError::SessionExpired));
-/// assert!(!worth_retrying(&LockError::InvalidConfig("no".into())));
+/// assert!(!worth_retrying(&LockError::InvalidConfig { message: "no".into(), source: None }));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -196,14 +233,14 @@ impl LockError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             LockError::Timeout { .. } => ErrorKind::Busy,
-            LockError::Connection(_) | LockError::SessionExpired => ErrorKind::Unavailable,
+            LockError::Connection { .. } | LockError::SessionExpired => ErrorKind::Unavailable,
             LockError::Lost { .. } | LockError::NotHeld { .. } => ErrorKind::Lost,
-            LockError::Closed(_) => ErrorKind::Closed,
+            LockError::Closed { .. } => ErrorKind::Closed,
             LockError::InvalidName { .. }
-            | LockError::InvalidConfig(_)
+            | LockError::InvalidConfig { .. }
             | LockError::LeaseCountMismatch { .. }
-            | LockError::AuthFailed(_)
-            | LockError::Tls(_) => ErrorKind::InvalidInput,
+            | LockError::AuthFailed { .. }
+            | LockError::Tls { .. } => ErrorKind::InvalidInput,
             LockError::MaxHoldExceeded { .. }
             | LockError::Revoked { .. }
             | LockError::WriteRejected { .. }
@@ -217,12 +254,69 @@ impl LockError {
     pub(crate) fn zk(op: &'static str, source: zookeeper_client::Error) -> Self {
         use zookeeper_client::Error as E;
         match source {
-            E::AuthFailed => LockError::AuthFailed(format!("{op}: the session's credentials were refused")),
+            E::AuthFailed => LockError::auth_failed(format!("{op}: the session's credentials were refused")),
             source if is_session_over(&source) => LockError::SessionExpired,
-            E::ConnectionLoss | E::NoHosts | E::Timeout | E::SessionMoved => {
-                LockError::Connection(format!("{op}: {source}"))
-            }
+            E::ConnectionLoss | E::NoHosts | E::Timeout | E::SessionMoved => LockError::connection_from(op, source),
             source => LockError::ZooKeeper { op, source },
+        }
+    }
+
+    /// A [`Connection`](Self::Connection) error with no underlying error.
+    pub(crate) fn connection(message: impl Into<String>) -> Self {
+        LockError::Connection {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A [`Connection`](Self::Connection) error caused by `source`, which the message does not
+    /// repeat.
+    pub(crate) fn connection_from(message: impl Into<String>, source: impl Error + Send + Sync + 'static) -> Self {
+        LockError::Connection {
+            message: message.into(),
+            source: Some(ErrorSource::new(source)),
+        }
+    }
+
+    /// An [`AuthFailed`](Self::AuthFailed) error with no underlying error.
+    pub(crate) fn auth_failed(message: impl Into<String>) -> Self {
+        LockError::AuthFailed {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A [`Tls`](Self::Tls) error with no underlying error.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls(message: impl Into<String>) -> Self {
+        LockError::Tls {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A [`Closed`](Self::Closed) error with no underlying error.
+    pub(crate) fn closed(message: impl Into<String>) -> Self {
+        LockError::Closed {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`InvalidConfig`](Self::InvalidConfig) error with no underlying error.
+    pub(crate) fn invalid_config(message: impl Into<String>) -> Self {
+        LockError::InvalidConfig {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`InvalidConfig`](Self::InvalidConfig) error caused by `source`, which the message
+    /// does not repeat.
+    pub(crate) fn invalid_config_from(message: impl Into<String>, source: impl Error + Send + Sync + 'static) -> Self {
+        LockError::InvalidConfig {
+            message: message.into(),
+            source: Some(ErrorSource::new(source)),
         }
     }
 
@@ -239,6 +333,81 @@ impl LockError {
         }
     }
 }
+
+/// The error underneath a [`LockError`]: the io error of a TLS file that cannot be read, the
+/// client library's error of a session that cannot be opened, the parser's error of PEM that
+/// does not parse.
+///
+/// It stands for the error it holds. [`LockError::source`](std::error::Error::source) returns
+/// that error itself (not this wrapper), so walking the chain reaches it and `downcast_ref`
+/// finds its type; the wrapper also dereferences to it. It displays (and debug-prints) as
+/// that error.
+///
+/// ```
+/// use std::error::Error;
+/// use zklock_runtime::LockError;
+///
+/// /// The io error behind `err`, if there is one.
+/// fn io_cause(err: &LockError) -> Option<&std::io::Error> {
+///     std::iter::successors(err.source(), |&e| e.source()).find_map(|e| e.downcast_ref())
+/// }
+/// # #[cfg(feature = "tls")]
+/// # {
+/// let err = zklock_runtime::TlsConfig::ca_file("/nonexistent/ca.pem").unwrap_err();
+/// assert_eq!(io_cause(&err).map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound));
+/// if let LockError::InvalidConfig { source: Some(source), .. } = &err {
+///     assert!(source.is::<std::io::Error>());
+/// }
+/// # }
+/// ```
+///
+/// Two are equal when they display the same text: [`LockError`] is `Eq` (tests compare errors
+/// with `assert_eq!`), and errors in general cannot be compared, so the text, which is what a
+/// reader of the error sees, is what is compared.
+//
+// Not an `Error` itself, on purpose. The `source()` thiserror derives for `LockError` calls a
+// method on the field that, for a type that is not an error, is found through `Deref`: it then
+// returns the held error itself, whose type a caller can downcast to. A wrapper that implemented
+// `Error` would stand in the chain in the held error's place, where no
+// `downcast_ref::<std::io::Error>()` finds it. (Should thiserror stop looking through `Deref`,
+// the build fails; the chain does not change silently.)
+#[derive(Clone)]
+pub struct ErrorSource(Arc<dyn Error + Send + Sync + 'static>);
+
+impl ErrorSource {
+    /// Wraps `err`.
+    pub(crate) fn new(err: impl Error + Send + Sync + 'static) -> Self {
+        ErrorSource(Arc::new(err))
+    }
+}
+
+impl std::ops::Deref for ErrorSource {
+    type Target = dyn Error + Send + Sync + 'static;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Display for ErrorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for ErrorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl PartialEq for ErrorSource {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for ErrorSource {}
 
 /// Whether a request failed because its session is over for good (expired, closed, or refused
 /// authentication): nothing sent on it can succeed any more, and the server deletes its
@@ -287,6 +456,97 @@ mod tests {
             LockError::zk("delete", E::SessionMoved),
             LockError::SessionExpired
         ));
+    }
+
+    /// The error's message followed by each cause in its `source()` chain, joined by ": ".
+    fn with_causes(err: &dyn Error) -> String {
+        let mut text = err.to_string();
+        let mut cause = err.source();
+        while let Some(err) = cause {
+            text = format!("{text}: {err}");
+            cause = err.source();
+        }
+        text
+    }
+
+    /// The io error of a file that cannot be read is the error's source, reachable by walking
+    /// the chain and downcasting, and its text is shown once: by the source, not the message.
+    #[test]
+    fn an_io_error_is_the_source_and_shown_once() {
+        let missing = std::env::temp_dir().join("zklock-no-such-dir/ca.pem");
+        let io = std::fs::read_to_string(&missing).unwrap_err();
+        let io_text = io.to_string();
+        let err = LockError::invalid_config_from(format!("cannot read the TLS CA file {}", missing.display()), io);
+
+        let found = std::iter::successors(err.source(), |&e| e.source())
+            .find_map(|e| e.downcast_ref::<std::io::Error>())
+            .expect("the io error is in the source chain");
+        assert_eq!(found.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "invalid configuration: cannot read the TLS CA file {}",
+                missing.display()
+            )
+        );
+        assert!(!err.to_string().contains(&io_text), "{err}");
+        let full = with_causes(&err);
+        assert_eq!(full.matches(&io_text).count(), 1, "{full}");
+        assert!(full.ends_with(&format!("ca.pem: {io_text}")), "{full}");
+    }
+
+    /// The same through the TLS settings' own file read.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn an_unreadable_tls_file_keeps_its_io_error_as_the_source() {
+        let missing = std::env::temp_dir().join("zklock-no-such-dir/ca.pem");
+        let err = crate::TlsConfig::ca_file(&missing).unwrap_err();
+        assert!(
+            matches!(&err, LockError::InvalidConfig { source: Some(_), .. }),
+            "{err:?}"
+        );
+        let io = err
+            .source()
+            .and_then(|e| e.downcast_ref::<std::io::Error>())
+            .expect("the source is the io error itself");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        assert!(!err.to_string().contains(&io.to_string()), "{err}");
+        assert_eq!(with_causes(&err), format!("{err}: {io}"));
+    }
+
+    /// Errors compare by what they say: a clone, and the same failure built twice, are equal;
+    /// another cause is not.
+    #[test]
+    fn errors_with_sources_compare_by_their_text() {
+        let refused = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let err = LockError::connection_from("cannot open a session to zk1:2181", refused());
+        assert_eq!(err, err.clone());
+        assert_eq!(
+            err,
+            LockError::connection_from("cannot open a session to zk1:2181", refused())
+        );
+        assert_ne!(err, LockError::connection("cannot open a session to zk1:2181"));
+        let other = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out");
+        assert_ne!(
+            err,
+            LockError::connection_from("cannot open a session to zk1:2181", other)
+        );
+    }
+
+    /// A connection-level ZooKeeper error stays reachable as the source, with its code.
+    #[test]
+    fn a_connection_loss_is_the_source_of_the_connection_error() {
+        let err = LockError::zk("create", E::ConnectionLoss);
+        assert!(
+            matches!(&err, LockError::Connection { message, .. } if message == "create"),
+            "{err:?}"
+        );
+        let source = err.source().and_then(|e| e.downcast_ref::<E>());
+        assert_eq!(source, Some(&E::ConnectionLoss));
+        assert_eq!(
+            with_causes(&err),
+            format!("cannot reach ZooKeeper: create: {}", E::ConnectionLoss)
+        );
     }
 
     #[test]

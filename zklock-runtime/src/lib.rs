@@ -60,26 +60,31 @@ pub mod scheduler;
 #[cfg(test)]
 mod test_server;
 
-pub use client::{LockClient, LockClientBuilder};
+pub use client::{LockClient, LockClientBuilder, DEFAULT_TIMEOUT};
 #[cfg(feature = "tls")]
 pub use connection::secure::TlsConfig;
 pub use connection::session::SessionStatus;
 pub use engine::alone::DEFAULT_FAST_PATH_DIRS;
 pub use engine::guard::LockGuard;
-pub use engine::loss::{LossSignal, OnLost};
+pub use engine::loss::LossSignal;
 pub use engine::reentrancy::{current_fencing_token, current_fencing_token_for, current_loss_signal};
 pub use engine::rules::LockKind;
+pub use engine::supervise::{OnLost, OnRevoke, Supervision};
 pub use engine::token::{FencingToken, ParseTokenError};
-pub use error::{ErrorKind, LockError};
+pub use error::{ErrorKind, ErrorSource, LockError};
 pub use lock::Lock;
 pub use name::{validate_name, MAX_NAME_LEN};
 pub use ops::holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
-pub use ops::inspect::{LockView, QueueChanged, QueuedNode, RecipeKind, Side};
+pub use ops::inspect::{LockView, QueuedNode, RecipeKind, Side};
 pub use ops::metrics::MetricsSnapshot;
 pub use ops::revoke::RevokeOutcome;
 pub use recipes::leader::{Election, Leadership, Member};
 pub use recipes::leader_service::{LeaderService, Leading, ServeOptions};
 pub use recipes::multi::{MultiGuard, MultiLock};
 
-/// Re-export of the ZooKeeper client crate this engine speaks through, for ACLs and raw access.
+/// The ZooKeeper client crate this engine speaks through (zookeeper-client 0.11), for the parts of
+/// zklock's API that take its types: ACLs ([`LockClientBuilder::acls`]) and fenced writes
+/// ([`LockGuard::fenced_write`]). It is part of zklock's public API either way; the re-export
+/// saves pinning the same version. A zookeeper-client release that breaks these types comes
+/// with a zklock release that is breaking too (see the changelog's compatibility rules).
 pub use zookeeper_client as zk;

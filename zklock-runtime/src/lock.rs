@@ -138,7 +138,7 @@ impl LockClient {
     pub fn lock(&self, name: &str, kind: LockKind) -> Result<Lock, LockError> {
         crate::name::validate_name(name)?;
         if let LockKind::Semaphore { leases: 0 } = kind {
-            return Err(LockError::InvalidConfig("a semaphore needs at least one lease".into()));
+            return Err(LockError::invalid_config("a semaphore needs at least one lease"));
         }
         let dir = format!("{}/{}", self.namespace(), name);
         Ok(Lock::at(self.clone(), name.into(), dir, kind))
@@ -190,13 +190,13 @@ impl Lock {
     /// ```
     pub fn with_lock_delay(mut self, delay: Duration) -> Result<Lock, LockError> {
         if matches!(self.kind, LockKind::Semaphore { .. }) && !delay.is_zero() {
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "lock `{}`: a semaphore takes no lock-delay (its acquirers do not queue behind a holder)",
                 self.name
             )));
         }
         if delay > MAX_LOCK_DELAY {
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "lock `{}`: a lock-delay of {delay:?} is over the limit of {MAX_LOCK_DELAY:?}",
                 self.name
             )));
@@ -231,7 +231,7 @@ impl Lock {
     /// ```
     pub fn with_min_hold(mut self, min_hold: Duration) -> Result<Lock, LockError> {
         if min_hold > MAX_MIN_HOLD {
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "lock `{}`: a min_hold of {min_hold:?} is over the limit of {MAX_MIN_HOLD:?}",
                 self.name
             )));
@@ -496,7 +496,7 @@ impl Lock {
             waited: started.elapsed(),
         };
         let unreachable = || {
-            LockError::Connection(format!(
+            LockError::connection(format!(
                 "not connected to ZooKeeper at {} (waited {:?}){}",
                 self.client.inner.config.connect,
                 started.elapsed(),

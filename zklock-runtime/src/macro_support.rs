@@ -51,26 +51,13 @@ use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::recipes::multi::MultiLock;
 
-/// How long `#[distributed_lock]` waits for the lock when the attribute gives no `timeout`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-pub use crate::engine::loss::OnLost;
-
-/// What a `#[distributed_lock]` body does when another process asks for the lock
-/// (`on_revoke = "continue" | "abort"`; see [`LockGuard::revoked`](crate::LockGuard::revoked)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnRevoke {
-    /// Run on; the body may look at the request itself.
-    #[default]
-    Continue,
-    /// Stop the body at its next `.await` and return [`LockError::Revoked`].
-    Abort,
-}
+pub use crate::engine::supervise::{OnLost, OnRevoke, Supervision};
 
 /// How long to wait for the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timeout {
-    /// [`DEFAULT_TIMEOUT`].
+    /// The client's [`default_timeout`](crate::LockClient::default_timeout) ([`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT)
+    /// unless the client was built with another).
     Default,
     /// At most this long; `Duration::ZERO` tries once.
     After(Duration),
@@ -229,7 +216,8 @@ pub fn converter<R: LockedReturn>() -> fn(LockError) -> R {
 /// 1. The client is `client`, or the process-wide default ([`LockClient::install_default`]);
 ///    with neither, the function returns [`LockError::InvalidConfig`] through its error type.
 /// 2. The locks are acquired together as one [`MultiLock`](crate::MultiLock) (one name is a
-///    multi-lock of one), with the timeout of `options` ([`DEFAULT_TIMEOUT`] unless given);
+///    multi-lock of one), with the timeout of `options` (the client's
+///    [`default_timeout`](LockClient::default_timeout) unless given);
 ///    called from inside the body of a function locked on the same name through the same
 ///    client, a lock re-enters at once, without a round trip, when the kinds allow it (never
 ///    for semaphore leases; see [`Lock`](crate::Lock#reentrancy)).
@@ -239,7 +227,8 @@ pub fn converter<R: LockedReturn>() -> fn(LockError) -> R {
 ///    body is dropped and the result is [`LockError::Lost`] if any lock is lost; with
 ///    [`OnRevoke::Abort`] it is dropped and the result is [`LockError::Revoked`] once another
 ///    process asks for any of the locks; with
-///    `max_hold`, it is dropped and the result is [`LockError::MaxHoldExceeded`] once the locks
+///    `max_hold` (or the client's [`default_max_hold`](LockClient::default_max_hold)), it is
+///    dropped and the result is [`LockError::MaxHoldExceeded`] once the locks
 ///    have been held that long.
 /// 4. The guard is dropped as the function returns; the nodes are deleted in the background
 ///    ([`LockClient::flush`] waits for them).
@@ -285,7 +274,7 @@ where
         Err(err) => return convert(err),
     };
     let acquired = match options.timeout {
-        Timeout::Default => locks.acquire_timeout(DEFAULT_TIMEOUT).await,
+        Timeout::Default => locks.acquire_timeout(client.default_timeout()).await,
         Timeout::After(timeout) => locks.acquire_timeout(timeout).await,
         Timeout::Forever => locks.acquire().await,
     };
@@ -295,14 +284,14 @@ where
     };
     let token = names
         .first()
-        .and_then(|name| guard.fencing_token(name))
+        .and_then(|name| guard.fencing_token_of(name))
         .unwrap_or_else(|| guard.guards()[0].fencing_token());
-    let abort_on_loss = options.on_lost == OnLost::Abort;
-    let abort_on_revoke = options.on_revoke == OnRevoke::Abort;
-    let out = guard
-        .supervised(body(token), abort_on_loss, abort_on_revoke, options.max_hold)
-        .await
-        .unwrap_or_else(convert);
+    let supervision = Supervision {
+        on_lost: options.on_lost,
+        on_revoke: options.on_revoke,
+        max_hold: options.max_hold.or(client.default_max_hold()),
+    };
+    let out = guard.run_with(supervision, body(token)).await.unwrap_or_else(convert);
     drop(guard);
     out
 }

@@ -50,7 +50,7 @@ pub fn validate_name(name: &str) -> Result<(), LockError> {
 
 /// Checks a namespace root such as `/zklock` or `/apps/shop/locks`.
 pub(crate) fn validate_namespace(root: &str) -> Result<(), LockError> {
-    let bad = |why: &str| Err(LockError::InvalidConfig(format!("namespace {root:?}: {why}")));
+    let bad = |why: &str| Err(LockError::invalid_config(format!("namespace {root:?}: {why}")));
     if !root.starts_with('/') || root.len() < 2 {
         return bad("must be an absolute path below `/`, like `/zklock`");
     }
@@ -186,7 +186,7 @@ mod tests {
         fn any_namespace_is_accepted_or_refused_with_a_reason(root in prop_oneof![any::<String>(), "(/[.az\u{0}]{0,3}){0,3}/?"]) {
             match validate_namespace(&root) {
                 Ok(()) => prop_assert!(root.starts_with('/') && !root.ends_with('/') && !root.contains("//")),
-                Err(LockError::InvalidConfig(why)) => prop_assert!(why.contains(&format!("{root:?}")), "{why}"),
+                Err(LockError::InvalidConfig { message, .. }) => prop_assert!(message.contains(&format!("{root:?}")), "{message}"),
                 Err(other) => prop_assert!(false, "{other:?}"),
             }
         }

@@ -624,7 +624,7 @@ impl Task {
                 Err(e) => {
                     let kind = match e {
                         LockError::Timeout { .. } => FailureKind::Timeout,
-                        LockError::Closed(_) => FailureKind::Closed,
+                        LockError::Closed { .. } => FailureKind::Closed,
                         _ => FailureKind::Other,
                     };
                     emit(&Event::AcquireFailed(AcquireFailure {
@@ -691,7 +691,7 @@ impl Task {
                     lock: lock.to_string(),
                     token: token(
                         guard
-                            .fencing_token(lock)
+                            .fencing_token_of(lock)
                             .expect("a multi-lock guard has a token per name"),
                     ),
                 };

@@ -477,7 +477,7 @@ impl Inventory {
                 item_id: line.item_id,
                 new_stock: item.stock - line.qty,
                 qty: line.qty,
-                token: guard.and_then(|g| g.fencing_token(&item_lock(line.item_id))),
+                token: guard.and_then(|g| g.fencing_token_of(&item_lock(line.item_id))),
             })
             .collect();
         self.pause_in_race_window().await;
@@ -492,7 +492,7 @@ impl Inventory {
     async fn cart_items(&self, req: &CartRequest, guard: Option<&MultiGuard>) -> Result<Vec<Item>, ApiError> {
         let mut items = Vec::with_capacity(req.lines.len());
         for line in &req.lines {
-            let token = guard.and_then(|g| g.fencing_token(&item_lock(line.item_id)));
+            let token = guard.and_then(|g| g.fencing_token_of(&item_lock(line.item_id)));
             let item = self
                 .store
                 .claim(line.item_id, token)

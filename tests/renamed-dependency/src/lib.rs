@@ -40,7 +40,7 @@ mod tests {
     async fn calls_reach_the_runtime_through_the_renamed_crate() {
         // No default client is installed.
         match free(1).await {
-            Err(AppError::Lock(LockError::InvalidConfig(_))) => {}
+            Err(AppError::Lock(LockError::InvalidConfig { .. })) => {}
             other => panic!("expected InvalidConfig, got {other:?}"),
         }
         // A client of a port nobody listens on.
@@ -54,7 +54,7 @@ mod tests {
                 .unwrap(),
         };
         match service.method(1).await {
-            Err(AppError::Lock(LockError::Connection(_) | LockError::Timeout { .. })) => {}
+            Err(AppError::Lock(LockError::Connection { .. } | LockError::Timeout { .. })) => {}
             other => panic!("expected a connection error, got {other:?}"),
         }
     }

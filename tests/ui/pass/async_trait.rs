@@ -141,14 +141,14 @@ async fn main() {
         jobs.traced_inside(4).await,
     ] {
         match result {
-            Err(AppError::Lock(LockError::Connection(_) | LockError::Timeout { .. })) => {}
+            Err(AppError::Lock(LockError::Connection { .. } | LockError::Timeout { .. })) => {}
             other => panic!("expected a connection error, got {other:?}"),
         }
     }
     // No default client is installed in this process.
     assert!(matches!(
         jobs.provided(5).await,
-        Err(AppError::Lock(LockError::InvalidConfig(_)))
+        Err(AppError::Lock(LockError::InvalidConfig { .. }))
     ));
     assert!(service.bump(1).await.is_err());
     assert!(service.fenced().await.is_err());

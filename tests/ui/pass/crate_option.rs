@@ -57,7 +57,7 @@ async fn main() {
     // the function's error type.
     for result in [through_alias(1).await.map(drop), through_reexport().await, serde_style().await.map(drop)] {
         match result {
-            Err(AppError::Lock(zk::LockError::InvalidConfig(_))) => {}
+            Err(AppError::Lock(zk::LockError::InvalidConfig { .. })) => {}
             other => panic!("expected InvalidConfig, got {other:?}"),
         }
     }

@@ -141,7 +141,7 @@ async fn look(client: &LockClient, limit: Duration) -> (AclFinding, Result<Clock
     let namespace = client.namespace().to_owned();
     let zk = match tokio::time::timeout(limit, client.zookeeper()).await {
         Ok(Ok(zk)) => zk,
-        Ok(Err(err)) => return (AclFinding::NotChecked, Err(err.to_string())),
+        Ok(Err(err)) => return (AclFinding::NotChecked, Err(crate::with_causes(&err))),
         Err(_) => return (AclFinding::NotChecked, Err("no session within --timeout".into())),
     };
     let acl = match tokio::time::timeout(limit, namespace_acl(&zk, &namespace)).await {

@@ -61,7 +61,7 @@ impl Held {
     pub(crate) async fn release(self) -> Result<(), LockError> {
         match self {
             Held::Lock(guard) => guard.release().await,
-            Held::Leader(leadership) => leadership.relinquish().await,
+            Held::Leader(leadership) => leadership.release().await,
         }
     }
 }

@@ -193,7 +193,7 @@ async fn release(held: Held, grant: &str, patience: Duration) {
         Ok(Ok(())) => {}
         // Reported already.
         Ok(Err(LockError::Lost { .. })) if lost => {}
-        Ok(Err(err)) => eprintln!("zklock: releasing {grant}: {err}"),
+        Ok(Err(err)) => eprintln!("zklock: releasing {grant}: {}", crate::with_causes(&err)),
         Err(_) => eprintln!(
             "zklock: the release of {grant} was not confirmed within {}; ZooKeeper deletes its node when \
              the session ends",

@@ -31,7 +31,7 @@ impl Server {
 
 /// Checks a connect string and returns its servers; the error names what is wrong.
 pub(crate) fn parse(connect: &str) -> Result<Vec<Server>, LockError> {
-    let bad = |why: String| Err(LockError::InvalidConfig(format!("connect string {connect:?}: {why}")));
+    let bad = |why: String| Err(LockError::invalid_config(format!("connect string {connect:?}: {why}")));
     if connect.trim().is_empty() {
         return bad("it is empty".into());
     }
@@ -137,7 +137,7 @@ pub(crate) async fn resolve(connect: &str, servers: &[Server]) -> Result<(), Loc
             Err(err) => failures.push(format!("{}: {err}", server.host)),
         }
     }
-    Err(LockError::Connection(format!(
+    Err(LockError::connection(format!(
         "cannot resolve any server of {connect:?} ({})",
         failures.join("; ")
     )))
@@ -203,7 +203,7 @@ pub(crate) async fn all_refused(connect: &str, contact: &Contact) -> crate::erro
         contact.keep(&probed);
         let refused = probed.iter().all(|(_, reach)| matches!(reach, Reach::Refused(_)));
         if refused && refused_before {
-            return crate::error::LockError::Connection(format!(
+            return crate::error::LockError::connection(format!(
                 "no server of {connect:?} accepts connections ({})",
                 describe(&probed)
             ));
@@ -303,7 +303,7 @@ mod tests {
             "ho st:2181",
         ] {
             let err = parse(bad).expect_err(bad);
-            assert!(matches!(err, LockError::InvalidConfig(_)), "{bad:?}: {err:?}");
+            assert!(matches!(err, LockError::InvalidConfig { .. }), "{bad:?}: {err:?}");
         }
     }
 
@@ -374,7 +374,7 @@ mod tests {
                     let again = again.join(",");
                     prop_assert_eq!(parse(&again).map_err(|e| e.to_string()), Ok(servers), "{:?}", again);
                 }
-                Err(LockError::InvalidConfig(why)) => prop_assert!(why.contains(&format!("{connect:?}")), "{why}"),
+                Err(LockError::InvalidConfig { message, .. }) => prop_assert!(message.contains(&format!("{connect:?}")), "{message}"),
                 Err(other) => prop_assert!(false, "{other:?}"),
             }
         }

@@ -67,11 +67,11 @@ impl Driver {
                     let _ = tokio::time::timeout(CLOSE_GRACE, all_closed).await;
                 });
             })
-            .map_err(|err| LockError::Connection(format!("cannot start the client's driver thread: {err}")))?;
+            .map_err(|err| LockError::connection_from("cannot start the client's driver thread", err))?;
         let handle = handle
             .await
-            .map_err(|_| LockError::Connection("the client's driver thread ended at start".into()))?
-            .map_err(|err| LockError::Connection(format!("cannot start the client's driver runtime: {err}")))?;
+            .map_err(|_| LockError::connection("the client's driver thread ended at start"))?
+            .map_err(|err| LockError::connection_from("cannot start the client's driver runtime", err))?;
         Ok(Arc::new(Driver {
             handle,
             sessions,

@@ -79,7 +79,7 @@ impl Security {
                 } else {
                     "this build lacks the `tls` feature"
                 };
-                return Err(LockError::InvalidConfig(format!(
+                return Err(LockError::invalid_config(format!(
                     "the connect string asks for TLS to {}:{} (tcp+tls://), but {missing}",
                     server.host, server.port
                 )));
@@ -137,7 +137,7 @@ impl Secured {
             match zk.list_auth_users().await {
                 Ok(users) if users.iter().any(|u| u.scheme() == "sasl") => {}
                 Ok(_) => {
-                    return Err(LockError::AuthFailed(format!(
+                    return Err(LockError::auth_failed(format!(
                         "the server let {} in without SASL authentication: is SASL enabled on it \
                          (authProvider SASLAuthenticationProvider and a JAAS `Server` section)?",
                         sasl.who
@@ -156,13 +156,13 @@ impl Secured {
     pub fn auth_failed(&self) -> LockError {
         #[cfg(feature = "sasl")]
         if let Some(sasl) = &self.sasl {
-            return LockError::AuthFailed(format!(
+            return LockError::auth_failed(format!(
                 "the server refused the SASL credentials of {} (wrong password, or a user the \
                  server's JAAS configuration does not list)",
                 sasl.who
             ));
         }
-        LockError::AuthFailed("the server refused this client's credentials".into())
+        LockError::auth_failed("the server refused this client's credentials")
     }
 }
 
@@ -176,7 +176,7 @@ pub(crate) async fn misconfiguration(security: &Secured, servers: &[Server]) -> 
     loop {
         #[cfg(feature = "tls")]
         if let Some(why) = tls::diagnose(security.tls.as_ref(), detecting.as_ref(), servers).await {
-            return LockError::Tls(why);
+            return LockError::tls(why);
         }
         #[cfg(not(feature = "tls"))]
         let _ = (security, servers);
@@ -241,7 +241,13 @@ mod tls {
 
     fn read(what: &str, path: &Path) -> Result<String, LockError> {
         std::fs::read_to_string(path)
-            .map_err(|e| LockError::InvalidConfig(format!("cannot read the TLS {what} {}: {e}", path.display())))
+            .map_err(|e| LockError::invalid_config_from(format!("cannot read the TLS {what} {}", path.display()), e))
+    }
+
+    /// The error for unusable TLS settings: `what` names the setting, and `e` (a parser's or
+    /// rustls' error) says why.
+    fn invalid(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> LockError {
+        LockError::invalid_config_from(format!("TLS {what}"), e)
     }
 
     impl TlsConfig {
@@ -253,7 +259,7 @@ mod tls {
         ///
         /// let not_pem = TlsConfig::ca_pem("hello");
         /// let err = LockClient::builder("zk1:2281").tls(not_pem).build().unwrap_err();
-        /// assert!(matches!(err, LockError::InvalidConfig(_)));
+        /// assert!(matches!(err, LockError::InvalidConfig { .. }));
         /// ```
         pub fn ca_pem(pem: impl Into<String>) -> TlsConfig {
             TlsConfig {
@@ -264,7 +270,8 @@ mod tls {
 
         /// Trusts the certificates of a PEM file.
         ///
-        /// Errors: [`LockError::InvalidConfig`] naming the file when it cannot be read.
+        /// Errors: [`LockError::InvalidConfig`] naming the file when it cannot be read, with the
+        /// io error as its source.
         pub fn ca_file(path: impl AsRef<Path>) -> Result<TlsConfig, LockError> {
             Ok(Self::ca_pem(read("CA file", path.as_ref())?))
         }
@@ -288,7 +295,8 @@ mod tls {
 
         /// [`identity_pem`](Self::identity_pem) from files.
         ///
-        /// Errors: [`LockError::InvalidConfig`] naming the file that cannot be read.
+        /// Errors: [`LockError::InvalidConfig`] naming the file that cannot be read, with the io
+        /// error as its source.
         pub fn identity_files(self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<TlsConfig, LockError> {
             let cert = read("certificate file", cert.as_ref())?;
             let key = read("key file", key.as_ref())?;
@@ -305,7 +313,6 @@ mod tls {
 
         /// The client library's options.
         fn options(&self) -> Result<zk::TlsOptions, LockError> {
-            let invalid = |what: &str, e: zk::Error| LockError::InvalidConfig(format!("TLS {what}: {e}"));
             let mut options = zk::TlsOptions::new()
                 .with_pem_ca(&self.ca_pem)
                 .map_err(|e| invalid("CA", e))?;
@@ -320,36 +327,33 @@ mod tls {
         /// The same trust and identity as a rustls configuration, for diagnostic handshakes;
         /// also the check that certificate and key are usable together.
         fn probe_config(&self) -> Result<ClientConfig, LockError> {
-            let invalid = |what: &str, e: &dyn std::fmt::Display| LockError::InvalidConfig(format!("TLS {what}: {e}"));
             let mut roots = RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
-                let cert = cert.map_err(|e| invalid("CA", &e))?;
-                roots.add(cert).map_err(|e| invalid("CA", &e))?;
+                let cert = cert.map_err(|e| invalid("CA", e))?;
+                roots.add(cert).map_err(|e| invalid("CA", e))?;
             }
             if roots.is_empty() {
-                return Err(LockError::InvalidConfig(
-                    "TLS CA: the PEM holds no CERTIFICATE block".into(),
-                ));
+                return Err(LockError::invalid_config("TLS CA: the PEM holds no CERTIFICATE block"));
             }
             let builder = ClientConfig::builder_with_provider(provider())
                 .with_safe_default_protocol_versions()
-                .map_err(|e| invalid("versions", &e))?
+                .map_err(|e| invalid("versions", e))?
                 .with_root_certificates(roots);
             match &self.identity {
                 None => Ok(builder.with_no_client_auth()),
                 Some((cert, key)) => {
                     let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
                         .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| invalid("client certificate", &e))?;
+                        .map_err(|e| invalid("client certificate", e))?;
                     if chain.is_empty() {
-                        return Err(LockError::InvalidConfig(
-                            "TLS client certificate: the PEM holds no CERTIFICATE block".into(),
+                        return Err(LockError::invalid_config(
+                            "TLS client certificate: the PEM holds no CERTIFICATE block",
                         ));
                     }
-                    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| invalid("client key", &e))?;
+                    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| invalid("client key", e))?;
                     builder
                         .with_client_auth_cert(chain, key)
-                        .map_err(|e| invalid("client certificate and key", &e))
+                        .map_err(|e| invalid("client certificate and key", e))
                 }
             }
         }

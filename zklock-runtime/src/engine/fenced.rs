@@ -91,9 +91,12 @@ impl LockGuard {
             },
             Err(zk::MultiWriteError::OperationFailed { index, source }) => Err(rejected(name, Some(index - 1), source)),
             Err(zk::MultiWriteError::RequestFailed { source }) if is_session_over(&source) => Err(not_held()),
-            Err(zk::MultiWriteError::RequestFailed { source }) if is_transient(&source) => Err(LockError::Connection(
-                format!("fenced write under lock `{name}`: {source}; the batch may or may not have been applied"),
-            )),
+            Err(zk::MultiWriteError::RequestFailed { source }) if is_transient(&source) => {
+                Err(LockError::connection_from(
+                    format!("fenced write under lock `{name}` may or may not have been applied"),
+                    source,
+                ))
+            }
             Err(zk::MultiWriteError::RequestFailed { source }) => Err(LockError::zk("fenced write", source)),
         }
     }

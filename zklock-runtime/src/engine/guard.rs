@@ -12,9 +12,10 @@ use tracing::{debug, warn};
 use crate::connection::session::Session;
 use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::local_queue::{Turn, Warm};
-use crate::engine::loss::{deleted_reason, loss_reason, supervise, LossSignal, MaxHold};
+use crate::engine::loss::{deleted_reason, loss_reason, LossSignal};
 use crate::engine::own_node::OwnNode;
 use crate::engine::rules::LockKind;
+use crate::engine::supervise::{supervise, MaxHold, OnLost, OnRevoke, Supervision};
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::ops::gauges::Held;
@@ -425,7 +426,7 @@ impl LockGuard {
     /// # async fn write_with(_: zklock_runtime::FencingToken) -> u32 { 1 }
     /// ```
     pub async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
-        self.supervised(fut, None).await
+        self.run_with(Supervision::default(), fut).await
     }
 
     /// Like [`run`](Self::run), and also stops `fut` once this guard has been held for
@@ -459,18 +460,47 @@ impl LockGuard {
     /// # async fn export() -> u64 { 0 }
     /// ```
     pub async fn run_for<F: Future>(&self, max_hold: Duration, fut: F) -> Result<F::Output, LockError> {
-        self.supervised(fut, Some(max_hold)).await
+        self.run_with(Supervision::default().max_hold(max_hold), fut).await
     }
 
-    async fn supervised<F: Future>(&self, fut: F, max_hold: Option<Duration>) -> Result<F::Output, LockError> {
-        let bound = max_hold.map(|bound| self.hold.max_hold(self.acquired_at, bound));
-        supervise(
-            self.scope(fut),
-            Some(self.lost()),
-            None::<std::future::Pending<LockError>>,
-            bound,
-        )
-        .await
+    /// Runs `fut` inside this hold's [scope](Self::scope), stopped as `supervision` says: on a
+    /// loss ([`OnLost::Abort`], the default: [`LockError::Lost`]), on a revocation request
+    /// ([`OnRevoke::Abort`]: [`LockError::Revoked`]), or once the guard has been held for its
+    /// `max_hold` ([`LockError::MaxHoldExceeded`]). The guard-side twin of a
+    /// `#[distributed_lock]` function's `on_lost`, `on_revoke` and `max_hold`; [`run`](Self::run)
+    /// and [`run_for`](Self::run_for) are its two common cases.
+    ///
+    /// A `fut` that finishes in the same poll as a loss is reported as lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the hold itself is unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use zklock_runtime::{LockError, OnRevoke, Supervision};
+    ///
+    /// let guard = client.mutex("reindex")?.acquire().await?;
+    /// match guard.run_with(Supervision::default().on_revoke(OnRevoke::Abort), reindex()).await {
+    ///     Ok(()) => println!("done"),
+    ///     Err(LockError::Revoked { .. }) => println!("another process asked for the lock; stopped"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// # async fn reindex() {}
+    /// ```
+    pub async fn run_with<F: Future>(&self, supervision: Supervision, fut: F) -> Result<F::Output, LockError> {
+        let bound = supervision
+            .max_hold
+            .map(|bound| self.hold.max_hold(self.acquired_at, bound));
+        let lost = (supervision.on_lost == OnLost::Abort).then(|| self.lost());
+        let revoked = (supervision.on_revoke == OnRevoke::Abort).then_some(async {
+            self.revoked().await;
+            self.hold.revoked_error()
+        });
+        supervise(self.scope(fut), lost, revoked, bound).await
     }
 
     /// Whether another process asked this holder to release the lock (see

@@ -1,113 +1,15 @@
 //! The loss side of a hold: the signal that tells work under a lock that the lock can no
-//! longer be trusted ([`LossSignal`]), why ([`loss_reason`], [`deleted_reason`]), what the work
-//! does then ([`OnLost`]), and the one place that stops work under a hold early
-//! ([`supervise`]: loss, revocation, `max_hold`). The hold itself and its guard are in
+//! longer be trusted ([`LossSignal`]) and why ([`loss_reason`], [`deleted_reason`]). What work
+//! does then is [`crate::engine::supervise`]'s; the hold itself and its guard are in
 //! [`crate::engine::guard`].
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tracing::warn;
 
 use crate::connection::session::Health;
 use crate::engine::own_node::NodeState;
 use crate::error::LockError;
-use crate::ops::gauges::Deadline;
-use crate::ops::metrics::{Event, Labels, Metrics};
-
-/// What work running under a hold does when the hold is lost: the one loss policy of the
-/// attribute (`on_lost = "abort" | "continue"`), of [`LockGuard::run`](crate::LockGuard::run)-style supervision, and of
-/// singleton jobs ([`SingletonJob::on_lost`](crate::scheduler::SingletonJob::on_lost), feature
-/// `scheduler`).
-///
-/// ```
-/// use zklock_runtime::OnLost;
-/// assert_eq!(OnLost::default(), OnLost::Abort);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum OnLost {
-    /// Stop the work at its next `.await` (its future is dropped, a job's task aborted) and
-    /// report [`LockError::Lost`]: another holder may already be at work.
-    #[default]
-    Abort,
-    /// Let the work run to its end and only report the loss: for work that fences its writes
-    /// with the token, or watches [`current_loss_signal`](crate::current_loss_signal) or a
-    /// [`LossSignal`] itself.
-    Continue,
-}
-
-/// A `max_hold` bound on work under a hold ([`Holding::max_hold`](crate::engine::guard::Holding::max_hold)).
-pub(crate) struct MaxHold<'a> {
-    /// The lock named in the error.
-    pub name: &'a str,
-    /// Where running out is counted.
-    pub metrics: &'a Metrics,
-    pub labels: Labels<'a>,
-    /// When the guard was acquired.
-    pub since: Instant,
-    pub bound: Duration,
-}
-
-/// Runs `body` until it finishes, `lost` (if watched) resolves, `revoked` (if watched)
-/// resolves, or `max_hold` runs out: the one place where work under a hold is stopped early
-/// ([`LockGuard::run`](crate::LockGuard::run), [`LockGuard::run_for`](crate::LockGuard::run_for), their multi-lock twins and
-/// `#[distributed_lock]` bodies).
-///
-/// Loss is checked first, so a body that finishes in the same poll as a loss counts as lost; a
-/// revocation next (the body is stopped as asked); a body that finishes in the same poll as its
-/// bound runs out counts as finished (the bound is about hung work, not about safety).
-pub(crate) async fn supervise<T>(
-    body: impl Future<Output = T>,
-    lost: Option<impl Future<Output = LockError>>,
-    revoked: Option<impl Future<Output = LockError>>,
-    max_hold: Option<MaxHold<'_>>,
-) -> Result<T, LockError> {
-    let lost = async {
-        match lost {
-            Some(lost) => lost.await,
-            None => std::future::pending().await,
-        }
-    };
-    let revoked = async {
-        match revoked {
-            Some(revoked) => revoked.await,
-            None => std::future::pending().await,
-        }
-    };
-    // A bound too far out to be represented (`Duration::MAX`) never runs out.
-    let end = max_hold.as_ref().and_then(|b| b.since.checked_add(b.bound));
-    let _deadline = max_hold
-        .as_ref()
-        .zip(end)
-        .map(|(bound, end)| Deadline::start(bound.labels, end));
-    let over = async {
-        match end {
-            Some(end) => tokio::time::sleep_until(end.into()).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        biased;
-        err = lost => Err(err),
-        err = revoked => {
-            warn!(%err, "revocation requested; stopped the work under the lock");
-            Err(err)
-        }
-        out = body => Ok(out),
-        () = over => {
-            let bound = max_hold.expect("the bound ran out, so there is one");
-            bound.metrics.record(Event::MaxHoldExceeded, bound.labels);
-            warn!(lock = %bound.name, max_hold_ms = bound.bound.as_millis() as u64, "work held the lock past max_hold; stopped it");
-            Err(LockError::MaxHoldExceeded {
-                name: bound.name.to_string(),
-                max_hold: bound.bound,
-            })
-        }
-    }
-}
 
 /// Why a hold whose node was deleted by someone else is lost.
 pub(crate) fn deleted_reason(node_path: &str) -> String {
@@ -216,12 +118,19 @@ impl LossSignal {
     /// ```no_run
     /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
     /// let guard = client.mutex("reports")?.acquire().await?;
-    /// let mut loss = guard.loss_signal();
+    /// let loss = guard.loss_signal();
     /// let err = loss.lost().await; // waits for as long as the hold is sound
     /// eprintln!("{err}");
     /// # Ok(()) }
     /// ```
-    pub async fn lost(&mut self) -> LockError {
+    pub async fn lost(&self) -> LockError {
+        // Waits on a copy: the signal's own receivers stay as they are, so it can be shared and
+        // asked again (and, like a guard's `lost`, only needs `&self`).
+        self.clone().wait_lost().await
+    }
+
+    /// [`lost`](Self::lost), on receivers of its own.
+    async fn wait_lost(&mut self) -> LockError {
         loop {
             let health = *self.rx.borrow_and_update();
             if health.invalidates(self.losses_at_grant) {

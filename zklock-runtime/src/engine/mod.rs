@@ -5,7 +5,8 @@
 //! the node its rule names. In front of it, [`local_queue`] lines up the tasks of this process
 //! (exclusive kinds) and hands a node from one local holder to the next; [`reentrancy`] lets a
 //! body re-enter a hold it runs under; [`guard`] is the hold itself and its guard, [`loss`]
-//! what tells work under it that it was lost and stops that work;
+//! what tells work under it that it was lost, [`supervise`] what stops that work early (a
+//! loss, a revocation, `max_hold`);
 //! [`own_node`] the watch on a held node, across the holds it is handed through (deleted by
 //! someone else, revocation asked); and
 //! [`token`] the fencing token a grant carries. [`alone`] is the uncontended fast path and
@@ -28,4 +29,5 @@ pub(crate) mod own_node;
 pub(crate) mod queue;
 pub(crate) mod reentrancy;
 pub(crate) mod rules;
+pub(crate) mod supervise;
 pub(crate) mod token;

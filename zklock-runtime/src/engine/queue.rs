@@ -401,7 +401,7 @@ async fn create_and_list(
             Err(err) => return Err(failed("create", err)),
         }
     }
-    Err(Failed::Error(LockError::Connection(format!(
+    Err(Failed::Error(LockError::connection(format!(
         "could not create a contender node in {dir}"
     ))))
 }

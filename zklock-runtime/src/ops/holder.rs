@@ -42,7 +42,7 @@ impl Holder {
         let pid = std::process::id();
         let identity = identity.unwrap_or_else(|| format!("{host}:{pid}"));
         if identity.is_empty() || identity.len() > MAX_IDENTITY_LEN {
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "the holder identity must have 1 to {MAX_IDENTITY_LEN} bytes, got {}",
                 identity.len()
             )));

@@ -13,6 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future;
 use serde::Serialize;
+use tokio::sync::watch;
+use tracing::debug;
 use zookeeper_client as zk;
 
 use crate::client::LockClient;
@@ -113,7 +115,10 @@ impl LockView {
 
 /// Resolves once the lock's queue may have changed (a contender came or went, the directory
 /// appeared or vanished, or the session ended); read it again then.
-pub type QueueChanged = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type QueueChanged = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// How long a follower of a queue waits before reading again after a failed read.
+const FOLLOW_RETRY: Duration = Duration::from_millis(500);
 
 impl LockClient {
     /// The names of the lock directories under the namespace, sorted.
@@ -161,21 +166,90 @@ impl LockClient {
         Ok(self.inspect_and_watch(name).await?.0)
     }
 
-    /// Like [`inspect`](Self::inspect), and also returns a future that resolves once the queue
-    /// may have changed; it watches what the view was read from, so no change between the
-    /// read and the watch is missed. A live view reads, shows, awaits the change, and reads
-    /// again.
+    /// Follows the lock's queue: the receiver holds the current [`inspect`](Self::inspect) view
+    /// (`None` while the lock has no directory) and is told of every change, driven by watches
+    /// on what each view was read from, so no change between a read and its watch is missed.
+    /// Each change is read anew, so a receiver that falls behind sees the latest view. The
+    /// watch runs in a task of the current tokio runtime until every receiver is dropped or
+    /// the client is closed (the receiver then reports the sender gone).
+    ///
+    /// The first read happens before this returns, so its errors are this call's. After that,
+    /// a failed read is retried; the receiver keeps the last view meanwhile.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it returns starts no watch.
+    ///
+    /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// let mut queue = client.watch_lock("inventory:42").await?;
     /// loop {
-    ///     let (view, changed) = client.inspect_and_watch("inventory:42").await?;
-    ///     println!("{} holders", view.map_or(0, |v| v.holders.len()));
-    ///     changed.await;
+    ///     println!("{} holders", queue.borrow_and_update().as_ref().map_or(0, |v| v.holders.len()));
+    ///     if queue.changed().await.is_err() {
+    ///         break; // the client was closed
+    ///     }
     /// }
-    /// # }
+    /// # Ok(()) }
     /// ```
-    pub async fn inspect_and_watch(&self, name: &str) -> Result<(Option<LockView>, QueueChanged), LockError> {
+    pub async fn watch_lock(&self, name: &str) -> Result<watch::Receiver<Option<LockView>>, LockError> {
+        self.follow_queue(name, |view| view).await
+    }
+
+    /// Follows the queue of `name` as [`watch_lock`](Self::watch_lock) does, through `judge`:
+    /// the receiver holds `judge(view)` and is told when that changes. Every watch of a lock
+    /// directory (a lock's queue, an election's leader) is this one mechanism.
+    pub(crate) async fn follow_queue<T>(
+        &self,
+        name: &str,
+        judge: fn(Option<LockView>) -> T,
+    ) -> Result<watch::Receiver<T>, LockError>
+    where
+        T: PartialEq + Send + Sync + 'static,
+    {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| LockError::invalid_config(format!("watching lock {name:?} needs a tokio runtime")))?;
+        let (view, mut changed) = self.inspect_and_watch(name).await?;
+        let (tx, rx) = watch::channel(judge(view));
+        let (client, name) = (self.clone(), name.to_owned());
+        runtime.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = changed => {}
+                    () = tx.closed() => return,
+                }
+                loop {
+                    match client.inspect_and_watch(&name).await {
+                        Ok((view, next)) => {
+                            let judged = judge(view);
+                            tx.send_if_modified(|current| {
+                                let differs = *current != judged;
+                                *current = judged;
+                                differs
+                            });
+                            changed = next;
+                            break;
+                        }
+                        Err(LockError::Closed { .. }) => return,
+                        Err(err) => {
+                            debug!(lock = %name, %err, "reading the lock's queue failed; retrying");
+                            tokio::select! {
+                                () = tokio::time::sleep(FOLLOW_RETRY) => {}
+                                () = tx.closed() => return,
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// Like [`inspect`](Self::inspect), and also returns a future that resolves once the queue
+    /// may have changed; it watches what the view was read from, so no change between the
+    /// read and the watch is missed.
+    pub(crate) async fn inspect_and_watch(&self, name: &str) -> Result<(Option<LockView>, QueueChanged), LockError> {
         crate::name::validate_name(name)?;
         let session = self.session(None).await?;
         let path = format!("{}/{name}", self.namespace());
@@ -312,4 +386,65 @@ fn display<S: serde::Serializer>(t: &FencingToken, s: S) -> Result<S::Ok, S::Err
 
 fn hex<S: serde::Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&format_args!("{id:#x}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+    use zookeeper_client as zk;
+
+    use crate::test_server::{setup, Setup};
+
+    /// A holder's node deleted after the inspection listed the directory and before it read
+    /// the node: the view leaves it out, judges the rest without it, and reports the queue
+    /// changed.
+    ///
+    /// The delete is ordered by the server, not by timing: the inspection's listing is sent
+    /// first (its first poll), then the release's delete on the same session, and only then
+    /// are the node reads sent (when the inspection is polled again, with the listing already
+    /// answered). The fired directory watch shows that the listing came before the delete, so
+    /// the node was listed and then found gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_gone_between_the_listing_and_its_read_is_left_out() {
+        let Setup {
+            server: _server,
+            client,
+            view: foreign,
+        } = setup(Duration::from_secs(4)).await;
+        let guard = client.mutex("vanishing").unwrap().acquire().await.unwrap();
+        let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let (_, seq) = foreign
+            .create("/zklock/vanishing/someone-", b"", &sequential)
+            .await
+            .expect("create a foreign contender");
+        let waiter = format!("someone-{seq}");
+
+        let mut inspection = Box::pin(client.inspect_and_watch("vanishing"));
+        assert!(
+            inspection.as_mut().now_or_never().is_none(),
+            "the listing waits for its answer"
+        );
+        guard.release().await.unwrap();
+        let (view, changed) = tokio::time::timeout(Duration::from_secs(20), inspection)
+            .await
+            .expect("the inspection answers")
+            .expect("a vanished node is not an error");
+        tokio::time::timeout(Duration::from_secs(20), changed)
+            .await
+            .expect("the listing saw the holder's node, so its delete fires the watch");
+        let view = view.expect("the lock exists");
+        let nodes: Vec<_> = view
+            .holders
+            .iter()
+            .chain(&view.waiters)
+            .map(|n| n.node.as_str())
+            .collect();
+        assert_eq!(nodes, [waiter.as_str()], "{view:?}");
+        assert!(
+            view.holders[0].waits_for.is_none(),
+            "judged without the vanished node, the next in line holds: {view:?}"
+        );
+    }
 }

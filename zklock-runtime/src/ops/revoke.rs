@@ -75,7 +75,7 @@ impl LockClient {
             return Ok(RevokeOutcome::NoSuchLock);
         };
         if view.recipe == RecipeKind::Election {
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "`{name}` is a leader election group, not a lock: revocation would overwrite the participant ids its members read"
             )));
         }

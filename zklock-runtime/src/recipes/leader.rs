@@ -31,9 +31,6 @@ use crate::ops::gauges;
 use crate::ops::holder::MAX_IDENTITY_LEN;
 use crate::ops::inspect::LockView;
 
-/// How long a leader watch waits before reading the group again after a failed read.
-const WATCH_RETRY: Duration = Duration::from_millis(500);
-
 /// A leader election group, as one participant joins it. Cheap to clone; creating it costs
 /// nothing on the server.
 ///
@@ -43,7 +40,7 @@ const WATCH_RETRY: Duration = Duration::from_millis(500);
 /// let leadership = election.lead().await?;
 /// let token = leadership.fencing_token();
 /// leadership.run(compact(token)).await?; // stopped if leadership is lost
-/// leadership.relinquish().await?;
+/// leadership.release().await?;
 /// # Ok(()) }
 /// # async fn compact(_: zklock_runtime::FencingToken) {}
 /// ```
@@ -91,7 +88,7 @@ impl Election {
     pub fn with_participant_id(mut self, id: impl Into<String>) -> Result<Election, LockError> {
         let id = id.into();
         if id.is_empty() || id.len() > MAX_IDENTITY_LEN {
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "a participant id must have 1 to {MAX_IDENTITY_LEN} bytes, got {}",
                 id.len()
             )));
@@ -152,7 +149,7 @@ impl Election {
     /// use std::time::Duration;
     /// let election = client.election("compactor")?;
     /// match election.lead_timeout(Duration::from_secs(5)).await {
-    ///     Ok(leadership) => leadership.relinquish().await?,
+    ///     Ok(leadership) => leadership.release().await?,
     ///     Err(zklock_runtime::LockError::Timeout { .. }) => println!("someone else leads"),
     ///     Err(err) => return Err(err),
     /// }
@@ -175,7 +172,7 @@ impl Election {
     /// ```no_run
     /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
     /// if let Some(leadership) = client.election("compactor")?.try_lead().await? {
-    ///     leadership.relinquish().await?;
+    ///     leadership.release().await?;
     /// }
     /// # Ok(()) }
     /// ```
@@ -245,42 +242,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn watch_leader(&self) -> Result<watch::Receiver<Option<Member>>, LockError> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| LockError::InvalidConfig("watch_leader needs a tokio runtime".into()))?;
-        let (view, mut changed) = self.client.inspect_and_watch(self.group()).await?;
-        let (tx, rx) = watch::channel(leader_of(view));
-        let (client, group) = (self.client.clone(), self.group().to_owned());
-        runtime.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = changed => {}
-                    _ = tx.closed() => return,
-                }
-                loop {
-                    match client.inspect_and_watch(&group).await {
-                        Ok((view, next)) => {
-                            let leader = leader_of(view);
-                            tx.send_if_modified(|current| {
-                                let differs = *current != leader;
-                                *current = leader;
-                                differs
-                            });
-                            changed = next;
-                            break;
-                        }
-                        Err(LockError::Closed(_)) => return,
-                        Err(err) => {
-                            debug!(group = %group, %err, "reading the election group failed; retrying");
-                            tokio::select! {
-                                _ = tokio::time::sleep(WATCH_RETRY) => {}
-                                _ = tx.closed() => return,
-                            }
-                        }
-                    }
-                }
-            }
-        });
-        Ok(rx)
+        self.client.follow_queue(self.group(), leader_of).await
     }
 }
 
@@ -332,7 +294,7 @@ fn display<S: serde::Serializer>(t: &FencingToken, s: S) -> Result<S::Ok, S::Err
 }
 
 /// Leadership of an election group: the guard of a member that leads. Dropping it leaves the
-/// group (in the background); [`relinquish`](Self::relinquish) leaves and waits for it.
+/// group (in the background); [`release`](Self::release) leaves and waits for it.
 ///
 /// Leadership ends for good when it is lost: the session expired, or the connection was down
 /// for the client's `loss_after` (see [`LockGuard::lost`]). Code run with
@@ -456,10 +418,10 @@ impl Leadership {
     /// ```no_run
     /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
     /// let leadership = client.election("compactor")?.lead().await?;
-    /// leadership.ensure_leader().await?;
+    /// leadership.ensure_held().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn ensure_leader(&self) -> Result<(), LockError> {
+    pub async fn ensure_held(&self) -> Result<(), LockError> {
         self.guard.ensure_held().await
     }
 
@@ -475,10 +437,10 @@ impl Leadership {
     /// ```no_run
     /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
     /// let leadership = client.election("compactor")?.lead().await?;
-    /// leadership.relinquish().await?;
+    /// leadership.release().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn relinquish(self) -> Result<(), LockError> {
+    pub async fn release(self) -> Result<(), LockError> {
         self.guard.release().await
     }
 

@@ -70,6 +70,12 @@ impl ServeOptions {
     pub fn max_backoff(&self) -> Duration {
         self.max_backoff
     }
+
+    /// The back-off after one that lasted `current`: twice as long, up to the longest (never
+    /// overflowing, however long the bounds).
+    fn next_backoff(&self, current: Duration) -> Duration {
+        current.saturating_mul(2).min(self.max_backoff)
+    }
 }
 
 /// What the body of a [`LeaderService`] gets for one term of leadership.
@@ -230,7 +236,7 @@ impl Election {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| LockError::InvalidConfig("a leader service needs a tokio runtime".into()))?;
+            .map_err(|_| LockError::invalid_config("a leader service needs a tokio runtime"))?;
         let (stop_tx, stop) = watch::channel(None);
         let (leading_tx, leading) = watch::channel(false);
         let task = runtime.spawn(serve_loop(self.clone(), options, body, stop, leading_tx));
@@ -287,13 +293,13 @@ async fn serve_loop<F, Fut>(
         };
         let leadership = match joined {
             Ok(leadership) => leadership,
-            Err(LockError::Closed(_)) => return,
+            Err(LockError::Closed { .. }) => return,
             Err(err) => {
                 warn!(group = %group, %err, backoff_ms = backoff.as_millis() as u64, "could not join the election; retrying");
                 if !back_off(&mut stop, backoff).await {
                     return;
                 }
-                backoff = (backoff * 2).min(options.max_backoff);
+                backoff = options.next_backoff(backoff);
                 continue;
             }
         };
@@ -326,7 +332,7 @@ async fn serve_loop<F, Fut>(
         leading.set(false);
         match outcome {
             None => {
-                if let Err(err) = leadership.relinquish().await {
+                if let Err(err) = leadership.release().await {
                     warn!(group = %group, %err, "giving leadership up on shutdown failed; the node goes with the session");
                 }
                 info!(group = %group, term, "handed over");
@@ -334,17 +340,17 @@ async fn serve_loop<F, Fut>(
             }
             Some(Ok(Err(_panic))) => {
                 error!(group = %group, term, backoff_ms = backoff.as_millis() as u64, "the leader body panicked; giving leadership up and queueing again");
-                if let Err(err) = leadership.relinquish().await {
+                if let Err(err) = leadership.release().await {
                     warn!(group = %group, %err, "giving leadership up failed");
                 }
                 if !back_off(&mut stop, backoff).await {
                     return;
                 }
-                backoff = (backoff * 2).min(options.max_backoff);
+                backoff = options.next_backoff(backoff);
             }
             Some(Ok(Ok(()))) => {
                 info!(group = %group, term, "the leader body returned; giving leadership up and queueing again");
-                if let Err(err) = leadership.relinquish().await {
+                if let Err(err) = leadership.release().await {
                     warn!(group = %group, %err, "giving leadership up failed");
                 }
                 backoff = options.min_backoff;
@@ -359,8 +365,45 @@ async fn serve_loop<F, Fut>(
                 if !back_off(&mut stop, backoff).await {
                     return;
                 }
-                backoff = (backoff * 2).min(options.max_backoff);
+                backoff = options.next_backoff(backoff);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::ServeOptions;
+
+    /// The back-off doubles from the first to the longest and stays there; a longest below the
+    /// first counts as the first; bounds near `Duration::MAX` saturate instead of overflowing.
+    #[test]
+    fn the_backoff_doubles_between_its_bounds() {
+        let options = ServeOptions::default();
+        assert_eq!(
+            (options.min_backoff(), options.max_backoff()),
+            (Duration::from_millis(100), Duration::from_secs(30))
+        );
+        let mut backoff = options.min_backoff();
+        let mut seen = vec![backoff];
+        for _ in 0..12 {
+            backoff = options.next_backoff(backoff);
+            seen.push(backoff);
+        }
+        let ms: Vec<u128> = seen.iter().map(Duration::as_millis).collect();
+        assert_eq!(
+            ms,
+            [100, 200, 400, 800, 1_600, 3_200, 6_400, 12_800, 25_600, 30_000, 30_000, 30_000, 30_000]
+        );
+
+        let inverted = ServeOptions::default().backoff(Duration::from_secs(5), Duration::from_secs(1));
+        assert_eq!(inverted.max_backoff(), Duration::from_secs(5));
+        assert_eq!(inverted.next_backoff(inverted.min_backoff()), Duration::from_secs(5));
+
+        let huge = ServeOptions::default().backoff(Duration::MAX / 2 + Duration::from_secs(1), Duration::MAX);
+        assert_eq!(huge.next_backoff(huge.min_backoff()), Duration::MAX);
+        assert_eq!(huge.next_backoff(Duration::MAX), Duration::MAX);
     }
 }

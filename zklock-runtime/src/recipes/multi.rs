@@ -23,9 +23,9 @@ use tracing::debug;
 
 use crate::client::LockClient;
 use crate::engine::guard::LockGuard;
-use crate::engine::loss::supervise;
 use crate::engine::reentrancy;
 use crate::engine::rules::LockKind;
+use crate::engine::supervise::{supervise, OnLost, OnRevoke, Supervision};
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::lock::Lock;
@@ -62,7 +62,7 @@ impl LostRounds {
 /// // Either order gives the same multi-lock: `account:1` is taken first.
 /// let transfer = client.multi_lock(["account:2", "account:1"])?;
 /// let guard = transfer.acquire_timeout(Duration::from_secs(5)).await?;
-/// let from = guard.fencing_token("account:2");
+/// let from = guard.fencing_token_of("account:2");
 /// # let _ = from;
 /// guard.release().await?;
 /// # Ok(()) }
@@ -136,7 +136,7 @@ impl MultiLock {
     pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock, LockError> {
         let locks: Vec<Lock> = locks.into_iter().collect();
         if let Some(other) = locks.iter().find(|l| l.kind() != locks[0].kind()) {
-            return Err(LockError::InvalidConfig(format!(
+            return Err(LockError::invalid_config(format!(
                 "a multi-lock takes locks of one kind: {:?} is a {:?}, {:?} a {:?}",
                 locks[0].name(),
                 locks[0].kind(),
@@ -152,9 +152,7 @@ impl MultiLock {
     /// is two locks (two ensembles, or two holders of one), as for reentrancy.
     pub(crate) fn of(mut locks: Vec<Lock>) -> Result<MultiLock, LockError> {
         if locks.is_empty() {
-            return Err(LockError::InvalidConfig(
-                "a multi-lock needs at least one lock name".into(),
-            ));
+            return Err(LockError::invalid_config("a multi-lock needs at least one lock name"));
         }
         locks.sort_by(|a, b| a.path().cmp(b.path()).then(a.client_id().cmp(&b.client_id())));
         locks.dedup_by(|a, b| a.path() == b.path() && a.client_id() == b.client_id());
@@ -313,7 +311,7 @@ async fn still_held(part: &LockGuard) -> Result<(), LockError> {
         match part.fenced_write_unchecked(|_| Ok(())).await {
             Ok(_) => return Ok(()),
             // Asked again once connected, unless the session is over (then it is lost).
-            Err(LockError::Connection(_)) if part.hold.session.wait_to_retry().await => {}
+            Err(LockError::Connection { .. }) if part.hold.session.wait_to_retry().await => {}
             Err(_) if part.is_lost() => return Err(part.hold.lost_error()),
             Err(err) => {
                 return Err(LockError::Lost {
@@ -365,7 +363,7 @@ impl MultiGuard {
 
     /// The fencing token of the lock named `name` (as given to
     /// [`multi_lock`](LockClient::multi_lock)); `None` if it is not one of these locks.
-    pub fn fencing_token(&self, name: &str) -> Option<FencingToken> {
+    pub fn fencing_token_of(&self, name: &str) -> Option<FencingToken> {
         self.guards
             .iter()
             .find(|g| g.name() == name)
@@ -444,7 +442,7 @@ impl MultiGuard {
     /// # Ok(()) }
     /// ```
     pub async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
-        self.supervised(fut, true, false, None).await
+        self.run_with(Supervision::default(), fut).await
     }
 
     /// Like [`run`](Self::run), and also stops `fut` once the locks have been held together for
@@ -465,22 +463,39 @@ impl MultiGuard {
     /// # Ok(()) }
     /// ```
     pub async fn run_for<F: Future>(&self, max_hold: Duration, fut: F) -> Result<F::Output, LockError> {
-        self.supervised(fut, true, false, Some(max_hold)).await
+        self.run_with(Supervision::default().max_hold(max_hold), fut).await
     }
 
     /// [`run`](Self::run) and [`run_for`](Self::run_for), and the attribute's variants of them:
     /// stop on loss only if `abort_on_loss`, and on a revocation of any of the locks if
     /// `abort_on_revoke` (with [`LockError::Revoked`]).
-    pub(crate) async fn supervised<F: Future>(
-        &self,
-        fut: F,
-        abort_on_loss: bool,
-        abort_on_revoke: bool,
-        max_hold: Option<Duration>,
-    ) -> Result<F::Output, LockError> {
+    /// Runs `fut` inside the scope of every hold, stopped as `supervision` says: on the loss of
+    /// any of the locks ([`OnLost::Abort`]), a revocation request for any of them
+    /// ([`OnRevoke::Abort`]), or once they have been held for its `max_hold`. What a
+    /// `#[distributed_lock]` function does with its body. See [`LockGuard::run_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the holds themselves are unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use zklock_runtime::{OnRevoke, Supervision};
+    ///
+    /// let guard = client.multi_lock(["account:1", "account:2"])?.acquire().await?;
+    /// let moved = guard
+    ///     .run_with(Supervision::default().on_revoke(OnRevoke::Abort), async { 100 })
+    ///     .await?;
+    /// # let _ = moved; Ok(()) }
+    /// ```
+    pub async fn run_with<F: Future>(&self, supervision: Supervision, fut: F) -> Result<F::Output, LockError> {
         let first = &self.guards[0];
-        let bound = max_hold.map(|bound| first.hold.max_hold(self.acquired_at, bound));
-        let revoked = abort_on_revoke.then_some(async {
+        let bound = supervision
+            .max_hold
+            .map(|bound| first.hold.max_hold(self.acquired_at, bound));
+        let revoked = (supervision.on_revoke == OnRevoke::Abort).then_some(async {
             let waits = self.guards.iter().map(|g| {
                 Box::pin(async move {
                     g.revoked().await;
@@ -489,7 +504,8 @@ impl MultiGuard {
             });
             future::select_all(waits).await.0
         });
-        supervise(self.scope(fut), abort_on_loss.then(|| self.lost()), revoked, bound).await
+        let lost = (supervision.on_lost == OnLost::Abort).then(|| self.lost());
+        supervise(self.scope(fut), lost, revoked, bound).await
     }
 
     /// Whether another process asked for any of the locks (see [`LockGuard::revoked`]).

@@ -427,7 +427,7 @@ pub async fn reset_job(client: &LockClient, job: &str, wait: Duration) -> Result
     match done {
         Ok(_) => Ok(true),
         Err(WriteError::ZooKeeper(err)) => Err(LockError::zk("reset job", err)),
-        Err(err) => Err(LockError::Connection(format!("reset job: {err}"))),
+        Err(err) => Err(LockError::connection(format!("reset job: {err}"))),
     }
 }
 

@@ -29,7 +29,7 @@ pub enum Outcome {
     Failed,
     /// The run panicked.
     Panicked,
-    /// The run outlasted the job's `max_run` and was aborted.
+    /// The run outlasted the job's `max_hold` and was aborted.
     TimedOut,
     /// The run's node lost the job's lock (or died) before the run reported back.
     Lost,

@@ -38,6 +38,10 @@ pub enum SchedulerError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A job option is out of its range (a `min_hold` over the limit); the lock's error says
+    /// which.
+    #[error("invalid job option: {0}")]
+    InvalidOption(#[source] LockError),
     /// tokio-cron-scheduler refused the job.
     #[error("tokio-cron-scheduler: {0}")]
     Scheduler(#[from] JobSchedulerError),
@@ -96,8 +100,9 @@ pub struct SingletonJob {
     policy: Policy,
     catch_up: CatchUp,
     starting_deadline: Option<Duration>,
-    on_lost: crate::engine::loss::OnLost,
-    max_run: Option<Duration>,
+    on_lost: crate::engine::supervise::OnLost,
+    max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
     clock: Arc<dyn Clock>,
     lock_wait: Option<Duration>,
     stats: JobStats,
@@ -114,7 +119,8 @@ impl std::fmt::Debug for SingletonJob {
             .field("catch_up", &self.catch_up)
             .field("starting_deadline", &self.starting_deadline)
             .field("on_lost", &self.on_lost)
-            .field("max_run", &self.max_run)
+            .field("max_hold", &self.max_hold)
+            .field("min_hold", &self.min_hold)
             .field("lock_wait", &self.lock_wait)
             .finish_non_exhaustive()
     }
@@ -169,8 +175,9 @@ impl SingletonJob {
             policy: Policy::default(),
             catch_up: CatchUp::default(),
             starting_deadline: None,
-            on_lost: crate::engine::loss::OnLost::default(),
-            max_run: None,
+            on_lost: crate::engine::supervise::OnLost::default(),
+            max_hold: None,
+            min_hold: None,
             clock: Arc::new(SystemClock),
             lock_wait: None,
             stats: JobStats::new(name),
@@ -189,7 +196,7 @@ impl SingletonJob {
     /// [`OnLost::Abort`](crate::OnLost::Abort): the run's task is aborted). Either way the run
     /// is counted in [`JobStats::lost`] and reported at `warn` level.
     #[must_use]
-    pub fn on_lost(mut self, on_lost: crate::engine::loss::OnLost) -> Self {
+    pub fn on_lost(mut self, on_lost: crate::engine::supervise::OnLost) -> Self {
         self.on_lost = on_lost;
         self
     }
@@ -230,12 +237,25 @@ impl SingletonJob {
         self
     }
 
-    /// Aborts a run that takes longer than `max_run` (its task is dropped at its next `.await`)
+    /// Aborts a run that takes longer than `max_hold` (its task is dropped at its next `.await`)
     /// and records it as timed out. Without it a run may hold the job's lock for as long as it
     /// takes.
     #[must_use]
-    pub fn max_run(mut self, max_run: Duration) -> Self {
-        self.max_run = Some(max_run);
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Keeps the job's lock taken for at least `min_hold` from its grant, however soon the run
+    /// ends (ShedLock's `lockAtLeastFor`): a node whose fire comes a moment later, because its
+    /// clock is behind or its scheduler was late, finds the lock still taken. The run's own
+    /// tick is already recorded in ZooKeeper, so this is a second line of defence, and it
+    /// delays every other node's next take of the lock by up to `min_hold`: keep it well
+    /// under the period. At most an hour ([`Lock::with_min_hold`](crate::Lock::with_min_hold));
+    /// a longer one is refused by [`into_job`](Self::into_job).
+    #[must_use]
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = Some(min_hold);
         self
     }
 
@@ -278,11 +298,14 @@ impl SingletonJob {
     pub(super) fn into_shared(self) -> Result<Arc<Shared>, SchedulerError> {
         let store = RecordStore::for_job(self.client.namespace(), &self.name);
         // The job's name labels its lock's metrics (a job name is fixed, not per key).
-        let lock = self
+        let mut lock = self
             .client
             .mutex(&self.name)
             .map_err(SchedulerError::InvalidName)?
             .with_template(self.name.clone());
+        if let Some(min_hold) = self.min_hold {
+            lock = lock.with_min_hold(min_hold).map_err(SchedulerError::InvalidOption)?;
+        }
         let spec = JobSpec {
             schedule: self.schedule,
             time_zone: self.zone.name().to_owned(),
@@ -300,7 +323,7 @@ impl SingletonJob {
             starting_deadline: self.starting_deadline,
             limits: RunLimits {
                 on_lost: self.on_lost,
-                max_run: self.max_run,
+                max_hold: self.max_hold,
             },
             clock: self.clock,
             lock_wait: self.lock_wait,

@@ -124,7 +124,7 @@
 //! # Failed runs, lost locks, dead nodes
 //!
 //! A tick is taken when its run starts. A run that returns an error, panics, or outlasts
-//! [`SingletonJob::max_run`] (it is then aborted) is counted in [`JobStats::failures`], logged,
+//! [`SingletonJob::max_hold`] (it is then aborted) is counted in [`JobStats::failures`], logged,
 //! and recorded as `state=failed` with its error in the history; it is **not** retried by
 //! another node, because the run may have had effects before it failed and a second run of the
 //! same tick is exactly what this policy promises not to do. The next tick is the retry.

@@ -98,7 +98,7 @@ async fn pay_later(shared: Arc<Shared>) {
         let wait = shared.wait_for_lock(shared.ticks.tick_at(shared.clock.now()));
         let guard = match shared.lock.acquire_timeout(wait).await {
             Ok(guard) => guard,
-            Err(err @ LockError::Closed(_)) => {
+            Err(err @ LockError::Closed { .. }) => {
                 let dropped = std::mem::take(&mut *shared.owed.lock().unwrap_or_else(|e| e.into_inner()));
                 warn!(target: "zklock::scheduler", job = %shared.name, runs = dropped.len(), error = %err,
                     "the client was closed before the ends of these runs were written; the next holder records them as lost");

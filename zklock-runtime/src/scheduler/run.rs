@@ -1,5 +1,5 @@
 //! One run of a singleton job: the user's closure in its own task, raced against the loss of
-//! the job's lock and the job's `max_run`.
+//! the job's lock and the job's `max_hold`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,7 +10,7 @@ use tracing::{debug, warn};
 
 use super::history::Outcome;
 use crate::engine::loss::LossSignal;
-use crate::engine::loss::OnLost;
+use crate::engine::supervise::OnLost;
 use crate::engine::token::FencingToken;
 
 /// The boxed user closure: builds the run's future for one tick.
@@ -76,10 +76,10 @@ pub(crate) struct Ended {
 /// What a run needs to know besides the closure.
 pub(crate) struct RunLimits {
     pub on_lost: OnLost,
-    pub max_run: Option<Duration>,
+    pub max_hold: Option<Duration>,
 }
 
-/// Runs `make(run)` in its own task, racing it against `lost` (the job's lock lost), `limits.max_run`
+/// Runs `make(run)` in its own task, racing it against `lost` (the job's lock lost), `limits.max_hold`
 /// and `replaced` (a later tick asking for the run to make way, [`Policy::Replace`]). `what`
 /// names the run in logs.
 ///
@@ -113,7 +113,7 @@ pub(crate) async fn execute(
         Err(_) => (Outcome::Failed, Some("the run was cancelled".into())),
     };
     let timeout = async {
-        match limits.max_run {
+        match limits.max_hold {
             Some(max) => tokio::time::sleep(max).await,
             None => std::future::pending().await,
         }
@@ -129,9 +129,9 @@ pub(crate) async fn execute(
         () = timeout => {
             task.abort();
             let _ = task.await;
-            let max = limits.max_run.unwrap_or_default();
-            warn!(target: "zklock::scheduler", job = %job, run = what, max_run = ?max, "the run outlasted max_run; aborted");
-            (Outcome::TimedOut, Some(format!("aborted after max_run {max:?}")))
+            let max = limits.max_hold.unwrap_or_default();
+            warn!(target: "zklock::scheduler", job = %job, run = what, max_hold = ?max, "the run outlasted max_hold; aborted");
+            (Outcome::TimedOut, Some(format!("aborted after max_hold {max:?}")))
         }
         err = lost => match limits.on_lost {
             OnLost::Abort => {

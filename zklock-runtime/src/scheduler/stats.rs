@@ -59,7 +59,7 @@ pub struct StatsSnapshot {
     /// Runs on this node that returned an error, panicked or timed out, and fires that could
     /// not decide (ZooKeeper unreachable, unreadable tick record).
     pub failures: u64,
-    /// Runs on this node aborted for outlasting `max_run`.
+    /// Runs on this node aborted for outlasting `max_hold`.
     pub timed_out: u64,
     /// Runs on this node whose lock was lost while they ran, and ticks this node took whose
     /// claim may have been applied but could not be confirmed.
@@ -128,7 +128,7 @@ impl JobStats {
         self.inner.missed.load(Ordering::Relaxed)
     }
 
-    /// Runs on this node aborted for outlasting the job's `max_run` (also counted in
+    /// Runs on this node aborted for outlasting the job's `max_hold` (also counted in
     /// [`failures`](Self::failures)).
     pub fn timed_out(&self) -> u64 {
         self.inner.timed_out.load(Ordering::Relaxed)

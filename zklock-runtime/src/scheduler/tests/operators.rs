@@ -3,7 +3,7 @@
 //! differ, and time zones across daylight saving changes.
 
 use super::*;
-use crate::scheduler::{remove_job, reset_job};
+use crate::scheduler::{remove_job, reset_job, SchedulerError};
 
 /// A paused job runs on no node; each paused tick is taken as skipped (one history entry, from
 /// the first to the last, for the whole pause), and none of them is replayed after the resume.
@@ -122,7 +122,7 @@ async fn a_trigger_runs_once_on_one_node_also_while_paused() {
 }
 
 /// Every way a run ends is kept in the history, newest first, with its error's text; a run
-/// that outlasts `max_run` is aborted and recorded as timed out. (A panicking run is in
+/// that outlasts `max_hold` is aborted and recorded as timed out. (A panicking run is in
 /// `tests/scheduler.rs`: this binary holds the model tests, whose panic hook expects every
 /// panic to happen inside a model run.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,7 +130,7 @@ async fn the_history_keeps_how_each_run_ended() {
     let server = ZkServer::start().unwrap();
     let log = Log::default();
     let node = Node::custom(&server, 0, "outcomes", &log, 0, "* * * * * *", |job| {
-        job.max_run(Duration::from_millis(300))
+        job.max_hold(Duration::from_millis(300))
     })
     .await;
     node.then(Act::Fail("disk full"));
@@ -157,6 +157,15 @@ async fn the_history_keeps_how_each_run_ended() {
     assert!(history.iter().all(|e| e.node == "node-0"));
     let stats = node.shared.stats.snapshot();
     assert_eq!((stats.runs, stats.failures, stats.timed_out), (3, 2, 1));
+    // The time spent running: at least the timed-out run's 300 ms bound, and not the 30 s it
+    // would have slept.
+    let run_ms = node.shared.stats.run_ms_total();
+    assert!((300..30_000).contains(&run_ms), "{run_ms} ms");
+    assert_eq!(
+        stats.last_tick,
+        Some(std::time::UNIX_EPOCH + Duration::from_millis((t + 2 * SECOND) as u64)),
+        "the latest tick run"
+    );
     // The record says how the latest tick ended; a timed-out one is a failed run.
     let shown = job_records(&node.shared.client).await.unwrap();
     assert_eq!(
@@ -164,6 +173,44 @@ async fn the_history_keeps_how_each_run_ended() {
         (Some(t + 2 * SECOND), "done")
     );
     assert_eq!(shown[0].last_outcome, Some(Outcome::Ok));
+}
+
+/// A job with `min_hold` keeps its lock taken after a short run, until the bound has passed
+/// since the grant: another node asking then finds it taken. `flush` waits the hold out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_hold_keeps_the_jobs_lock_taken_after_a_short_run() {
+    const MIN_HOLD: Duration = Duration::from_secs(5);
+    let server = ZkServer::start().unwrap();
+    let log = Log::default();
+    let node = Node::custom(&server, 0, "lingering", &log, 0, "* * * * * *", |job| {
+        job.min_hold(MIN_HOLD)
+    })
+    .await;
+    let lock = node.shared.client.mutex("lingering").unwrap();
+    let before = std::time::Instant::now();
+    node.fire_at(an_hour_ago()).await;
+    assert_eq!(runs(&log).len(), 1, "the tick ran");
+    let locked = lock.is_locked().await.unwrap();
+    // The grant came after `before`: a fire slower than the bound (a machine stalled for
+    // seconds) may already have let the lock go, and then shows nothing either way.
+    if before.elapsed() < MIN_HOLD {
+        assert!(locked, "the job's lock was let go as soon as its short run ended");
+    }
+    node.shared.client.flush().await;
+    assert!(!lock.is_locked().await.unwrap(), "the lock outlived its min_hold");
+    assert!(
+        before.elapsed() >= MIN_HOLD,
+        "released {:?} after the fire began",
+        before.elapsed()
+    );
+
+    let too_long = SingletonJob::new_async("* * * * * *", &node.shared.client, "lingering", |_run| async {})
+        .unwrap()
+        .min_hold(Duration::from_secs(7200));
+    assert!(
+        matches!(too_long.into_job(), Err(SchedulerError::InvalidOption(_))),
+        "a min_hold over an hour was taken"
+    );
 }
 
 /// A reset clears the record and the history: the next beat runs only its own tick. A removed
