@@ -178,23 +178,29 @@ async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_siblings_in_one_task_exclude_each_other() {
-    let zk = server();
-    let c = client(&zk.connect_string()).await;
-    for via in BOTH {
-        let s = Siblings::new(&c);
-        for _ in 0..5 {
-            // The second asks only once the first is inside, so it must queue behind it.
-            let (entered, first_inside) = oneshot::channel();
-            let first = s.critical(via, Pause::sleep(5), Some(entered));
-            let second = async {
-                first_inside.await.expect("first section entered");
-                s.critical(via, Pause::yields(1), None).await
-            };
-            let (a, b) = within("join!", async { tokio::join!(first, second) }).await;
-            assert!(a < b, "{via:?}: second grant {b} not after first {a}");
+    // Run by a spawned task: the test's own body is polled by `block_on`, which is no task, so a
+    // hold shared with the whole task (keyed by `tokio::task::id()`) would go unnoticed there.
+    tokio::spawn(async {
+        let zk = server();
+        let c = client(&zk.connect_string()).await;
+        for via in BOTH {
+            let s = Siblings::new(&c);
+            for _ in 0..5 {
+                // The second asks only once the first is inside, so it must queue behind it.
+                let (entered, first_inside) = oneshot::channel();
+                let first = s.critical(via, Pause::sleep(5), Some(entered));
+                let second = async {
+                    first_inside.await.expect("first section entered");
+                    s.critical(via, Pause::yields(1), None).await
+                };
+                let (a, b) = within("join!", async { tokio::join!(first, second) }).await;
+                assert!(a < b, "{via:?}: second grant {b} not after first {a}");
+            }
+            s.check(&format!("join! {via:?}"), 10);
         }
-        s.check(&format!("join! {via:?}"), 10);
-    }
+    })
+    .await
+    .expect("the task ran to its end");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

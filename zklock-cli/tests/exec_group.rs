@@ -88,6 +88,7 @@ async fn what_the_command_leaves_running_is_stopped_before_the_lock_is_released(
 
     let first = a.finish().await;
     first.assert_exit(0);
+    assert!(!alive(writer_pid), "the background writer outlived zklock exec");
     assert!(
         first
             .stderr
@@ -95,7 +96,6 @@ async fn what_the_command_leaves_running_is_stopped_before_the_lock_is_released(
         "{}",
         first.stderr
     );
-    assert!(!alive(writer_pid), "the background writer outlived zklock exec");
     b.finish().await.assert_exit(0);
     assert_eq!(
         lines_after(dir.path(), "b"),
