@@ -4,6 +4,9 @@
 #                       example Prometheus configuration checks, and the Grafana dashboard is
 #                       valid JSON whose expressions parse and use only documented metric names
 #                       (scripts/check-observability.py)
+#      doc commands     every ./scripts and cargo command line in README.md and docs/ names a
+#                       script, flag, package, target and feature that exist
+#                       (scripts/check-doc-commands.py)
 #      msrv             every package of Cargo.lock a published crate builds with (normal and
 #                       build dependencies, every feature, this platform) declares a
 #                       rust-version no newer than ours (scripts/check-msrv.py); clippy's
@@ -13,6 +16,8 @@
 #                       library again with no feature (every target) and with each feature
 #                       alone (the library itself)
 #   4. rustdoc          the workspace's docs build with warnings as errors (broken links…)
+#      public API       the published crates' public items and signatures match api/*.txt
+#                       (scripts/api-snapshot.py; --update writes them after a deliberate change)
 #   5. packaging        every publishable crate packages and its packaged copy builds
 # `.ci/run` runs this before the test suite.
 set -euo pipefail
@@ -36,6 +41,9 @@ promtool check rules observability/rules.yml
 promtool check config observability/prometheus.yml
 (cd observability && promtool test rules tests/*.yml)
 python3 scripts/check-observability.py
+
+step "documented commands (every ./scripts and cargo line of README.md and docs/ works as written)"
+python3 scripts/check-doc-commands.py
 
 step "MSRV (every locked package the published crates build with allows our rust-version)"
 python3 scripts/check-msrv.py
@@ -72,6 +80,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features "${loc
 # zklock-examples, zklock-renamed-dependency and zklock-downstream are `publish = false`; every other member is packaged and its packaged copy
 # built against the others' packaged copies (a local registry overlay), so a file outside a
 # crate's directory or a missing `include` fails here, not on publish.
+step "public API (api/*.txt lists it; a change shows in review and needs --update)"
+python3 scripts/api-snapshot.py
+
 step "cargo package"
 allow_dirty=()
 if [[ -n "$(git status --porcelain 2>/dev/null)" ]]; then
