@@ -44,7 +44,7 @@ FILES[jobs]="scheduler/run.rs scheduler/record.rs"
 TESTS[jobs]="--lib --test scheduler"
 FILES[delay]="engine/lock_delay.rs"
 TESTS[delay]="--lib --test lock_delay"
-FILES[own]="engine/own_node.rs engine/loss.rs"
+FILES[own]="engine/own_node.rs engine/loss.rs engine/supervise.rs"
 TESTS[own]="--lib --test lock_revoke --test never_falsely_held --test session_moved --test lock_lifecycle"
 ORDER=(rules queue handoff holds multi pulse jobs delay own)
 
