@@ -18,9 +18,9 @@ use crate::engine::guard::ClientId;
 use crate::engine::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
 use crate::error::LockError;
 use crate::name::validate_namespace;
-use crate::ops::gauges::SessionGauge;
-use crate::ops::holder::Holder;
-use crate::ops::metrics::{Metrics, MetricsSnapshot};
+use crate::node_data::Holder;
+use crate::telemetry::gauges::SessionGauge;
+use crate::telemetry::metrics::{Metrics, MetricsSnapshot};
 
 /// 30 s: safe against ZooKeeper's default server settings (tickTime 2 s, syncLimit 5), where a
 /// follower cut off from the quorum keeps its clients connected for up to 10 s while the leader

@@ -23,8 +23,8 @@
 //! - `engine/`: the lock core. `queue.rs` (the ZooKeeper recipe every lock kind shares),
 //!   `rules.rs` (the lock kinds and the rule each judges the queue by), `local_queue.rs`
 //!   (in-process waiters and node handoff), `reentrancy.rs` (the call scope a hold re-enters
-//!   in), `guard.rs` (the hold and its owned guard), `loss.rs` (the loss signal and the
-//!   supervision of work under a hold: loss, revocation, `max_hold`), `own_node.rs` (the
+//!   in), `guard.rs` (the hold and its owned guard), `loss.rs` (the loss signal),
+//!   `supervise.rs` (what stops work under a hold early: loss, revocation, `max_hold`), `own_node.rs` (the
 //!   watch on a node held for a while, across local handoffs: deleted by someone else,
 //!   revocation requested), `token.rs`
 //!   (fencing tokens),
@@ -36,8 +36,11 @@
 //! - `connection/`: `connect_string.rs`, `secure.rs` (TLS, SASL, and telling a misconfigured
 //!   connection from an unreachable one), `driver.rs`, `session.rs` (one session and its
 //!   health); `client.rs` holds the configuration and the current session.
-//! - `ops/`: `holder.rs` (who a node belongs to), `inspect.rs` (a lock's queue for
-//!   operators), `revoke.rs` (asking holders to release), `metrics.rs`.
+//! - Below the engine: `node_data.rs` (what a contender node says about its holder: what
+//!   zklock writes, what it reads back) and `telemetry/` (`metrics.rs`, the counters and
+//!   histograms; `gauges.rs`, what is held, waited for and led now).
+//! - `ops/`, above the client: `inspect.rs` (a lock's queue for operators) and `revoke.rs`
+//!   (asking holders to release).
 //! - `scheduler/` (feature `scheduler`): singleton cron jobs.
 //!
 //! Real servers for tests are in the `zklock-testing` crate.
@@ -53,10 +56,12 @@ mod lock;
 #[doc(hidden)]
 pub mod macro_support;
 mod name;
+mod node_data;
 mod ops;
 mod recipes;
 #[cfg(feature = "scheduler")]
 pub mod scheduler;
+mod telemetry;
 #[cfg(test)]
 mod test_server;
 
@@ -74,13 +79,13 @@ pub use engine::token::{FencingToken, ParseTokenError};
 pub use error::{ErrorKind, ErrorSource, LockError};
 pub use lock::Lock;
 pub use name::{validate_name, MAX_NAME_LEN};
-pub use ops::holder::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
+pub use node_data::{ClientKind, ContenderData, MAX_IDENTITY_LEN};
 pub use ops::inspect::{LockView, QueuedNode, RecipeKind, Side};
-pub use ops::metrics::MetricsSnapshot;
 pub use ops::revoke::RevokeOutcome;
 pub use recipes::leader::{Election, Leadership, Member};
 pub use recipes::leader_service::{LeaderService, Leading, ServeOptions};
 pub use recipes::multi::{MultiGuard, MultiLock};
+pub use telemetry::metrics::MetricsSnapshot;
 
 /// The ZooKeeper client crate this engine speaks through (zookeeper-client 0.11), for the parts of
 /// zklock's API that take its types: ACLs ([`LockClientBuilder::acls`]) and fenced writes

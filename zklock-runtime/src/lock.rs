@@ -29,10 +29,10 @@ use crate::engine::reentrancy;
 use crate::engine::rules::{LockKind, Rule, LEASES_DIR, LEASE_NODE, LOCKS_DIR};
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
-use crate::ops::gauges::{Held, Waiting};
 use crate::ops::inspect::{LockView, Side};
-use crate::ops::metrics::{Event, Labels, Timing};
 use crate::recipes::semaphore::{self, Semaphore};
+use crate::telemetry::gauges::{Held, Waiting};
+use crate::telemetry::metrics::{Event, Labels, Timing};
 
 /// The longest [`Lock::with_min_hold`] accepted: an hour, as for the lock-delay.
 const MAX_MIN_HOLD: Duration = Duration::from_secs(3600);
@@ -270,7 +270,7 @@ impl Lock {
     /// What this lock's exported metrics are labelled with.
     fn labels(&self) -> Labels<'_> {
         Labels {
-            kind: self.kind,
+            kind: self.kind.label(),
             template: self.template.as_ref(),
         }
     }

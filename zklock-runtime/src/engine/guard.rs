@@ -18,8 +18,8 @@ use crate::engine::rules::LockKind;
 use crate::engine::supervise::{supervise, MaxHold, OnLost, OnRevoke, Supervision};
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
-use crate::ops::gauges::Held;
-use crate::ops::metrics::{Event, Labels, Metrics, Timing};
+use crate::telemetry::gauges::Held;
+use crate::telemetry::metrics::{Event, Labels, Metrics, Timing};
 
 /// The identity of one client (and its clones) within this process: another client, even of
 /// the same ensemble, is another holder, as another process would be.
@@ -81,7 +81,7 @@ impl Holding {
 
     pub(crate) fn labels(&self) -> Labels<'_> {
         Labels {
-            kind: self.kind,
+            kind: self.kind.label(),
             template: self.template.as_ref(),
         }
     }

@@ -36,7 +36,7 @@ use zookeeper_client as zk;
 
 use crate::connection::session::{send_now, Answer, Session};
 use crate::error::{is_session_over, is_transient};
-use crate::ops::holder::REVOKE_MESSAGE;
+use crate::node_data::REVOKE_MESSAGE;
 
 /// How long a node is ours before it is watched. Most critical sections are shorter and
 /// never pay the request; a deletion or revocation before it is seen by the first read.
@@ -312,7 +312,7 @@ mod tests {
 
     use super::{NodeState, OwnNode};
     use crate::connection::session::Session;
-    use crate::ops::holder::REVOKE_MESSAGE;
+    use crate::node_data::REVOKE_MESSAGE;
     use crate::test_server::{setup, Setup};
 
     /// How long anything these tests wait for may take before the test fails.

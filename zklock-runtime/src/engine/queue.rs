@@ -28,7 +28,7 @@ use crate::engine::lock_delay::{Interrupted, Vanished};
 use crate::engine::rules::{queue_order, Decision, Rule};
 use crate::error::LockError;
 use crate::error::{is_session_over, is_transient};
-use crate::ops::holder::Holder;
+use crate::node_data::Holder;
 
 /// What the recipe needs to know about one lock; handed down by the orchestrator
 /// ([`crate::lock`]), so the recipe never reaches back into the client.
@@ -45,7 +45,7 @@ pub(crate) struct Recipe<'a> {
     /// Exclusive locks: a contender proven alone (see [`crate::engine::alone`]) is granted without
     /// listing the directory.
     pub skip_listing_when_alone: bool,
-    /// Who contender nodes say they belong to ([`crate::ops::holder`]).
+    /// Who contender nodes say they belong to ([`crate::node_data`]).
     pub holder: &'a Holder,
     /// The lock's name template, recorded in contender nodes.
     pub template: Option<&'a str>,

@@ -155,6 +155,17 @@ pub enum LockKind {
 }
 
 impl LockKind {
+    /// The kind's name in metrics and logs: `mutex`, `read`, `write`, `semaphore`, `leader`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LockKind::Mutex => "mutex",
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+            LockKind::Semaphore { .. } => "semaphore",
+            LockKind::Leader => "leader",
+        }
+    }
+
     pub(crate) fn rule(self) -> Arc<dyn Rule> {
         match self {
             LockKind::Mutex => Arc::new(Leases {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use crate::error::LockError;
-use crate::ops::gauges::Deadline;
-use crate::ops::metrics::{Event, Labels, Metrics};
+use crate::telemetry::gauges::Deadline;
+use crate::telemetry::metrics::{Event, Labels, Metrics};
 
 /// What work running under a hold does when the hold is lost: the one loss policy of the
 /// attribute (`on_lost = "abort" | "continue"`), of [`LockGuard::run`](crate::LockGuard::run)-style supervision, and of

@@ -25,7 +25,7 @@ use crate::engine::rules::{
 };
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
-use crate::ops::holder::ContenderData;
+use crate::node_data::ContenderData;
 
 /// Which recipe a lock directory follows, as its nodes tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -1,10 +1,7 @@
-//! What operators see: who a contender node belongs to ([`holder`], also what zklock writes into
-//! its own nodes), the queue of a lock as it stands ([`inspect`], the `zklock` command's source)
-//! the counters and histograms of [`metrics`] and the gauges of [`gauges`]; and what they may ask of holders
-//! ([`revoke`]).
+//! What operators see and ask, built on the client: the queue of a lock as it stands
+//! ([`inspect`], the `zklock` command's source) and asking its holders to release
+//! ([`revoke`]). What a contender node says about its holder is [`crate::node_data`]; what
+//! the engine reports as it works is [`crate::telemetry`].
 
-pub(crate) mod gauges;
-pub(crate) mod holder;
 pub(crate) mod inspect;
-pub(crate) mod metrics;
 pub(crate) mod revoke;

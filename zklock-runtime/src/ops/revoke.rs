@@ -10,7 +10,7 @@ use crate::client::LockClient;
 use crate::connection::session::Session;
 use crate::engine::rules::LEASES_DIR;
 use crate::error::{is_transient, LockError};
-use crate::ops::holder::REVOKE_MESSAGE;
+use crate::node_data::REVOKE_MESSAGE;
 use crate::ops::inspect::{RecipeKind, Side};
 
 /// What [`LockClient::revoke`] did.

@@ -27,9 +27,9 @@ use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::lock::Lock;
-use crate::ops::gauges;
-use crate::ops::holder::MAX_IDENTITY_LEN;
+use crate::node_data::MAX_IDENTITY_LEN;
 use crate::ops::inspect::LockView;
+use crate::telemetry::gauges;
 
 /// A leader election group, as one participant joins it. Cheap to clone; creating it costs
 /// nothing on the server.

@@ -35,7 +35,7 @@
 //! | `zklock_job_paused` | gauge | 1 while the job is paused, as this node last read its record |
 //!
 //! What is held, waited for and leading now, and the sessions' state, are the gauges of
-//! [`crate::ops::gauges`]. Every series of a lock is registered at 0 with its first wait, and
+//! [`crate::telemetry::gauges`]. Every series of a lock is registered at 0 with its first wait, and
 //! every series of a job when the job is made, so rates and alerts have them from the start.
 //!
 //! Labels: `kind` (`mutex`, `read`, `write`, `semaphore`, `leader`) and `lock`, the lock's name
@@ -46,8 +46,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-
-use crate::engine::rules::LockKind;
 
 #[derive(Default)]
 pub(crate) struct Metrics {
@@ -76,7 +74,7 @@ pub(crate) enum Event {
 
 impl Event {
     /// Every event, so a lock's counters can be registered at 0 with its first wait
-    /// ([`crate::ops::gauges::Waiting`]).
+    /// ([`crate::telemetry::gauges::Waiting`]).
     #[cfg(feature = "metrics")]
     pub(crate) const ALL: [Event; 8] = [
         Event::Acquired,
@@ -117,7 +115,8 @@ pub(crate) enum Timing {
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct Labels<'a> {
-    pub kind: LockKind,
+    /// The `kind` label: [`LockKind::label`](crate::engine::rules::LockKind::label).
+    pub kind: &'static str,
     /// Shared, so exporting it clones a pointer, not the text.
     pub template: Option<&'a std::sync::Arc<str>>,
 }
@@ -202,18 +201,6 @@ pub struct MetricsSnapshot {
     pub abandoned: u64,
 }
 
-/// The `kind` label of a lock's series.
-#[cfg(feature = "metrics")]
-pub(crate) fn kind_label(kind: LockKind) -> &'static str {
-    match kind {
-        LockKind::Mutex => "mutex",
-        LockKind::Read => "read",
-        LockKind::Write => "write",
-        LockKind::Semaphore { .. } => "semaphore",
-        LockKind::Leader => "leader",
-    }
-}
-
 /// The `lock` label of a lock's series: its name template, `-` without one.
 #[cfg(feature = "metrics")]
 pub(crate) fn lock_label(template: Option<&std::sync::Arc<str>>) -> metrics::SharedString {
@@ -225,14 +212,14 @@ pub(crate) fn lock_label(template: Option<&std::sync::Arc<str>>) -> metrics::Sha
 
 #[cfg(feature = "metrics")]
 mod export {
-    use super::{kind_label as kind, lock_label, Labels, Timing};
+    use super::{lock_label, Labels, Timing};
 
     fn lock(labels: &Labels<'_>) -> metrics::SharedString {
         lock_label(labels.template)
     }
 
     pub fn count(metric: &'static str, labels: Labels<'_>) {
-        metrics::counter!(metric, "kind" => kind(labels.kind), "lock" => lock(&labels)).increment(1);
+        metrics::counter!(metric, "kind" => labels.kind, "lock" => lock(&labels)).increment(1);
     }
 
     pub fn time(timing: Timing, labels: Labels<'_>, took: std::time::Duration) {
@@ -240,6 +227,6 @@ mod export {
             Timing::Wait => "zklock_wait_seconds",
             Timing::Hold => "zklock_hold_seconds",
         };
-        metrics::histogram!(metric, "kind" => kind(labels.kind), "lock" => lock(&labels)).record(took.as_secs_f64());
+        metrics::histogram!(metric, "kind" => labels.kind, "lock" => lock(&labels)).record(took.as_secs_f64());
     }
 }

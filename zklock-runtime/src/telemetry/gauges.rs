@@ -1,7 +1,7 @@
 //! What is going on now, exported as gauges (feature `metrics`): the locks this process holds
 //! and waits for, the oldest hold and the nearest `max_hold` deadline of each lock, leadership,
 //! and the state of its clients' sessions. The counters and histograms of what happened are in
-//! [`crate::ops::metrics`]; the table of every name is in docs/operations.md.
+//! [`crate::telemetry::metrics`]; the table of every name is in docs/operations.md.
 //!
 //! Each gauge is driven by a value that lives exactly as long as what it counts ([`Held`],
 //! [`Waiting`], [`Deadline`], [`SessionGauge`]): dropping it, on any path (release, cancel,
@@ -26,7 +26,7 @@
 use std::time::Instant;
 
 use crate::connection::session::SessionStatus;
-use crate::ops::metrics::Labels;
+use crate::telemetry::metrics::Labels;
 
 /// A hold of this process, counted in `zklock_locks_held` (and `zklock_leader`) and, by its
 /// grant time, in `zklock_oldest_hold_start_timestamp_seconds`, until dropped.
@@ -175,7 +175,7 @@ mod export {
     use std::time::SystemTime;
 
     use crate::connection::session::SessionStatus;
-    use crate::ops::metrics::{kind_label, lock_label, Event, Labels};
+    use crate::telemetry::metrics::{lock_label, Event, Labels};
 
     /// The labels of one lock's series: its kind and name template (`None`: `-`).
     #[derive(Clone, PartialEq, Eq, Hash)]
@@ -187,7 +187,7 @@ mod export {
     impl Key {
         pub fn of(labels: Labels<'_>) -> Key {
             Key {
-                kind: kind_label(labels.kind),
+                kind: labels.kind,
                 template: labels.template.cloned(),
             }
         }
