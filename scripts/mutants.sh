@@ -26,27 +26,32 @@ if ! cargo mutants --version >/dev/null 2>&1; then
 fi
 ./scripts/install-deps.sh
 
-# group: the files mutated | the tests run against each mutant (fastest first).
-declare -A FILES TESTS
-FILES[rules]="engine/rules.rs engine/alone.rs"
-TESTS[rules]="--lib --test lock_mutex --test lock_rw --test lock_alone --test interop_curator"
-FILES[queue]="engine/queue.rs"
-TESTS[queue]="--lib --test lock_mutex --test lock_rw --test lock_alone --test lock_errors --test lock_client --test lock_cancel --test lock_faults --test lock_lifecycle"
-FILES[handoff]="engine/local_queue.rs"
-TESTS[handoff]="--lib --test lock_mutex --test lock_reentrancy --test lock_lifecycle --test lock_cancel"
-FILES[holds]="engine/reentrancy.rs engine/guard.rs"
-TESTS[holds]="--lib --test lock_reentrancy --test lock_mutex --test multi_guard --test lock_lifecycle --test macro_server --test never_falsely_held"
-FILES[multi]="recipes/multi.rs"
-TESTS[multi]="--lib --test multi_guard --test lock_multi --test never_falsely_held --test macro_server"
-FILES[pulse]="connection/pulse.rs"
-TESTS[pulse]="--lib"
-FILES[jobs]="scheduler/run.rs scheduler/record.rs"
-TESTS[jobs]="--lib --test scheduler"
-FILES[delay]="engine/lock_delay.rs"
-TESTS[delay]="--lib --test lock_delay"
-FILES[own]="engine/own_node.rs engine/loss.rs engine/supervise.rs"
-TESTS[own]="--lib --test lock_revoke --test never_falsely_held --test session_moved --test lock_lifecycle"
-ORDER=(rules queue handoff holds multi pulse jobs delay own)
+# group: the package mutated | the files mutated | the tests run against each mutant (fastest
+# first; `-p` names the package whose tests run).
+declare -A PKG FILES TESTS
+R=zklock-runtime/src
+FILES[rules]="$R/engine/rules.rs $R/engine/alone.rs"
+TESTS[rules]="-p zklock --lib --test lock_mutex --test lock_rw --test lock_alone --test interop_curator"
+FILES[queue]="$R/engine/queue.rs"
+TESTS[queue]="-p zklock --lib --test lock_mutex --test lock_rw --test lock_alone --test lock_errors --test lock_client --test lock_cancel --test lock_faults --test lock_lifecycle"
+FILES[handoff]="$R/engine/local_queue.rs"
+TESTS[handoff]="-p zklock --lib --test lock_mutex --test lock_reentrancy --test lock_lifecycle --test lock_cancel"
+FILES[holds]="$R/engine/reentrancy.rs $R/engine/guard.rs"
+TESTS[holds]="-p zklock --lib --test lock_reentrancy --test lock_mutex --test multi_guard --test lock_lifecycle --test macro_server --test never_falsely_held"
+FILES[multi]="$R/recipes/multi.rs"
+TESTS[multi]="-p zklock --lib --test multi_guard --test lock_multi --test never_falsely_held --test macro_server"
+FILES[pulse]="$R/connection/pulse.rs"
+TESTS[pulse]="-p zklock --lib"
+FILES[jobs]="$R/scheduler/run.rs $R/scheduler/record.rs"
+TESTS[jobs]="-p zklock --lib --test scheduler"
+FILES[delay]="$R/engine/lock_delay.rs"
+TESTS[delay]="-p zklock --lib --test lock_delay"
+FILES[own]="$R/engine/own_node.rs $R/engine/loss.rs $R/engine/supervise.rs"
+TESTS[own]="-p zklock --lib --test lock_revoke --test never_falsely_held --test session_moved --test lock_lifecycle"
+PKG[exec]=zklock-cli
+FILES[exec]="zklock-cli/src/exec/*.rs"
+TESTS[exec]="-p zklock-cli --bins --test exec --test exec_group"
+ORDER=(rules queue handoff holds multi pulse jobs delay own exec)
 
 groups=("$@")
 [[ ${#groups[@]} -eq 0 ]] && groups=("${ORDER[@]}")
@@ -63,15 +68,15 @@ export CARGO_TARGET_DIR="${ZKLOCK_MUTANTS_TARGET:-$root/target}"
 for group in "${groups[@]}"; do
     files=()
     for f in ${FILES[$group]}; do
-        files+=(--file "zklock-runtime/src/$f")
+        files+=(--file "$f")
     done
     out="$root/mutants.out/$group"
     rm -rf "$out"
     mkdir -p "$out"
     echo "mutants.sh: $group: ${FILES[$group]}" >&2
     # shellcheck disable=SC2086 # TESTS holds separate arguments
-    (cd "$work" && cargo mutants --in-place --no-shuffle -p zklock-runtime \
-        --all-features "${files[@]}" --minimum-test-timeout 120 --output "$out" -- -p zklock ${TESTS[$group]}) || true
+    (cd "$work" && cargo mutants --in-place --no-shuffle -p "${PKG[$group]:-zklock-runtime}" \
+        --all-features "${files[@]}" --minimum-test-timeout 120 --output "$out" -- ${TESTS[$group]}) || true
     # cargo-mutants writes into <output>/mutants.out.
     for kind in caught missed timeout unviable; do
         count=$(wc -l <"$out/mutants.out/$kind.txt" 2>/dev/null || echo 0)

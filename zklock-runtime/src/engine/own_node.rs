@@ -418,6 +418,12 @@ mod tests {
             "our own delete was taken for someone else's"
         );
         assert!(!own.state().deleted, "the released hold learned of our own delete");
+
+        // A hold dropped without a release ends all the same, and says so at once.
+        let dropped = OwnNode::watch(&session, &granted(&session, "dropped").await);
+        let dropped_sees = dropped.subscribe();
+        drop(dropped);
+        assert!(dropped_sees.borrow().released, "a dropped hold did not end");
     }
 
     /// The watch's first read is sent while the server does not answer: the read fails with the

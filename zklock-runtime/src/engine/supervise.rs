@@ -172,3 +172,29 @@ pub(crate) async fn supervise<T>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{OnLost, OnRevoke, Supervision};
+
+    /// Each builder method sets its field and leaves the others.
+    #[test]
+    fn each_option_sets_its_own_field() {
+        let default = Supervision::default();
+        assert_eq!(
+            (default.on_lost, default.on_revoke, default.max_hold),
+            (OnLost::Abort, OnRevoke::Continue, None)
+        );
+        let set = default
+            .on_lost(OnLost::Continue)
+            .on_revoke(OnRevoke::Abort)
+            .max_hold(Duration::from_secs(3));
+        assert_eq!(
+            (set.on_lost, set.on_revoke, set.max_hold),
+            (OnLost::Continue, OnRevoke::Abort, Some(Duration::from_secs(3)))
+        );
+        assert_eq!(Supervision::default().on_revoke(OnRevoke::Abort).on_lost, OnLost::Abort);
+    }
+}
