@@ -134,6 +134,36 @@ async fn a_shell_trapping_term_does_not_leave_its_job_running() {
     go(dir.path());
 }
 
+/// A command that stopped itself (SIGSTOP, as a shell's job control or a debugger does) is
+/// continued with the SIGTERM of a revocation, so it can act on it within the grace instead of
+/// lying stopped until the SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_command_is_continued_to_hear_its_sigterm() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut reap = Reap::default();
+    let script = r#"trap 'echo term > "$DIR/term"; exit 0' TERM; echo "$$" > "$DIR/sh"; kill -STOP $$; sleep 60"#;
+    // A grace longer than the test's waits: only a SIGCONT lets the trap run in time.
+    let run = Running::start(&mut exec_sh(&zk, dir.path(), "stopped", &["--grace", "5m"], script));
+    let sh = pid_in(dir.path(), "sh", &mut reap).await;
+    until("the command stopped itself", || {
+        let stat = std::fs::read_to_string(format!("/proc/{sh}/stat")).ok()?;
+        let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+        (state == 'T').then_some(())
+    })
+    .await;
+    output(&mut zklock(&zk, dir.path(), &["revoke", "stopped"]))
+        .await
+        .assert_exit(0);
+    assert_eq!(
+        file(&dir.path().join("term")).await,
+        "term\n",
+        "the stopped command never ran its trap"
+    );
+    run.finish().await.assert_exit(123);
+}
+
 /// The lock's node is deleted by an operator: another holder may be in at once, so the whole
 /// group (both stages of a pipeline, whose first stage ignores SIGTERM) is killed at once, not
 /// after the minute of `--grace`.

@@ -189,6 +189,8 @@ mod tests {
         let args = parse(&["exec", "n", "--lock-delay", "5s", "--", "ls"]).unwrap();
         assert_eq!(args.lock_delay, Some(Duration::from_secs(5)));
         assert!(args.check().is_ok());
+        let args = parse(&["exec", "n", "--lock-delay", "1h", "--", "ls"]).unwrap();
+        assert!(args.check().is_ok(), "the limit itself is taken");
         let args = parse(&["exec", "n", "--lock-delay", "2h", "--", "ls"]).unwrap();
         let failure = args.check().expect_err("2h was taken");
         assert_eq!(failure.code, 2, "{}", failure.message);
