@@ -117,6 +117,15 @@ impl LockView {
 /// appeared or vanished, or the session ended); read it again then.
 pub(crate) type QueueChanged = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// When a follower of a queue tells its receivers ([`LockClient::follow_queue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tell {
+    /// After every read the queue's watch caused, even when nothing it judges changed.
+    EveryRead,
+    /// When what it judges differs from what it last told.
+    Differences,
+}
+
 /// How long a follower of a queue waits before reading again after a failed read.
 const FOLLOW_RETRY: Duration = Duration::from_millis(500);
 
@@ -194,16 +203,20 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn watch_lock(&self, name: &str) -> Result<watch::Receiver<Option<LockView>>, LockError> {
-        self.follow_queue(name, |view| view).await
+        // Every change is told, even one that leaves the queue as it was (a holder came and
+        // went between two reads): a live view shows that something happened.
+        self.follow_queue(name, |view| view, Tell::EveryRead).await
     }
 
     /// Follows the queue of `name` as [`watch_lock`](Self::watch_lock) does, through `judge`:
-    /// the receiver holds `judge(view)` and is told when that changes. Every watch of a lock
-    /// directory (a lock's queue, an election's leader) is this one mechanism.
+    /// the receiver holds `judge(view)` and is told after each read (`Tell::EveryRead`) or
+    /// when the judged value changes (`Tell::Differences`). Every watch of a lock directory
+    /// (a lock's queue, an election's leader) is this one mechanism.
     pub(crate) async fn follow_queue<T>(
         &self,
         name: &str,
         judge: fn(Option<LockView>) -> T,
+        tell: Tell,
     ) -> Result<watch::Receiver<T>, LockError>
     where
         T: PartialEq + Send + Sync + 'static,
@@ -226,7 +239,7 @@ impl LockClient {
                             tx.send_if_modified(|current| {
                                 let differs = *current != judged;
                                 *current = judged;
-                                differs
+                                differs || tell == Tell::EveryRead
                             });
                             changed = next;
                             break;

@@ -28,7 +28,7 @@ use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::lock::Lock;
 use crate::node_data::MAX_IDENTITY_LEN;
-use crate::ops::inspect::LockView;
+use crate::ops::inspect::{LockView, Tell};
 use crate::telemetry::gauges;
 
 /// A leader election group, as one participant joins it. Cheap to clone; creating it costs
@@ -242,7 +242,9 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn watch_leader(&self) -> Result<watch::Receiver<Option<Member>>, LockError> {
-        self.client.follow_queue(self.group(), leader_of).await
+        self.client
+            .follow_queue(self.group(), leader_of, Tell::Differences)
+            .await
     }
 }
 
