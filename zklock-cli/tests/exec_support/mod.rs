@@ -16,15 +16,11 @@ pub const SOON: Duration = Duration::from_secs(20);
 /// The longest a `zklock exec` may run.
 pub const RUN_LIMIT: Duration = Duration::from_secs(40);
 
-/// Every variable the command reads its options from.
-pub const ZKLOCK_VARS: [&str; 6] = [
-    "ZKLOCK_ZK",
-    "ZKLOCK_DIGEST",
-    "ZKLOCK_TLS_CA",
-    "ZKLOCK_TLS_CERT",
-    "ZKLOCK_TLS_KEY",
-    "ZKLOCK_SASL",
-];
+// The command without the test's `ZKLOCK_*` variables, as every test of the command runs it.
+#[path = "../cli_support/mod.rs"]
+mod cli_support;
+#[allow(unused_imports)] // each test crate uses its own part
+pub use cli_support::{bare, ZKLOCK_VARS};
 
 /// Shell: wait (at most 30 s) until the test creates `$DIR/go`; past that, exit with 97 and
 /// say so, so that a test whose `go` never came fails loudly instead of running on.
@@ -33,10 +29,7 @@ pub const WAIT_GO: &str = r#"i=0; while [ ! -e "$DIR/go" ] && [ $i -lt 600 ]; do
 /// `zklock --zk <zk> --timeout 10s <args>`, without the `ZKLOCK_*` variables of the test's
 /// environment, with `DIR` set to `dir` for the command's scripts.
 pub fn zklock(zk: &str, dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zklock"));
-    for var in ZKLOCK_VARS {
-        cmd.env_remove(var);
-    }
+    let mut cmd = bare();
     cmd.env("DIR", dir).args(["--zk", zk]);
     if !args.contains(&"--timeout") {
         cmd.args(["--timeout", "10s"]);
