@@ -145,11 +145,11 @@ fn lock_stays_safe_under_leader_kill_partitions_pause_restart_and_reap() {
     one_round(3, 2, false, Duration::from_secs(1));
 }
 
-/// Holds of milliseconds with four tasks per process: the lock passes along chains of local
-/// handoffs, each hold shorter than the 100 ms after which a node is watched, while the
-/// holder's node is deleted and revocations are requested (among the other faults). The
-/// lock-delay of 5 s keeps the next process out long enough that a chain which never hears of
-/// the deletion shows: it hands the deleted node on until then, past the checker's 3 s.
+/// Holds of 5-25 ms with four tasks per process: the lock passes along chains of local
+/// handoffs (up to 300), each hold shorter than the 100 ms after which a node is watched, while
+/// the holder's node is deleted and revocations are requested early in a chain (among the other
+/// faults). The lock-delay of 5 s keeps the next process out long enough that a chain which
+/// never hears of the fault shows: it hands the node on for seconds, past the checker's 3 s.
 #[test]
 fn chains_of_short_local_holds_stay_safe_under_deletes_and_revocations() {
     one_round(2, 4, true, Duration::from_secs(5));

@@ -135,9 +135,19 @@ impl ContenderConfig {
     }
 }
 
-/// How many times in a row a node is handed from task to task with short holds: seconds of
-/// holds, ending well within the bound on the lock being granted elsewhere after a fault.
-const SHORT_HOLD_HANDOFFS: u32 = 3_000;
+/// How many times in a row a node is handed from task to task with short holds: about 5 s of
+/// holds of [`SHORT_HOLD_MS`], past the checker's 3 s bound on a deleted or revoked node being
+/// handed on (a chain that never hears of it shows), and within the bound on the lock being
+/// granted elsewhere after a fault.
+pub const SHORT_HOLD_HANDOFFS: u32 = 300;
+
+/// How long a short hold lasts, in milliseconds: always under the 100 ms after which a node
+/// is watched, and long enough that the process's other tasks are back in the local queue
+/// when it ends, so the chain goes on until [`SHORT_HOLD_HANDOFFS`].
+const SHORT_HOLD_MS: std::ops::Range<u64> = 5..25;
+
+/// The longest a chain of short holds keeps the lock in one process: every hold its longest.
+pub const SHORT_HOLD_CHAIN: Duration = Duration::from_millis(SHORT_HOLD_HANDOFFS as u64 * SHORT_HOLD_MS.end);
 
 /// What the runner asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -738,6 +748,10 @@ impl Task {
         let start_ns = now_ns();
         if !claimed {
             rejected += 1;
+        }
+        if self.ctx.config.short_holds && !long {
+            let span = SHORT_HOLD_MS.end - SHORT_HOLD_MS.start;
+            tokio::time::sleep(Duration::from_millis(SHORT_HOLD_MS.start + self.rng.below(span))).await;
         }
         let writes = if long {
             (self.ctx.config.session_timeout * 2).as_millis() as u64 / 100

@@ -13,7 +13,7 @@ use zklock::{zk, RevokeOutcome};
 
 use super::checker::{check, Report};
 use super::clock::{ms_between, now_ns};
-use super::contender::ContenderConfig;
+use super::contender::{ContenderConfig, SHORT_HOLD_CHAIN};
 use super::history::{
     AcquireFailure, CloseRecord, Event, FaultKind, FaultRecord, History, Part, Section, Token, EVENT_PREFIX, LOCK,
     LOCK_B,
@@ -68,9 +68,16 @@ impl RunConfig {
     /// The bound on "granted again after a fault": two session timeouts (a dead holder's
     /// session must expire; a whole ensemble restart or failover must be noticed and every
     /// session re-established), the lock-delay a vanished holder leaves behind, plus 10 s of
-    /// margin for a loaded 2-core machine.
+    /// margin for a loaded 2-core machine. With short holds, plus one whole chain of local
+    /// handoffs: the fault's target may take the lock first once it is back, and others wait
+    /// for its chain to end (the fairness bound `max_local_handoffs` gives).
     pub fn availability_bound(&self) -> Duration {
-        self.session_timeout * 2 + self.lock_delay + Duration::from_secs(10)
+        let chain = if self.short_holds {
+            SHORT_HOLD_CHAIN
+        } else {
+            Duration::ZERO
+        };
+        self.session_timeout * 2 + self.lock_delay + chain + Duration::from_secs(10)
     }
 }
 
@@ -499,19 +506,26 @@ fn pick_holder(shared: &Shared, contenders: &mut [Contender], process: usize) ->
 }
 
 /// The holder an operator fault acts on: a long section asked for ([`pick_holder`]), or with
-/// short holds whoever holds the main lock now, in the middle of a chain of local handoffs.
+/// short holds whoever holds the main lock now early in a chain of local handoffs (a node
+/// handed over at most [`YOUNG_CHAIN`] times), so that most of the chain's
+/// [`SHORT_HOLD_HANDOFFS`](super::contender::SHORT_HOLD_HANDOFFS) are still ahead: a chain that never hears of the fault would go on
+/// for seconds past it, where the checker sees it.
 fn pick_target(config: &RunConfig, shared: &Shared, contenders: &mut [Contender]) -> Option<(usize, String)> {
     if !config.short_holds {
         return pick_holder(shared, contenders, next_target(contenders.len()));
     }
-    wait_for(shared, Duration::from_secs(20), |o| {
+    wait_for(shared, Duration::from_secs(30), |o| {
         o.open
             .iter()
-            .filter(|(_, open)| open.holds_main())
+            .filter(|((_, token), open)| open.lock == LOCK && (1..=YOUNG_CHAIN).contains(&token.generation))
             .max_by_key(|(_, open)| open.granted_ns)
             .map(|((client, _), open)| (open.process, client.clone()))
     })
 }
+
+/// The most handoffs a node may have had when a short-holds fault picks its holder: a small
+/// part of [`SHORT_HOLD_HANDOFFS`](super::contender::SHORT_HOLD_HANDOFFS).
+const YOUNG_CHAIN: u32 = 20;
 
 /// The process and client whose open section holds the main lock's node created at `zxid`.
 fn holder_of(shared: &Shared, zxid: i64) -> Option<(usize, String)> {
@@ -791,27 +805,28 @@ fn inject(
             );
         }
         FaultKind::RevokeHolder => {
-            let raw = rt.block_on(raw_client(&ensemble.connect_string()))?;
             // A live holder, able to honour the request: the section picked may be one of a
             // process just paused or cut off, still open as far as the runner heard while its
             // node is gone and another holds the lock; such a section ends as soon as its
-            // process sees the loss, and the next pick finds a live one.
+            // process sees the loss, and the next pick finds a live one. The raw client is
+            // connected after each pick: nothing drives its session while a pick waits.
             let mut picked = None;
             for _ in 0..3 {
                 let Some((p, client)) = pick_target(config, shared, contenders) else {
                     break;
                 };
+                let raw = rt.block_on(raw_client(&ensemble.connect_string()))?;
                 let live = rt
                     .block_on(operator::holder_node(&raw, &format!("{NAMESPACE}/{LOCK}")))?
                     .and_then(|(_, zxid)| holder_of(shared, zxid))
                     .is_some_and(|(_, holder)| holder == client);
-                picked = Some((p, client));
+                picked = Some((p, client, raw));
                 if live {
                     break;
                 }
                 thread::sleep(Duration::from_millis(500));
             }
-            let Some((mut p, mut client)) = picked else {
+            let Some((mut p, mut client, raw)) = picked else {
                 return Ok(record.not_taken("no holder to revoke"));
             };
             let (mut holder, mut outcome) = (None, RevokeOutcome::NoHolder);
