@@ -349,6 +349,79 @@ async fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     go(dir.path());
 }
 
+/// What `zklock exec` says of a stopped command is what happened to it: a command that answers
+/// the SIGTERM of a revocation by sending itself SIGKILL "died of signal 9"; zklock did not
+/// kill it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_kills_itself_when_stopped_is_said_to_have_died_of_its_signal() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(r#"trap 'kill -KILL $$' TERM; echo "$$" > "$DIR/started"; {WAIT_GO}; touch "$DIR/finished""#);
+    let run = Running::start(&mut exec_sh(
+        &zk,
+        dir.path(),
+        "self-killing",
+        &["--grace", "1m"],
+        &script,
+    ));
+    file(&dir.path().join("started")).await;
+    output(&mut zklock(&zk, dir.path(), &["revoke", "self-killing"]))
+        .await
+        .assert_exit(0);
+
+    let stopped = run.finish().await;
+    stopped.assert_exit(123);
+    assert!(
+        stopped
+            .stderr
+            .contains("the command was stopped because lock \"self-killing\" was revoked; it died of signal 9")
+            && !stopped.stderr.contains("it was killed")
+            && !stopped.stderr.contains("sending its process group SIGKILL"),
+        "{}",
+        stopped.stderr
+    );
+    assert!(!dir.path().join("finished").exists(), "the command ran to its end");
+    go(dir.path());
+}
+
+/// The server stops answering (its process is stopped) just as the command exits: the release
+/// cannot be confirmed within the `--timeout` (shorter than the session timeout, so the session
+/// is not yet taken for ended), and `zklock exec` says so instead of exiting as if the lock had
+/// been given back; the exit code stays the command's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_server_never_answers_is_said() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let pid = server.pid().expect("the server's pid");
+    let dir = tempfile::tempdir().unwrap();
+    // Continued when the test ends, passed or failed, so the server can be stopped.
+    struct Continue(i32);
+    impl Drop for Continue {
+        fn drop(&mut self) {
+            let _ = kill_process(Pid::from_raw(self.0).unwrap(), Signal::CONT);
+        }
+    }
+    let _continue = Continue(pid as i32);
+    let script = format!(r#"kill -STOP {pid}; exit 7"#);
+    let stopped = output(&mut exec_sh(
+        &zk,
+        dir.path(),
+        "unconfirmed",
+        &["--session-timeout", "4s", "--timeout", "2s"],
+        &script,
+    ))
+    .await;
+    stopped.assert_exit(7);
+    assert!(
+        stopped.stderr.contains(
+            "the release of lock \"unconfirmed\" was not confirmed within 2s; ZooKeeper deletes its node when the session ends"
+        ),
+        "{}",
+        stopped.stderr
+    );
+}
+
 /// Cut off from ZooKeeper, a holder is told of the loss while the server may still keep its
 /// session for a while: a command that ignores SIGTERM gets SIGKILL once that while is over
 /// (3/5 of the 2 s session timeout less the 500 ms `loss_after`: 700 ms), not after the whole

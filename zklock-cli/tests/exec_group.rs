@@ -186,7 +186,21 @@ async fn a_deleted_node_kills_the_whole_pipeline_at_once() {
     let stopped = run.finish().await;
     stopped.assert_exit(125);
     assert!(
-        stopped.stderr.contains("SIGKILL at once") && stopped.stderr.contains("was deleted by someone else"),
+        stopped.stderr.contains("SIGKILL at once")
+            && stopped.stderr.contains("was lost; it was killed")
+            && !stopped.stderr.contains("died of signal"),
+        "{}",
+        stopped.stderr
+    );
+    // The loss is said once: not again while the group is being stopped, nor by the release.
+    assert_eq!(
+        stopped.stderr.matches("was deleted by someone else").count(),
+        1,
+        "{}",
+        stopped.stderr
+    );
+    assert!(
+        !stopped.stderr.contains("at the latest") && !stopped.stderr.contains("releasing"),
         "{}",
         stopped.stderr
     );
@@ -195,6 +209,23 @@ async fn a_deleted_node_kills_the_whole_pipeline_at_once() {
         !alive(first) && !alive(second),
         "a stage of the pipeline outlived the loss"
     );
+}
+
+/// The watchdog is no command: its hidden argument without its variable is refused as any
+/// unknown subcommand is, and the variable without the argument changes nothing (a watchdog
+/// started by mistake would kill the process group it runs in).
+#[tokio::test]
+async fn only_zklock_exec_starts_a_watchdog() {
+    let alone = output(bare().arg("__exec-watchdog")).await;
+    alone.assert_exit(2);
+    assert!(
+        alone.stderr.contains("unrecognized subcommand '__exec-watchdog'"),
+        "{}",
+        alone.stderr
+    );
+    let variable_only = output(bare().env("ZKLOCK_EXEC_WATCHDOG", "1").arg("--version")).await;
+    variable_only.assert_exit(0);
+    assert!(variable_only.stdout.starts_with("zklock "), "{}", variable_only.stdout);
 }
 
 /// `zklock exec` is SIGKILLed (no unwinding, like the OOM killer): its command and the command's
