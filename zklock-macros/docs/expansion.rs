@@ -19,6 +19,7 @@ impl Inventory {
                 max_hold: ::core::option::Option::None,
                 lock_delay: ::core::option::Option::None,
                 min_hold: ::core::option::Option::None,
+                cache: ::core::option::Option::None,
                 templates: &["inventory:{sku}"],
             },
             __zklock::__private::result_converter::<_, AppError>(),

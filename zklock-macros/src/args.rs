@@ -1,6 +1,6 @@
 //! Parsing and checking the attribute's arguments:
 //! `("name", "other name", timeout = "10s", mode = "read", leases = 3, client = expr,
-//! on_lost = "continue", on_revoke = "abort", max_hold = "30s", lock_delay = "5s", min_hold = "5s",
+//! on_lost = "continue", on_revoke = "abort", max_hold = "30s", lock_delay = "5s", min_hold = "5s", cache = "5s",
 //! token = ident,
 //! crate = path)`.
 //!
@@ -17,7 +17,7 @@ use crate::template::Template;
 
 /// The option names, for "unknown option" errors.
 const OPTIONS: &str =
-    "`timeout`, `mode`, `leases`, `client`, `on_lost`, `on_revoke`, `if_busy`, `max_hold`, `lock_delay`, `min_hold`, `token`, `crate`";
+    "`timeout`, `mode`, `leases`, `client`, `on_lost`, `on_revoke`, `if_busy`, `max_hold`, `lock_delay`, `min_hold`, `cache`, `token`, `crate`";
 const OPTION_NAMES: &[&str] = &[
     "timeout",
     "mode",
@@ -29,6 +29,7 @@ const OPTION_NAMES: &[&str] = &[
     "max_hold",
     "lock_delay",
     "min_hold",
+    "cache",
     "token",
     "crate",
 ];
@@ -93,6 +94,9 @@ pub struct LockArgs {
     /// `min_hold = …`: how long from the grant the lock stays taken however soon the body
     /// ends (ShedLock's `lockAtLeastFor`).
     pub min_hold: Option<Duration>,
+    /// `cache = …`: how long an idle node is kept for this process after the body (lock
+    /// caching); `Some(ZERO)` turns off the client's default.
+    pub cache: Option<Duration>,
     pub token: Option<Ident>,
     /// `crate = path`: where the `zklock` crate is, for a re-export.
     pub krate: Option<Path>,
@@ -119,6 +123,7 @@ impl Parse for LockArgs {
         let mut max_hold = None;
         let mut lock_delay: Option<(LitStr, Duration)> = None;
         let mut min_hold = None;
+        let mut cache: Option<(LitStr, Duration)> = None;
         let mut token = None;
         let mut krate = None;
 
@@ -218,6 +223,11 @@ impl Parse for LockArgs {
                         "min_hold",
                     )?)
                 }
+                "cache" => {
+                    let lit = expect_str(input, &key_name, "\"5s\"")?;
+                    let linger = parse_linger(&lit)?;
+                    cache = Some((lit, linger));
+                }
                 "token" => {
                     let ident: Ident = input.parse().map_err(|e| {
                         syn::Error::new(
@@ -260,6 +270,15 @@ impl Parse for LockArgs {
             ));
         }
 
+        if let (Some((lit, linger)), ModeArg::Read | ModeArg::Semaphore(_)) = (&cache, mode) {
+            if !linger.is_zero() {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "only mutexes and write locks are cached: `cache` needs mode = \"mutex\" or \"write\"",
+                ));
+            }
+        }
+
         if let (Some(token), [_, second, ..]) = (&token, names.as_slice()) {
             let mut err = syn::Error::new(
                 token.span(),
@@ -281,6 +300,7 @@ impl Parse for LockArgs {
             max_hold,
             lock_delay: lock_delay.map(|(_, delay)| delay),
             min_hold,
+            cache: cache.map(|(_, linger)| linger),
             token,
             krate,
         })
@@ -407,6 +427,17 @@ fn parse_up_to_an_hour(lit: &LitStr, option: &str) -> syn::Result<Duration> {
     }
 }
 
+/// The linger of `cache = …`: at most an hour; zero turns the client's default off.
+fn parse_linger(lit: &LitStr) -> syn::Result<Duration> {
+    let value = lit.value();
+    let refuse = |why: String| Err(syn::Error::new(lit.span(), why));
+    match parse_duration(&value) {
+        Ok(d) if d > MAX_UP_TO_AN_HOUR => refuse(format!("`cache` {value:?} is over the limit of one hour")),
+        Ok(d) => Ok(d),
+        Err(why) => refuse(format!("bad cache {value:?}: {why}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,6 +525,20 @@ mod tests {
         assert!(err(quote::quote!("a", min_hold = "0s")).contains("`min_hold` must be longer than zero"));
         assert!(err(quote::quote!("a", min_hold = "2h")).contains("`min_hold` \"2h\" is over the limit"));
         assert!(err(quote::quote!("a", min_hold = "soon")).contains("bad min_hold"));
+        assert!(err(quote::quote!("a", cache = "2h")).contains("`cache` \"2h\" is over the limit"));
+        assert!(err(quote::quote!("a", cache = "soon")).contains("bad cache"));
+        assert!(
+            err(quote::quote!("a", mode = "read", cache = "5s")).contains("only mutexes and write locks are cached")
+        );
+        assert!(err(quote::quote!("a", mode = "semaphore", leases = 2, cache = "5s")).contains("`cache` needs mode"));
+        assert_eq!(
+            parse(quote::quote!("a", cache = "0s")).unwrap().cache,
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            parse(quote::quote!("a", mode = "write", cache = "5s")).unwrap().cache,
+            Some(Duration::from_secs(5))
+        );
         assert!(err(quote::quote!("a", mode = "semaphore", leases = 2, lock_delay = "1s")).contains("no `lock_delay`"));
         assert!(err(quote::quote!("a", crate = 3)).contains("path of the zklock crate"));
         assert!(err(quote::quote!("a", crate = "not a path")).contains("path of the zklock crate"));

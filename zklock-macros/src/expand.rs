@@ -272,6 +272,7 @@ fn lock_call(
     let max_hold = optional_duration(args.max_hold);
     let lock_delay = optional_duration(args.lock_delay);
     let min_hold = optional_duration(args.min_hold);
+    let cache = optional_duration(args.cache);
     let templates = args.names.iter().map(|name| name.lit.value());
     let ret_infer = infer_impl_trait(ret);
     let converter = converter(ret, &ret_infer, args.if_busy);
@@ -305,6 +306,7 @@ fn lock_call(
                 max_hold: #max_hold,
                 lock_delay: #lock_delay,
                 min_hold: #min_hold,
+                cache: #cache,
                 templates: &[#(#templates),*],
             },
             #converter,

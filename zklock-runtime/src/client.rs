@@ -13,6 +13,7 @@ use crate::connection::driver::Driver;
 use crate::connection::secure::{self, Secured, Security};
 use crate::connection::session::{Health, Session, SessionStatus};
 use crate::engine::alone::DEFAULT_FAST_PATH_DIRS;
+use crate::engine::cache::MAX_LINGER;
 use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::guard::ClientId;
 use crate::engine::local_queue::{Gates, DEFAULT_MAX_LOCAL_HANDOFFS};
@@ -110,6 +111,9 @@ pub(crate) struct Config {
     pub default_timeout: Duration,
     /// The `max_hold` of a `#[distributed_lock]` function that gives none.
     pub default_max_hold: Option<Duration>,
+    /// How long an idle node of a mutex or write lock is kept for this process, unless the
+    /// lock says otherwise ([`LockClientBuilder::default_cache`]).
+    pub default_cache: Option<Duration>,
     /// TLS and SASL settings, checked.
     pub security: Secured,
 }
@@ -185,6 +189,7 @@ pub struct LockClientBuilder {
     security: Security,
     default_timeout: Duration,
     default_max_hold: Option<Duration>,
+    default_cache: Option<Duration>,
 }
 
 /// Shows the settings, never a credential: digest auth appears as its scheme only.
@@ -205,6 +210,7 @@ impl std::fmt::Debug for LockClientBuilder {
             .field("security", &self.security)
             .field("default_timeout", &self.default_timeout)
             .field("default_max_hold", &self.default_max_hold)
+            .field("default_cache", &self.default_cache)
             .finish()
     }
 }
@@ -452,6 +458,29 @@ impl LockClientBuilder {
         self
     }
 
+    /// Caches every mutex and write lock of this client for `linger` (default: no caching),
+    /// unless the lock says otherwise with [`Lock::with_cache`](crate::Lock::with_cache) (or
+    /// the attribute with `cache = …`): when a hold ends and no task of this process waits,
+    /// the node is kept for up to `linger`, and the next acquisition here is granted without a
+    /// request to ZooKeeper. Another process wanting the lock ends the linger at once. See
+    /// [`Lock::with_cache`](crate::Lock::with_cache) for what ends it and what it costs others.
+    /// `Duration::ZERO` means no caching; over an hour is refused when the client connects.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::builder("zk1:2181")
+    ///     .default_cache(std::time::Duration::from_secs(5))
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(client.mutex("inventory:42")?.cache(), Some(std::time::Duration::from_secs(5)));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn default_cache(mut self, linger: Duration) -> Self {
+        self.default_cache = (!linger.is_zero()).then_some(linger);
+        self
+    }
+
     /// The holder identity written into every contender node this client creates, so an
     /// operator (`zklock show`, or any ZooKeeper browser) can tell who holds or waits for a
     /// lock: a service and instance name such as `"orders-api@pod-7"`. Default: `host:pid`. At
@@ -530,6 +559,12 @@ impl LockClientBuilder {
                 "default_max_hold must be longer than zero; leave it out for no bound",
             ));
         }
+        if self.default_cache.is_some_and(|linger| linger > MAX_LINGER) {
+            return Err(LockError::invalid_config(format!(
+                "default_cache: a linger of {:?} is over the limit of {MAX_LINGER:?}",
+                self.default_cache.unwrap_or_default()
+            )));
+        }
         let (status, _) = watch::channel(SessionStatus::Connecting);
         let config = Config {
             connect: self.connect,
@@ -545,6 +580,7 @@ impl LockClientBuilder {
             security,
             default_timeout: self.default_timeout,
             default_max_hold: self.default_max_hold,
+            default_cache: self.default_cache,
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -616,6 +652,7 @@ impl LockClient {
             security: Security::default(),
             default_timeout: DEFAULT_TIMEOUT,
             default_max_hold: None,
+            default_cache: None,
         }
     }
 

@@ -18,6 +18,7 @@ use tracing::{debug, Instrument};
 use crate::client::LockClient;
 use crate::connection::session::Session;
 use crate::connection::session::SessionStatus;
+use crate::engine::cache::MAX_LINGER;
 use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::guard::ClientId;
 use crate::engine::guard::{Holding, LockGuard};
@@ -36,6 +37,11 @@ use crate::telemetry::metrics::{Event, Labels, Timing};
 
 /// The longest [`Lock::with_min_hold`] accepted: an hour, as for the lock-delay.
 const MAX_MIN_HOLD: Duration = Duration::from_secs(3600);
+
+/// Whether locks of `kind` can be cached: those that queue in the process (exclusive kinds).
+fn caches(kind: LockKind) -> bool {
+    matches!(kind, LockKind::Mutex | LockKind::Write)
+}
 
 /// The least time one acquisition gets for its round trips (and for opening a session, when
 /// the client has none or its last one expired), however short the caller's timeout: a try
@@ -85,6 +91,8 @@ pub struct Lock {
     lock_delay: Option<Duration>,
     /// See [`Lock::with_min_hold`].
     min_hold: Option<Duration>,
+    /// See [`Lock::with_cache`].
+    cache: Option<Duration>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -96,6 +104,7 @@ impl std::fmt::Debug for Lock {
             .field("template", &self.template)
             .field("lock_delay", &self.lock_delay)
             .field("min_hold", &self.min_hold)
+            .field("cache", &self.cache)
             .finish()
     }
 }
@@ -148,6 +157,7 @@ impl LockClient {
 impl Lock {
     /// The lock of `kind` whose directory is `dir`, named `name` in logs and errors.
     fn at(client: LockClient, name: Arc<str>, dir: String, kind: LockKind) -> Lock {
+        let cache = client.inner.config.default_cache.filter(|_| caches(kind));
         Lock {
             client,
             name,
@@ -158,6 +168,7 @@ impl Lock {
             participant: None,
             lock_delay: None,
             min_hold: None,
+            cache,
         }
     }
 
@@ -243,6 +254,75 @@ impl Lock {
     /// The minimum hold set with [`with_min_hold`](Self::with_min_hold), if any.
     pub fn min_hold(&self) -> Option<Duration> {
         self.min_hold
+    }
+
+    /// The same lock, cached by this process (opt-in; the client-wide default is
+    /// [`LockClientBuilder::default_cache`](crate::LockClientBuilder::default_cache)): when a
+    /// hold ends and no task of this process waits for the lock, its node is kept for up to
+    /// `linger` instead of deleted, and the next acquisition in this process within that time
+    /// is granted at once, without a request to ZooKeeper, with a larger fencing token (the
+    /// next generation on the same node, as a handoff between tasks gives).
+    ///
+    /// The node goes back as soon as anyone else wants the lock: a contender node of another
+    /// process (or another client of this one) appearing in the lock's directory, zklock's or
+    /// Curator's, ends the linger and the node is deleted, so that contender waits for one
+    /// watch notification and one delete more than behind a released lock (plus at most one
+    /// hold, if a local acquisition was granted before the notification came). So do the
+    /// linger running out, the node deleted or a revocation asked for, a loss of the session,
+    /// [`LockClient::close`] and [`LockClient::flush`]. A cached grant is made only while the
+    /// directory's watch vouches that the node exists and nobody else is queued, and the
+    /// session is vouched for and was never reported lost since the node was granted (see
+    /// docs/safety.md, "Lock caching").
+    ///
+    /// Meanwhile the lock is taken as far as everyone else sees: [`is_locked`](Self::is_locked)
+    /// and `zklock show` report the idle node as the holder, and
+    /// [`is_cached`](Self::is_cached) tells it apart. `Duration::ZERO` turns caching off.
+    ///
+    /// Errors: [`LockError::InvalidConfig`] for a linger over an hour, and for a read lock, a
+    /// semaphore or an election (only mutexes and write locks queue in the process, where
+    /// the idle node is kept).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zklock_runtime::LockClient) -> Result<(), zklock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let stock = client.mutex("inventory:42")?.with_cache(Duration::from_secs(5))?;
+    /// for _ in 0..100 {
+    ///     let guard = stock.acquire().await?; // the first goes to ZooKeeper, the others not
+    ///     // ... sell one ...
+    ///     drop(guard);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_cache(mut self, linger: Duration) -> Result<Lock, LockError> {
+        if !caches(self.kind) && !linger.is_zero() {
+            return Err(LockError::invalid_config(format!(
+                "lock `{}`: only mutexes and write locks are cached (a {} is not)",
+                self.name,
+                self.kind.label()
+            )));
+        }
+        if linger > MAX_LINGER {
+            return Err(LockError::invalid_config(format!(
+                "lock `{}`: a cache linger of {linger:?} is over the limit of {MAX_LINGER:?}",
+                self.name
+            )));
+        }
+        self.cache = (!linger.is_zero()).then_some(linger);
+        Ok(self)
+    }
+
+    /// How long an idle node of this lock is kept for this process ([`with_cache`](Self::with_cache),
+    /// or the client's [`default_cache`](crate::LockClientBuilder::default_cache)), if it is cached.
+    pub fn cache(&self) -> Option<Duration> {
+        self.cache
+    }
+
+    /// Whether this process keeps an idle node of this lock now (lock caching,
+    /// [`with_cache`](Self::with_cache)): no task of it holds the lock, and the next
+    /// acquisition here is granted without a request while this lasts. Answered from this
+    /// process's memory.
+    pub fn is_cached(&self) -> bool {
+        self.client.inner.gates.is_cached(&self.dir, self.kind)
     }
 
     /// The same lock, labelled with the name template it was made from
@@ -759,6 +839,7 @@ impl Lock {
             template: self.template.clone(),
             own_node,
             min_hold: self.min_hold,
+            cache: self.cache,
             held: Some(Held::start(self.labels())),
             span: tracing::Span::none(),
         }))

@@ -26,6 +26,7 @@
 //!             max_hold: ::core::option::Option::None,
 //!             lock_delay: ::core::option::Option::None,
 //!             min_hold: ::core::option::Option::None,
+//!             cache: ::core::option::Option::None,
 //!             templates: &["inventory:{sku}"],
 //!         },
 //!         zklock::__private::result_converter::<_, AppError>(),
@@ -82,6 +83,9 @@ pub struct LockOptions {
     pub lock_delay: Option<Duration>,
     /// `min_hold = …` ([`Lock::with_min_hold`](crate::Lock::with_min_hold)).
     pub min_hold: Option<Duration>,
+    /// `cache = …` ([`Lock::with_cache`](crate::Lock::with_cache)); `None` keeps the client's
+    /// default.
+    pub cache: Option<Duration>,
     /// The name templates as written in the attribute, one per name, recorded in contender
     /// nodes ([`Lock::with_template`](crate::Lock::with_template)).
     pub templates: &'static [&'static str],
@@ -261,6 +265,9 @@ where
             }
             if let Some(min) = options.min_hold {
                 lock = lock.with_min_hold(min)?;
+            }
+            if let Some(linger) = options.cache {
+                lock = lock.with_cache(linger)?;
             }
             Ok(match options.templates.get(i) {
                 Some(template) => lock.with_template(*template),

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
@@ -32,11 +32,24 @@ pub(crate) struct Cleanup {
     state: Arc<State>,
 }
 
-#[derive(Default)]
 struct State {
     pending: AtomicUsize,
     idle: Notify,
     abandoned: AtomicU64,
+    /// How many [`Cleanup::flush`]es are under way: while any is, nodes kept idle
+    /// ([`crate::engine::cache`]) are given up, so that a flush waits for their deletes too.
+    evictions: watch::Sender<u64>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            pending: AtomicUsize::new(0),
+            idle: Notify::new(),
+            abandoned: AtomicU64::new(0),
+            evictions: watch::channel(0).0,
+        }
+    }
 }
 
 impl Cleanup {
@@ -85,7 +98,24 @@ impl Cleanup {
         self.state.abandoned.load(Ordering::Relaxed)
     }
 
+    /// How many [`flush`](Self::flush)es are under way: while any is, nodes kept idle are
+    /// given up.
+    pub fn evictions(&self) -> watch::Receiver<u64> {
+        self.state.evictions.subscribe()
+    }
+
+    /// Gives up the nodes kept idle (also those kept while this runs), and waits until every
+    /// counted job has finished.
     pub async fn flush(&self) {
+        /// Counts this flush as under way until it returns or is dropped.
+        struct Flushing<'a>(&'a watch::Sender<u64>);
+        impl Drop for Flushing<'_> {
+            fn drop(&mut self) {
+                self.0.send_modify(|n| *n -= 1);
+            }
+        }
+        self.state.evictions.send_modify(|n| *n += 1);
+        let _flushing = Flushing(&self.state.evictions);
         loop {
             let idle = self.state.idle.notified();
             tokio::pin!(idle);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 use crate::connection::session::Session;
+use crate::engine::cache;
 use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::local_queue::{Turn, Warm};
 use crate::engine::loss::{deleted_reason, loss_reason, LossSignal};
@@ -69,6 +70,9 @@ pub(crate) struct Holding {
     /// How long from the grant the node is kept however soon the hold ends
     /// ([`Lock::with_min_hold`](crate::Lock::with_min_hold)).
     pub min_hold: Option<Duration>,
+    /// How long the node is kept idle for this process once the hold ends with nobody to hand
+    /// it to ([`Lock::with_cache`](crate::Lock::with_cache)).
+    pub cache: Option<Duration>,
     /// The `lock_hold` span, from the acquisition to the end of the hold: its `outcome` is
     /// recorded when the hold ends, and it closes when the last guard goes.
     pub span: tracing::Span,
@@ -94,6 +98,19 @@ impl Holding {
     fn can_hand_off(&self) -> bool {
         self.turn.as_ref().is_some_and(|t| t.has_waiters())
             && self.token.generation() < self.max_handoffs
+            && self.session.vouched_for()
+            && !self.is_lost()
+            && !self.own_node.state().revoked
+    }
+
+    /// Whether ending the hold with nobody to hand the node to may keep it idle for this
+    /// process (lock caching): as for a handoff, the hold is this process's queue front, its
+    /// session is vouched for and was never reported lost, and nobody asked for the lock; and
+    /// the token has a generation left.
+    fn can_cache(&self) -> bool {
+        self.cache.is_some()
+            && self.turn.is_some()
+            && self.token.generation() < u32::MAX
             && self.session.vouched_for()
             && !self.is_lost()
             && !self.own_node.state().revoked
@@ -194,10 +211,12 @@ impl Holding {
             .time(Timing::Hold, self.labels(), self.granted_at.elapsed());
         debug!(lock = %self.name, held_ms = self.granted_at.elapsed().as_millis() as u64, "lock released");
         let hand_off = self.can_hand_off();
-        let outcome = match (lost, hand_off) {
-            (true, _) => "lost",
-            (false, true) => "handed_off",
-            (false, false) => "released",
+        let cache = self.cache.filter(|_| !hand_off && self.can_cache());
+        let outcome = match (lost, hand_off, cache) {
+            (true, _, _) => "lost",
+            (false, true, _) => "handed_off",
+            (false, false, Some(_)) => "cached",
+            (false, false, None) => "released",
         };
         self.span.record("outcome", outcome);
         let node_path = std::mem::take(&mut self.node_path);
@@ -220,6 +239,21 @@ impl Holding {
             ));
             // A dropped sender means the node went with its session.
             return outcome.map(|rx| -> Pending { Box::pin(async move { rx.await.unwrap_or(Ok(())) }) });
+        }
+        if let (Some(linger), Some(turn)) = (cache, self.turn.take()) {
+            // Kept idle for this process: the front of its queue keeps the node (and its
+            // watch) until a local acquirer takes it or it is given up.
+            let warm = Warm::new(
+                self.session.clone(),
+                node_path,
+                self.own_node.hand_over(),
+                self.token,
+                self.losses_at_grant,
+                self.cleanup.clone(),
+                None,
+            );
+            cache::keep(turn, warm, linger, &self.cleanup);
+            return None;
         }
         // Before the delete is sent: the deletion it causes is ours, not a loss.
         self.own_node.release();
@@ -250,6 +284,7 @@ impl Holding {
             own_node: std::mem::replace(&mut self.own_node, OwnNode::detached()),
             held: self.held.take(),
             min_hold: None,
+            cache: self.cache,
             span: std::mem::replace(&mut self.span, tracing::Span::none()),
         };
         debug!(lock = %kept.name, rest_ms = rest.as_millis() as u64, "released before its min_hold; kept until then");

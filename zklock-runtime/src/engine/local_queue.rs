@@ -14,18 +14,20 @@
 //! waiters are served in FIFO order.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::engine::model_lock::Lock;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch, Notify};
 
 use crate::connection::session::Session;
+use crate::engine::around::Around;
 use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::lock_delay::Vanished;
-use crate::engine::own_node::{NodeWatch, OwnNode};
+use crate::engine::own_node::{NodeState, NodeWatch, OwnNode};
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
@@ -80,6 +82,20 @@ impl Warm {
             cleanup,
             taken,
         }
+    }
+
+    /// Follows what is known of the node (deleted, revoked); `None` once claimed.
+    pub fn node_state(&self) -> Option<watch::Receiver<NodeState>> {
+        self.node.as_ref().map(NodeWatch::subscribe)
+    }
+
+    /// Follows what the directory around the node holds (the node's [`DirWatch`], started the
+    /// first time); `None` once claimed.
+    ///
+    /// [`DirWatch`]: crate::engine::around::DirWatch
+    pub fn watch_around(&mut self) -> Option<watch::Receiver<Around>> {
+        let path = self.node_path.as_deref()?;
+        Some(self.node.as_mut()?.watch_around(&self.session, path))
     }
 
     /// Takes the node over for the next grant, if it can still be trusted (the session is
@@ -151,6 +167,11 @@ pub(crate) struct Gate<W = Warm> {
     /// What the tasks that contended in ZooKeeper for the lock learned of holders that vanished
     /// ahead of them: the next one to contend waits out the same lock-delay.
     vanished: Vanished,
+    /// Told when a task starts waiting, for a front that keeps a node idle until one does
+    /// ([`crate::engine::cache`]).
+    arrived: Notify,
+    /// Whether the front keeps a node idle now ([`crate::engine::cache`]).
+    cached: AtomicBool,
 }
 
 impl<W> Default for Gate<W> {
@@ -159,6 +180,8 @@ impl<W> Default for Gate<W> {
             slot: Arc::default(),
             waiting: Lock::default(),
             vanished: Vanished::default(),
+            arrived: Notify::new(),
+            cached: AtomicBool::new(false),
         }
     }
 }
@@ -186,6 +209,17 @@ impl<W> Turn<W> {
     /// Whether another task of this process is waiting for the lock.
     pub fn has_waiters(&self) -> bool {
         self.gate.waiting() > 0
+    }
+
+    /// Says whether the front keeps the lock's node idle (for [`Gates::is_cached`]).
+    pub fn set_cached(&self, cached: bool) {
+        self.gate.cached.store(cached, Ordering::SeqCst);
+    }
+
+    /// Resolves when a task may have started waiting since the last call (check
+    /// [`has_waiters`](Self::has_waiters)): no arrival is missed between the check and the wait.
+    pub async fn arrival(&self) {
+        self.gate.arrived.notified().await;
     }
 
     /// What this process's contenders for the lock learned of holders that vanished ahead of
@@ -246,6 +280,7 @@ impl<W> Gate<W> {
             }
         }
         *self.waiting.lock() += 1;
+        self.arrived.notify_one();
         let waiting = Waiting(&self);
         let slot = self.slot.clone().lock_owned().await;
         *self.waiting.lock() -= 1;
@@ -277,6 +312,20 @@ struct GateMap {
 }
 
 impl Gates {
+    /// Whether this process keeps an idle node of the lock of `kind` in `dir` now (lock
+    /// caching); `false` for a lock it never queued for.
+    pub fn is_cached(&self, dir: &str, kind: LockKind) -> bool {
+        let key = GateKey {
+            dir: dir.to_owned(),
+            kind,
+        };
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.gates
+            .get(&key)
+            .and_then(Weak::upgrade)
+            .is_some_and(|gate| gate.cached.load(Ordering::SeqCst))
+    }
+
     /// The local queue for `dir`, if locks of `kind` use one (exclusive kinds do).
     pub fn gate(&self, dir: &str, kind: LockKind) -> Option<Arc<Gate>> {
         if !matches!(kind, LockKind::Mutex | LockKind::Write) {

@@ -8,7 +8,8 @@
 //! what tells work under it that it was lost, [`supervise`] what stops that work early (a
 //! loss, a revocation, `max_hold`);
 //! [`own_node`] the watch on a held node, across the holds it is handed through (deleted by
-//! someone else, revocation asked); and
+//! someone else, revocation asked); [`cache`] keeps an idle node for this process (opt-in lock
+//! caching) while [`around`] watches its directory for anyone else; and
 //! [`token`] the fencing token a grant carries. [`alone`] is the uncontended fast path and
 //! [`cleanup`] the one path by which contender nodes are deleted.
 //!
@@ -16,6 +17,8 @@
 //! the client: they call down, and hand in what the core needs (a session, a deadline, a rule).
 
 pub(crate) mod alone;
+pub(crate) mod around;
+pub(crate) mod cache;
 pub(crate) mod cleanup;
 mod fenced;
 pub(crate) mod guard;

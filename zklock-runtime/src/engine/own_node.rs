@@ -35,6 +35,7 @@ use tracing::{debug, warn};
 use zookeeper_client as zk;
 
 use crate::connection::session::{send_now, Answer, Session};
+use crate::engine::around::{Around, DirWatch};
 use crate::error::{is_session_over, is_transient};
 use crate::node_data::REVOKE_MESSAGE;
 
@@ -80,6 +81,9 @@ impl Shared {
 /// hold with the node.
 pub(crate) struct NodeWatch {
     shared: Arc<Shared>,
+    /// The watch on the directory around the node, once the node is first kept idle
+    /// ([`crate::engine::cache`]); it goes from hold to hold with the node, and stops with it.
+    around: Option<DirWatch>,
 }
 
 impl NodeWatch {
@@ -90,7 +94,10 @@ impl NodeWatch {
             node: watch::channel(NodeState::default()).0,
             holder: Mutex::default(),
         });
-        let node = NodeWatch { shared: shared.clone() };
+        let node = NodeWatch {
+            shared: shared.clone(),
+            around: None,
+        };
         if session.runtime_gone() {
             return node; // nothing will answer; the hold is reported lost by its session
         }
@@ -107,6 +114,19 @@ impl NodeWatch {
             }
         });
         node
+    }
+
+    /// Follows what is known of the node (deleted, revoked, given up).
+    pub fn subscribe(&self) -> watch::Receiver<NodeState> {
+        self.shared.node.subscribe()
+    }
+
+    /// Follows what the directory around the node holds, starting the watch on it the first
+    /// time (`node_path` is the node's path in `session`).
+    pub fn watch_around(&mut self, session: &Arc<Session>, node_path: &str) -> watch::Receiver<Around> {
+        self.around
+            .get_or_insert_with(|| DirWatch::start(session, node_path))
+            .subscribe()
     }
 
     /// A hold of the node begins: it is told what is learned of the node from now on. `None`
