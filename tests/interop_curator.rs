@@ -146,6 +146,43 @@ async fn curator_mutex_waits_while_zklock_holds() {
     peer.release("c").await.unwrap();
 }
 
+/// A zklock client caches its lock (an hour of linger): the idle node blocks Curator's
+/// `InterProcessMutex` only until Curator's contender node appears in the directory, which
+/// makes zklock give the node up; Curator is then granted, and zklock's next acquisition
+/// queues behind it on a new node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_mutex_behind_a_cached_zklock_node_is_granted() {
+    let zk = server();
+    let zl = LockClient::builder(zk.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .default_cache(Duration::from_secs(3600))
+        .connect()
+        .await
+        .unwrap();
+    let peer = curator(&zk.connect_string()).await;
+    let lock = zl.mutex("interop-cached").unwrap();
+    let guard = lock.acquire_timeout(SOON).await.unwrap();
+    let cached_node = guard.node_path().to_owned();
+    guard.release().await.unwrap();
+    assert!(lock.is_cached(), "the node was not kept");
+
+    peer.mutex("c", lock.path()).await.unwrap();
+    peer.acquire("c", None).unwrap();
+    let node = peer.wait_acquired("c", SOON).await.expect("Curator is granted");
+    assert!(node.starts_with("/zklock/interop-cached/_c_"), "{node}");
+    assert_ne!(node, cached_node);
+    assert!(!lock.is_cached());
+
+    let mut next = ZkContender::spawn(lock.clone());
+    let raw = raw(&zk.connect_string()).await;
+    wait_for_contenders(&raw, lock.path(), 2).await;
+    let ours = queue_of(&raw, lock.path()).await.pop().unwrap();
+    next.assert_waiting(&zk, &zl, &node, "Curator holds").await;
+    peer.release("c").await.unwrap();
+    assert_eq!(next.wait_granted().await, ours);
+    next.release().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zklock_mutex_waits_while_curator_holds() {
     let zk = server();
