@@ -198,6 +198,10 @@ struct RunArgs {
     /// milliseconds, so the lock passes along chains of local handoffs.
     #[arg(long)]
     short_holds: bool,
+    /// Lock caching: the even-numbered processes keep an idle lock this long (e.g. `2s`),
+    /// beside processes that do not.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    cache: Option<Duration>,
     /// No progress lines on stderr.
     #[arg(long)]
     quiet: bool,
@@ -239,6 +243,7 @@ fn main() {
         misbehave_percent: args.misbehave_percent,
         lock_delay: args.lock_delay,
         short_holds: args.short_holds,
+        cache: args.cache,
         child: ChildCommand {
             program,
             args: vec!["contender".into()],

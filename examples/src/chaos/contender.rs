@@ -64,6 +64,9 @@ pub struct ContenderConfig {
     /// their end: holds of a few milliseconds, so the lock passes from task to task of a
     /// process in a chain of local handoffs.
     pub short_holds: bool,
+    /// How long this process keeps an idle lock (lock caching, `default_cache`); zero: not at
+    /// all.
+    pub cache: Duration,
     /// Seed of this process's pseudo-random choices.
     pub seed: u64,
 }
@@ -104,6 +107,7 @@ impl ContenderConfig {
                 "ZKLOCK_CHAOS_SHORT_HOLDS".into(),
                 u8::from(self.short_holds).to_string(),
             ),
+            ("ZKLOCK_CHAOS_CACHE_MS".into(), self.cache.as_millis().to_string()),
             ("ZKLOCK_CHAOS_SEED".into(), self.seed.to_string()),
         ]
     }
@@ -130,6 +134,7 @@ impl ContenderConfig {
             misbehave_percent: num("ZKLOCK_CHAOS_MISBEHAVE_PERCENT")?,
             lock_delay: Duration::from_millis(num("ZKLOCK_CHAOS_LOCK_DELAY_MS")?),
             short_holds: num::<u8>("ZKLOCK_CHAOS_SHORT_HOLDS")? == 1,
+            cache: Duration::from_millis(num("ZKLOCK_CHAOS_CACHE_MS")?),
             seed: num("ZKLOCK_CHAOS_SEED")?,
         })
     }
@@ -378,6 +383,10 @@ async fn connect(config: &ContenderConfig, mode: watch::Receiver<Mode>) -> Resul
             // holds, as a client tuned for throughput keeps it.
             builder = builder.max_local_handoffs(SHORT_HOLD_HANDOFFS);
         }
+        if !config.cache.is_zero() {
+            // Idle locks stay with this process until another one asks (lock caching).
+            builder = builder.default_cache(config.cache);
+        }
         let attempt = builder.connect().await;
         match attempt {
             Ok(client) => return Ok(client),
@@ -576,6 +585,9 @@ impl Task {
             match mode {
                 Mode::Stop => return,
                 Mode::Idle => {
+                    // Idle means holding nothing: a lock kept idle (cached) is given up too.
+                    let (_, client) = self.ctx.current();
+                    let _ = tokio::time::timeout(Duration::from_millis(200), client.flush()).await;
                     let _ = tokio::time::timeout(Duration::from_millis(200), self.mode.changed()).await;
                     continue;
                 }

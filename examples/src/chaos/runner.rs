@@ -56,6 +56,9 @@ pub struct RunConfig {
     /// Sections other than the long ones the faults ask for are a claim and an end only: holds
     /// of milliseconds, handed from task to task of a process.
     pub short_holds: bool,
+    /// Lock caching: the even-numbered contender processes keep an idle lock this long
+    /// (`default_cache`), beside processes that do not; `None`: nobody caches.
+    pub cache: Option<Duration>,
     /// How to start a contender process.
     pub child: ChildCommand,
     /// Where to write the history as JSON lines, if anywhere.
@@ -377,6 +380,7 @@ fn spawn_contender(
         misbehave_percent: config.misbehave_percent,
         lock_delay: config.lock_delay,
         short_holds: config.short_holds,
+        cache: config.cache.filter(|_| index % 2 == 0).unwrap_or_default(),
         seed: config.seed.wrapping_add(index as u64 * 7919),
     };
     let mut child = Command::new(&config.child.program)
