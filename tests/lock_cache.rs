@@ -83,7 +83,10 @@ async fn another_client_behind_a_cached_node_is_granted_and_the_node_goes() {
     let (node, token) = (name_of(guard.node_path()), guard.fencing_token());
     drop(guard);
     assert!(cached.is_cached());
-    assert_eq!(contenders(&zk_raw, "/zklock/cache-shared").await, std::slice::from_ref(&node));
+    assert_eq!(
+        contenders(&zk_raw, "/zklock/cache-shared").await,
+        std::slice::from_ref(&node)
+    );
 
     let other = b.mutex("cache-shared").unwrap();
     let held = other.acquire_timeout(SOON).await.expect("the other client is granted");

@@ -380,7 +380,7 @@ fn spawn_contender(
         misbehave_percent: config.misbehave_percent,
         lock_delay: config.lock_delay,
         short_holds: config.short_holds,
-        cache: config.cache.filter(|_| index % 2 == 0).unwrap_or_default(),
+        cache: config.cache.filter(|_| index.is_multiple_of(2)).unwrap_or_default(),
         seed: config.seed.wrapping_add(index as u64 * 7919),
     };
     let mut child = Command::new(&config.child.program)
