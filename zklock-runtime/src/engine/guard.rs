@@ -220,7 +220,7 @@ impl Holding {
         };
         self.span.record("outcome", outcome);
         let node_path = std::mem::take(&mut self.node_path);
-        if let (true, Some(turn)) = (hand_off, self.turn.as_mut()) {
+        if hand_off && self.turn.is_some() {
             let (taken, outcome) = if confirm {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 (Some(tx), Some(rx))
@@ -228,30 +228,17 @@ impl Holding {
                 (None, None)
             };
             // The node's watch goes on with it: a chain of holds is watched as one.
-            turn.hand_over(Warm::new(
-                self.session.clone(),
-                node_path,
-                self.own_node.hand_over(),
-                self.token,
-                self.losses_at_grant,
-                self.cleanup.clone(),
-                taken,
-            ));
+            let warm = self.warm(node_path, taken);
+            if let Some(turn) = self.turn.as_mut() {
+                turn.hand_over(warm);
+            }
             // A dropped sender means the node went with its session.
             return outcome.map(|rx| -> Pending { Box::pin(async move { rx.await.unwrap_or(Ok(())) }) });
         }
         if let (Some(linger), Some(turn)) = (cache, self.turn.take()) {
             // Kept idle for this process: the front of its queue keeps the node (and its
             // watch) until a local acquirer takes it or it is given up.
-            let warm = Warm::new(
-                self.session.clone(),
-                node_path,
-                self.own_node.hand_over(),
-                self.token,
-                self.losses_at_grant,
-                self.cleanup.clone(),
-                None,
-            );
+            let warm = self.warm(node_path, None);
             cache::keep(turn, warm, linger, &self.cleanup);
             return None;
         }
@@ -262,6 +249,19 @@ impl Holding {
 }
 
 impl Holding {
+    /// The node of this ending hold, with its watch, for the next local holder.
+    fn warm(&mut self, node_path: String, taken: Option<tokio::sync::oneshot::Sender<Result<(), LockError>>>) -> Warm {
+        Warm::new(
+            self.session.clone(),
+            node_path,
+            self.own_node.hand_over(),
+            self.token,
+            self.losses_at_grant,
+            self.cleanup.clone(),
+            taken,
+        )
+    }
+
     /// Ends the hold `rest` from now instead (its minimum hold), or once its session ends,
     /// whichever comes first: the node, its queue turn, its watch and its gauge go on to a
     /// hold of their own that the returned future ends; this one is left ended.
