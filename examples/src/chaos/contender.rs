@@ -141,7 +141,7 @@ impl ContenderConfig {
 }
 
 /// How many times in a row a node is handed from task to task with short holds: about 5 s of
-/// holds of [`SHORT_HOLD_MS`], past the checker's 3 s bound on a deleted or revoked node being
+/// holds of `SHORT_HOLD_MS`, past the checker's 3 s bound on a deleted or revoked node being
 /// handed on (a chain that never hears of it shows), and within the bound on the lock being
 /// granted elsewhere after a fault.
 pub const SHORT_HOLD_HANDOFFS: u32 = 300;
