@@ -339,3 +339,34 @@ async fn the_attributes_cache_keeps_the_node_between_calls() {
         "the node of a lock with `cache = \"0s\"` was kept"
     );
 }
+
+/// A single try from another client finds a cached lock busy (its contender is seen only after
+/// the try gave up), and that sighting gives the idle node up: a later try gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_from_elsewhere_finds_a_cached_lock_busy_and_frees_it() {
+    let zk = server();
+    let (a, b) = (
+        cached_client(&zk.connect_string(), LONG).await,
+        client(&zk.connect_string()).await,
+    );
+    let cached = a.mutex("cache-tried").unwrap();
+    cached.acquire().await.unwrap().release().await.unwrap();
+    assert!(cached.is_cached());
+    let other = b.mutex("cache-tried").unwrap();
+    assert!(
+        other.try_acquire().await.unwrap().is_none(),
+        "a try got a lock cached elsewhere"
+    );
+    assert!(
+        eventually(SOON, || async { !cached.is_cached() }).await,
+        "the try's contender did not end the linger"
+    );
+    assert!(
+        eventually(SOON, || {
+            let other = other.clone();
+            async move { other.try_acquire().await.unwrap().is_some() }
+        })
+        .await,
+        "no later try got the lock"
+    );
+}

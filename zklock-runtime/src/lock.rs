@@ -267,16 +267,22 @@ impl Lock {
     /// process (or another client of this one) appearing in the lock's directory, zklock's or
     /// Curator's, ends the linger and the node is deleted, so that contender waits for one
     /// watch notification and one delete more than behind a released lock (plus at most one
-    /// hold, if a local acquisition was granted before the notification came). So do the
-    /// linger running out, the node deleted or a revocation asked for, a loss of the session,
-    /// [`LockClient::close`] and [`LockClient::flush`]. A cached grant is made only while the
-    /// directory's watch vouches that the node exists and nobody else is queued, and the
-    /// session is vouched for and was never reported lost since the node was granted (see
-    /// docs/safety.md, "Lock caching").
+    /// hold, if a local acquisition was granted before the notification came); one arriving
+    /// while the lock is held here waits as behind any local holder, at most
+    /// [`max_local_handoffs`](crate::LockClientBuilder::max_local_handoffs) handoffs more. The
+    /// linger also ends when it runs out, when the node is deleted or a revocation is asked
+    /// for, when the session is lost, and on [`LockClient::close`] and [`LockClient::flush`]. A
+    /// cached grant is made only while the directory's watch vouches that the node exists and
+    /// nobody else is queued, and the session is vouched for and was never reported lost since
+    /// the node was granted (see docs/safety.md, guarantee 18).
     ///
     /// Meanwhile the lock is taken as far as everyone else sees: [`is_locked`](Self::is_locked)
     /// and `zklock show` report the idle node as the holder, and
-    /// [`is_cached`](Self::is_cached) tells it apart. `Duration::ZERO` turns caching off.
+    /// [`is_cached`](Self::is_cached) tells it apart. A single try in another process
+    /// ([`try_acquire`](Self::try_acquire), a zero timeout, the attribute's `if_busy = "skip"`)
+    /// finds it busy, since the node goes only once that process's contender is seen: where
+    /// others try once, give them a short wait instead (`acquire_timeout` of a few
+    /// milliseconds), or do not cache. `Duration::ZERO` turns caching off.
     ///
     /// Errors: [`LockError::InvalidConfig`] for a linger over an hour, and for a read lock, a
     /// semaphore or an election (only mutexes and write locks queue in the process, where
