@@ -12,6 +12,11 @@
 //! waiters queue in ZooKeeper again, behind it. With 0 the node is never handed over: every
 //! grant goes through ZooKeeper in strict FIFO order, as with Curator. Within the process,
 //! waiters are served in FIFO order.
+//!
+//! With lock caching, the front of the queue may also be held by no hold at all: the linger
+//! of a node kept idle ([`crate::engine::cache`]). Local acquirers queue behind it as behind a
+//! holder; it learns of their arrival ([`Turn::arrival`]) and hands the node over as a release
+//! does.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
