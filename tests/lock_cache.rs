@@ -370,3 +370,39 @@ async fn a_try_from_elsewhere_finds_a_cached_lock_busy_and_frees_it() {
         "no later try got the lock"
     );
 }
+
+/// Acquisitions of a lock two caching clients share, cut at random points (a timeout, a lost
+/// `select!`, an aborted task: before the request, waiting behind a kept node, while it is
+/// handed over, or not at all): nothing is stranded. Once both clients flush, the directory
+/// is empty, and the lock is granted again to each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquisitions_of_a_cached_lock_strand_nothing() {
+    let zk = server();
+    let (a, b) = (
+        cached_client(&zk.connect_string(), LONG).await,
+        cached_client(&zk.connect_string(), LONG).await,
+    );
+    let acquirers = [&a, &b, &a, &b]
+        .map(|c| {
+            let lock = c.mutex("cache-cancelled").unwrap();
+            move || {
+                let lock = lock.clone();
+                async move { lock.acquire().await }
+            }
+        })
+        .to_vec();
+    let granted = support::cancellation_storm(acquirers, 200, Duration::from_micros(20_000)).await;
+    assert!(granted > 0, "no acquisition was granted; the test did not test");
+    tokio::time::timeout(SOON, a.flush()).await.expect("a's flush returns");
+    tokio::time::timeout(SOON, b.flush()).await.expect("b's flush returns");
+    let zk_raw = raw(&zk.connect_string()).await;
+    let left = contenders(&zk_raw, "/zklock/cache-cancelled").await;
+    assert!(
+        left.is_empty(),
+        "nodes left after the storm ({granted} granted): {left:?}"
+    );
+    for c in [&a, &b] {
+        let guard = c.mutex("cache-cancelled").unwrap().acquire_timeout(SOON).await;
+        assert!(guard.is_ok(), "{guard:?}");
+    }
+}
