@@ -18,7 +18,8 @@
 #   4. rustdoc          the workspace's docs build with warnings as errors (broken links…)
 #      public API       the published crates' public items and signatures match api/*.txt
 #                       (scripts/api-snapshot.py; --update writes them after a deliberate change)
-#   5. packaging        every publishable crate packages and its packaged copy builds
+#   5. packaging        every publishable crate packages, and its packaged copy checks (every
+#                       feature) against the other crates' packaged copies
 # `.ci/run` runs this before the test suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -77,31 +78,53 @@ done
 step "rustdoc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features "${locked[@]}"
 
-# zklock-examples, zklock-renamed-dependency and zklock-downstream are `publish = false`; every other member is packaged and its packaged copy
-# built against the others' packaged copies (a local registry overlay), so a file outside a
-# crate's directory or a missing `include` fails here, not on publish.
 step "public API (api/*.txt lists it; a change shows in review and needs --update)"
 python3 scripts/api-snapshot.py
 
+# zklock-examples, zklock-renamed-dependency and zklock-downstream are `publish = false`; every
+# other member is packaged and its packaged copy checked against the others' packaged copies, so
+# a file outside a crate's directory or a missing `include` fails here, not on publish.
 step "cargo package"
 allow_dirty=()
 if [[ -n "$(git status --porcelain 2>/dev/null)" ]]; then
     allow_dirty=(--allow-dirty)
 fi
-# Cargo unpacks the overlay's crates into its registry cache once per name and version and
-# reuses that copy afterwards, so a later run would build against the sources of the first one.
-# Drop those copies (the overlay's directories are the ones not named after a real index).
-cargo_home="${CARGO_HOME:-$HOME/.cargo}"
-for copy in "$cargo_home"/registry/src/*/zklock*-[0-9]*; do
-    case "$copy" in
-        "$cargo_home"/registry/src/index.*) ;;
-        *) [[ -d "$copy" ]] && rm -rf -- "$copy" ;;
-    esac
+# The packages are written without cargo's own verification, which builds each packaged crate in
+# turn (with full code generation of its whole dependency graph, five times over: minutes).
+# Their packaged copies are checked below instead, all at once and with every feature.
+cargo package --workspace --exclude zklock-examples --exclude zklock-renamed-dependency --exclude zklock-downstream \
+    --no-verify "${locked[@]}" "${allow_dirty[@]}"
+
+# The packaged copies, unpacked side by side, form a workspace of their own in which each one's
+# dependency on another zklock crate resolves to that one's packaged copy (not to the sources
+# here, and not to crates.io). `cargo check` of every target a user builds (libraries and
+# binaries), with every feature, finds a file left out of a package or a feature-gated module
+# that does not compile as published; it shares the dependencies clippy already checked.
+step "packaged copies check (every published crate as packaged, every feature)"
+version="$(cargo metadata --format-version 1 --no-deps "${locked[@]}" |
+    python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "zklock"))')"
+copies="${CARGO_TARGET_DIR:-target}/package/copies"
+rm -rf -- "$copies"
+mkdir -p -- "$copies"
+members=()
+patches=()
+for crate in "${CARGO_TARGET_DIR:-target}"/package/zklock*-"$version".crate; do
+    name="$(basename "$crate" "-$version.crate")"
+    tar -xzf "$crate" -C "$copies"
+    members+=("\"$name-$version\"")
+    patches+=("$name = { path = \"$name-$version\" }")
 done
-# Their verify builds are registry sources of an unchanged name and version, which cargo never
-# rebuilds once built: drop the build fingerprints of zklock's crates, so a local run does not
-# link against an earlier run's artifacts (a fresh checkout has none).
-rm -rf -- "${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/zklock*
-cargo package --workspace --exclude zklock-examples --exclude zklock-renamed-dependency --exclude zklock-downstream "${locked[@]}" "${allow_dirty[@]}"
+{
+    echo "[workspace]"
+    echo "members = [$(IFS=,; echo "${members[*]}")]"
+    echo "resolver = \"2\""
+    echo "[patch.crates-io]"
+    printf '%s\n' "${patches[@]}"
+} >"$copies/Cargo.toml"
+# The repository's lock file pins the versions the checks above used; cargo only drops the
+# entries of members that are not published.
+cp Cargo.lock "$copies/Cargo.lock"
+CARGO_TARGET_DIR="$(realpath "${CARGO_TARGET_DIR:-target}")" \
+    cargo check --manifest-path "$copies/Cargo.toml" --workspace --all-features --lib --bins
 
 step "all checks passed"
