@@ -5,9 +5,10 @@
 
 mod support;
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use support::{client, contenders, cut_off_able, raw, server, session_of, wait_watching, AppError};
+use support::{client, contenders, cut_off_able, raw, server, session_of, wait_watching, AppError, Captured};
 use zklock::{distributed_lock, LockClient, LockError, LockGuard};
 use zklock_testing::FaultProxy;
 
@@ -15,6 +16,13 @@ use zklock_testing::FaultProxy;
 const SOON: Duration = Duration::from_secs(20);
 /// A delay no test waits for: a waiter that would wait it out times out first.
 const LONG: Duration = Duration::from_secs(600);
+
+/// This binary's log at DEBUG, installed by the first test that reads it: what a contender
+/// learned shows there before anything of it reaches the server.
+fn log() -> &'static Captured {
+    static LOG: OnceLock<Captured> = OnceLock::new();
+    LOG.get_or_init(Captured::install)
+}
 
 async fn waiter(lock: zklock::Lock, timeout: Duration) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
     tokio::spawn(async move { lock.acquire_timeout(timeout).await })
@@ -431,6 +439,8 @@ async fn a_local_waiter_taking_the_turn_inside_the_delay_waits_it_out() {
 /// still waits out the delay it learned of on the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_on_a_new_session_still_waits_out_the_delay() {
+    // Installed before anything logs, so the waiter's lines are captured.
+    let log = log();
     let zk = server();
     let proxy = FaultProxy::start(zk.addr()).unwrap();
     let holder = client(&zk.connect_string()).await;
@@ -449,12 +459,16 @@ async fn a_restart_on_a_new_session_still_waits_out_the_delay() {
 
     let deleted_at = tokio::time::Instant::now();
     view.delete(&held, None).await.unwrap();
-    // The waiter hears of it, then is cut off until the server ends its session.
-    let heard = support::eventually(SOON, || async {
-        !support::watches_of(&zk, &session_of(&patient)).contains(&held)
+    // The waiter learns of it (the server firing its watch is not enough: the notification
+    // could still be on its way through the proxy when the proxy cuts it off), then is cut off
+    // until the server ends its session.
+    let learned = support::eventually(SOON, || async {
+        log.lines().iter().any(|line| {
+            line.contains("lock=ld-restart") && line.contains("vanished without releasing; waiting out the lock-delay")
+        })
     })
     .await;
-    assert!(heard, "the waiter never heard of the deletion");
+    assert!(learned, "the waiter never learned of the vanish");
     proxy.blackhole();
     let expired = support::eventually(SOON, || async { view.check_stat(&waiting).await.unwrap().is_none() }).await;
     assert!(expired, "the waiter's session never expired");
