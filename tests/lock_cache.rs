@@ -55,7 +55,9 @@ async fn cached_re_acquisitions_send_no_request_and_tokens_keep_increasing() {
 
     let session = c.session_id().unwrap();
     let before = requests_received(&zk, session);
-    let rounds = 200;
+    let from_cache = c.metrics().granted_from_cache;
+    assert!(from_cache >= 1, "the cached grant was not counted: {:?}", c.metrics());
+    let rounds: u64 = 200;
     for _ in 0..rounds {
         let guard = lock.acquire_timeout(SOON).await.unwrap();
         assert_eq!(guard.node_path(), node, "a cached grant took another node");
@@ -66,6 +68,10 @@ async fn cached_re_acquisitions_send_no_request_and_tokens_keep_increasing() {
     let sent = requests_received(&zk, session) - before;
     // Pings only (one every third of the 4 s session, however long the loop took).
     assert!(sent <= 5, "{sent} requests for {rounds} cached grants and releases");
+    // Each counted as a grant from the cache, and as a handoff.
+    let m = c.metrics();
+    assert_eq!(m.granted_from_cache - from_cache, rounds, "{m:?}");
+    assert!(m.handed_off >= m.granted_from_cache, "{m:?}");
 }
 
 /// Another client wants a lock cached here: it is granted (the idle node is given up at once,

@@ -271,15 +271,18 @@ fn escape(s: &str) -> String {
 /// p50 and p99 latency (right), and the units oversold in the plain rounds and the fault round
 /// under each bar.
 pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
-    const LOCKS: [(&str, &str, &str); 4] = [
+    const LOCKS: [(&str, &str, &str); 7] = [
         ("zklock", "zklock", "#d62728"),
-        ("database", "PostgreSQL advisory lock", "#2ca02c"),
-        ("redis", "Redis SET NX PX", "#9467bd"),
-        ("none", "no lock (conditional update)", "#7f7f7f"),
+        ("zklock_cached", "zklock cached", "#ff7f0e"),
+        ("zklock_by_item", "zklock by item", "#e377c2"),
+        ("zklock_cached_by_item", "cached, by item", "#8c564b"),
+        ("database", "PG advisory", "#2ca02c"),
+        ("redis", "Redis NX PX", "#9467bd"),
+        ("none", "no lock", "#7f7f7f"),
     ];
     let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
     let title = format!(
-        "Seckill: the same sale under four locks ({} items x {} units, {} in flight, {} instances)",
+        "Seckill: the same sale under each lock ({} items x {} units, {} in flight, {} instances)",
         section["settings"]["items"],
         section["settings"]["stock_per_item"],
         section["settings"]["concurrency"],
@@ -300,7 +303,7 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
         x0,
         y0,
         top,
-        "requests / s (median; whisker: min..max of the rounds)",
+        "requests / s (median; whisker: min..max); under each bar: oversold, rounds | fault round",
     );
     for (i, (key, label, color)) in LOCKS.iter().enumerate() {
         let e = &section[*key];
@@ -313,8 +316,8 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
             r##"<rect x="{left:.1}" y="{:.1}" width="{w:.1}" height="{:.1}" fill="{color}" opacity="0.85"/>
 <line x1="{mid:.1}" y1="{:.1}" x2="{mid:.1}" y2="{:.1}" stroke="#000"/>
 <text x="{mid:.1}" y="{:.1}" text-anchor="middle">{median:.0}</text>
-<text x="{mid:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>
-<text x="{mid:.1}" y="{:.1}" text-anchor="middle" font-size="10">oversold {} / fault round {}</text>"##,
+<text x="{mid:.1}" y="{:.1}" text-anchor="middle" font-size="9">{}</text>
+<text x="{mid:.1}" y="{:.1}" text-anchor="middle" font-size="9">oversold {} | {}</text>"##,
             y(median),
             y0 + PANEL_H - y(median),
             y(num(&e["throughput_rps_min"])),

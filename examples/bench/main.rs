@@ -40,7 +40,7 @@ use chart::Series;
 use scale::ScalePlan;
 use server::{Server, Settings};
 use stats::{ratio, round, Summary};
-use zklock_examples::seckill::bench::{seckill_section, SeckillPlan};
+use zklock_examples::seckill::bench::{seckill_section, Sale, SeckillPlan};
 use zklock_examples::seckill::driver::Launcher;
 use zklock_examples::seckill::service::{self, ServeArgs};
 use zklock_side::Phases;
@@ -737,13 +737,14 @@ fn print_seckill(s: &Value) {
         settings["rounds"]
     );
     println!(
-        "  {:<10} {:>9} {:>16} {:>8} {:>8} {:>9} {:>11} {:>13}",
+        "  {:<22} {:>9} {:>16} {:>8} {:>8} {:>9} {:>11} {:>13}",
         "lock", "req/s", "min..max", "p50 ms", "p99 ms", "oversold", "duplicates", "lost updates"
     );
-    for lock in ["zklock", "database", "redis", "none"] {
-        let e = &s[lock];
+    for sale in Sale::ALL {
+        let lock = sale.name();
+        let e = &s[&lock];
         println!(
-            "  {:<10} {:>9} {:>16} {:>8} {:>8} {:>9} {:>11} {:>13}",
+            "  {:<22} {:>9} {:>16} {:>8} {:>8} {:>9} {:>11} {:>13}",
             lock,
             e["throughput_rps"].to_string(),
             format!("{}..{}", e["throughput_rps_min"], e["throughput_rps_max"]),
@@ -756,12 +757,12 @@ fn print_seckill(s: &Value) {
     }
     println!("  Fault round (an instance killed, one frozen past the Redis TTL and the session timeout, the lock server frozen as long)");
     println!(
-        "  {:<10} {:>9} {:>13} {:>11} {:>7} {:>12} {:>7}",
+        "  {:<22} {:>9} {:>13} {:>11} {:>7} {:>12} {:>7}",
         "lock", "oversold", "lost updates", "duplicates", "fenced", "unavailable", "errors"
     );
     for (lock, e) in s["fault_round"].as_object().into_iter().flatten() {
         println!(
-            "  {:<10} {:>9} {:>13} {:>11} {:>7} {:>12} {:>7}",
+            "  {:<22} {:>9} {:>13} {:>11} {:>7} {:>12} {:>7}",
             lock,
             e["oversold"].to_string(),
             e["lost_updates"].to_string(),

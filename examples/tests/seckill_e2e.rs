@@ -22,6 +22,7 @@ use zklock::testing::{FaultProxy, PgServer, ZkServer};
 use zklock::LockClient;
 
 use zklock_examples::seckill::driver::{self, DemoArgs, Launcher, Summary};
+use zklock_examples::seckill::front::Route;
 use zklock_examples::seckill::service::{self, Inventory, LockArgs, LockKind, ServeArgs};
 use zklock_examples::seckill::store::{sqlite_url, Backend, Store, StoreError};
 
@@ -80,6 +81,7 @@ fn small_demo(unsafe_no_lock: bool, database: Option<String>) -> DemoArgs {
         repeat_every: 20,
         race_window: Duration::from_millis(2),
         zk_timeout: Duration::from_secs(5),
+        route: Route::Random,
         lock_args: LockArgs::default(),
     }
 }
@@ -108,24 +110,42 @@ fn check_json_line(summary: &Summary) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locked_sale_across_three_processes_neither_oversells_nor_duplicates() {
-    locked_sale(Backend::Sqlite).await;
+    locked_sale(Backend::Sqlite, Route::Random, Duration::ZERO).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locked_sale_across_three_processes_neither_oversells_nor_duplicates_on_postgres() {
-    locked_sale(Backend::Postgres).await;
+    locked_sale(Backend::Postgres, Route::Random, Duration::ZERO).await;
 }
 
-async fn locked_sale(backend: Backend) {
+/// Item locks cached in the instance that sold last, requests (and double clicks) sent to any
+/// instance: every sale of an item in another instance takes the lock from a cached holder, and
+/// carts take several cached locks at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_item_locks_neither_oversell_nor_duplicate() {
+    locked_sale(Backend::Sqlite, Route::Random, Duration::from_secs(5)).await;
+}
+
+/// Item locks cached, requests routed by item: most sales are granted from the cache, carts
+/// still reach items other instances keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_item_locks_routed_by_item_neither_oversell_nor_duplicate() {
+    locked_sale(Backend::Sqlite, Route::ByItem, Duration::from_secs(5)).await;
+}
+
+async fn locked_sale(backend: Backend, route: Route, lock_cache: Duration) {
     let _one_at_a_time = DEMO_RUNS.lock().await;
     let db = TestDb::start(backend).await;
-    let summary = driver::run_demo(&small_demo(false, db.demo_database()), &*test_launcher())
-        .await
-        .expect("demo run");
+    let mut args = small_demo(false, db.demo_database());
+    args.route = route;
+    args.lock_args.lock_cache = lock_cache;
+    let summary = driver::run_demo(&args, &*test_launcher()).await.expect("demo run");
     assert_ran_on(&summary, backend);
     eprintln!("{}", summary.report());
     let line = check_json_line(&summary);
     assert_eq!(line["mode"], "locked");
+    assert_eq!(line["route"], route.name());
+    assert_eq!(line["lock_cache_ms"], lock_cache.as_millis() as u64);
     assert_eq!(summary.requests, 300);
     assert_eq!(summary.oversold, 0, "oversold with the lock");
     assert!(
@@ -167,14 +187,35 @@ async fn locked_sale(backend: Backend) {
         summary.fenced_rejections, 0,
         "no holder lost its lock, so nothing is fenced"
     );
-    // Every instance served its lock metrics, and each took item locks.
+    // Every instance served its lock metrics, and each that sold took item locks (routed by
+    // item, the three items may all hash to two instances).
     assert_eq!(d.lock_waits.len(), 3);
+    let took_locks = d.lock_waits.iter().filter(|(p50, _)| p50.is_some()).count();
     assert!(
-        d.lock_waits.iter().all(|(p50, p99)| p50.is_some() && p99 >= p50),
+        took_locks == 3 || (route == Route::ByItem && took_locks >= 1),
         "lock wait quantiles missing from /metrics: {:?}",
         d.lock_waits
     );
+    assert!(d.lock_waits.iter().all(|(p50, p99)| p99 >= p50), "{:?}", d.lock_waits);
     assert!(summary.report().contains("lock wait (from /metrics): instance 0 p50"));
+    // Every sale and cart took its item locks; without a cache none came from one. Routed by
+    // item, most sales find their item's lock cached in their instance: all but the first of
+    // each item, the ones right after a cart from another instance took it, and the ones
+    // queued behind a holder (handed over, not cached).
+    assert!(
+        d.lock_grants >= 90,
+        "{} item lock grants for 90 units sold",
+        d.lock_grants
+    );
+    if lock_cache.is_zero() {
+        assert_eq!(d.lock_grants_from_cache, 0);
+    } else if route == Route::ByItem {
+        assert!(
+            d.lock_grants_from_cache > 0,
+            "no grant came from a cache: {}",
+            summary.report()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -842,14 +883,15 @@ async fn cart_whole_or_nothing(backend: Backend) {
 }
 
 /// A smoke test of the benchmark's seckill section (issue #32), tiny: one round of the same sale
-/// under zklock, the database's advisory lock, a Redis lock and the conditional update, on real
-/// ZooKeeper, PostgreSQL and Redis servers of its own, then the fault round for zklock and Redis
-/// (an instance killed, one frozen past the Redis TTL and the session timeout, the lock server
-/// frozen as long). Checks the section's JSON has every figure, that zklock, the database lock
-/// and the conditional update sold no unit twice in the plain round, and that every fault fired.
+/// under zklock (uncached and cached, routed at random and by item), the database's advisory
+/// lock, a Redis lock and the conditional update, on real ZooKeeper, PostgreSQL and Redis
+/// servers of its own, then the fault round for cached zklock and Redis (an instance killed, one
+/// frozen past the Redis TTL and the session timeout, the lock server frozen as long). Checks the
+/// section's JSON has every figure, that every zklock configuration, the database lock and the
+/// conditional update sold no unit twice in the plain round, and that every fault fired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_seckill_section_smoke() {
-    use zklock_examples::seckill::bench::{seckill_section, SeckillPlan};
+    use zklock_examples::seckill::bench::{seckill_section, Sale, SeckillPlan};
     let _one_at_a_time = DEMO_RUNS.lock().await;
     let plan = SeckillPlan {
         rounds: 1,
@@ -857,7 +899,14 @@ async fn bench_seckill_section_smoke() {
         stock: 20,
         concurrency: 16,
         instances: 3,
-        fault_locks: vec![LockKind::Zklock, LockKind::Redis],
+        fault_sales: vec![
+            Sale {
+                cached: true,
+                ..Sale::plain(LockKind::Zklock)
+            },
+            Sale::plain(LockKind::Redis),
+        ],
+        cache_linger: Duration::from_secs(5),
         fault_pause: Duration::from_millis(1500),
         redis_ttl: Duration::from_millis(500),
         zk_timeout: Duration::from_millis(1000),
@@ -867,7 +916,8 @@ async fn bench_seckill_section_smoke() {
         .await
         .expect("the seckill section runs");
     eprintln!("{section:#}");
-    for lock in ["zklock", "database", "redis", "none"] {
+    const ZKLOCK: [&str; 4] = ["zklock", "zklock_cached", "zklock_by_item", "zklock_cached_by_item"];
+    for lock in ZKLOCK.into_iter().chain(["database", "redis", "none"]) {
         let entry = &section[lock];
         for key in [
             "throughput_rps",
@@ -885,24 +935,30 @@ async fn bench_seckill_section_smoke() {
             "{lock} sold nothing: {entry}"
         );
     }
-    for lock in ["zklock", "database", "none"] {
+    for lock in ZKLOCK.into_iter().chain(["database", "none"]) {
         assert_eq!(section[lock]["oversold"], 0, "{lock} oversold: {}", section[lock]);
     }
     // Only the locks whose buyers check the request id under the lock are idempotent.
-    for lock in ["zklock", "database"] {
+    for lock in ZKLOCK.into_iter().chain(["database"]) {
         assert_eq!(
             section[lock]["duplicates"], 0,
             "{lock} sold a request twice: {}",
             section[lock]
         );
     }
-    for key in ["throughput_zklock_vs_none", "throughput_zklock_vs_database"] {
+    for key in [
+        "throughput_zklock_vs_none",
+        "throughput_zklock_vs_database",
+        "throughput_zklock_cached_by_item_vs_none",
+        "throughput_zklock_cached_by_item_vs_database",
+        "throughput_zklock_cached_vs_zklock",
+    ] {
         assert!(section["ratios"][key].is_number(), "seckill.ratios.{key} missing");
     }
     // The fault round's counts are reported, not asserted: whether a frozen holder's stale
     // write lands before or after its successor's read is a race, for every lock the round runs.
     let faults = &section["fault_round"];
-    for lock in ["zklock", "redis"] {
+    for lock in ["zklock_cached", "redis"] {
         let fired = faults[lock]["faults"].as_array().expect("the faults fired");
         assert_eq!(fired.len(), 3, "{lock}: {fired:?}");
         assert!(

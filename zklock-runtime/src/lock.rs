@@ -687,6 +687,9 @@ impl Lock {
         // is deleted as it drops, and we contend afresh.
         if let Some(claimed) = turn.take_warm().and_then(|warm| warm.claim()) {
             self.client.inner.metrics.record(Event::HandedOff, self.labels());
+            if claimed.from_cache {
+                self.client.inner.metrics.record(Event::FromCache, self.labels());
+            }
             return Ok(self.hold(
                 claimed.session,
                 claimed.node_path,

@@ -1,6 +1,8 @@
 //! The benchmark's seckill section: the same sale (same service, load, database, stock,
-//! concurrency and instances) under each [`LockKind`], for several rounds, then a fault round
-//! per lock. Used by `scripts/bench.sh` (`examples/bench`) and by its smoke test.
+//! concurrency and instances) under each [`Sale`] configuration (each [`LockKind`]; zklock also
+//! with its item locks cached and with requests routed by item), for several rounds, then a
+//! fault round per configuration. Used by `scripts/bench.sh` (`examples/bench`) and by its smoke
+//! test.
 //!
 //! One ZooKeeper server, one PostgreSQL server and one Redis server serve every run; each run
 //! starts its own service instances and sells items of its own. A run sells `items x stock`
@@ -24,12 +26,71 @@ use serde_json::{json, Value};
 use zklock::testing::{PgServer, RedisServer, TestingError, ZkServer};
 
 use super::driver::{run_sale, DemoArgs, DemoError, Faults, Launcher, PauseFn, Summary};
+use super::front::Route;
 use super::service::{LockArgs, LockKind};
+
+/// One configuration of the sale: the lock, whether zklock's item locks stay cached in the
+/// instance that sold last, and how requests reach the instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sale {
+    /// What keeps two buyers of one item apart.
+    pub lock: LockKind,
+    /// zklock only: item locks cached between sales (for [`SeckillPlan::cache_linger`]).
+    pub cached: bool,
+    /// How the front routes requests.
+    pub route: Route,
+}
+
+impl Sale {
+    /// `lock` as the service runs it by default: not cached, requests routed at random.
+    pub const fn plain(lock: LockKind) -> Sale {
+        Sale {
+            lock,
+            cached: false,
+            route: Route::Random,
+        }
+    }
+
+    /// Every configuration, in the order the benchmark reports them: zklock uncached and
+    /// cached, routed at random and by item; then the database lock, Redis and no lock.
+    pub const ALL: [Sale; 7] = [
+        Sale::plain(LockKind::Zklock),
+        Sale {
+            cached: true,
+            ..Sale::plain(LockKind::Zklock)
+        },
+        Sale {
+            route: Route::ByItem,
+            ..Sale::plain(LockKind::Zklock)
+        },
+        Sale {
+            cached: true,
+            route: Route::ByItem,
+            ..Sale::plain(LockKind::Zklock)
+        },
+        Sale::plain(LockKind::Database),
+        Sale::plain(LockKind::Redis),
+        Sale::plain(LockKind::None),
+    ];
+
+    /// Its key in results.json: the lock's name, then `_cached` and `_by_item` where they
+    /// apply (`zklock`, `zklock_cached`, `zklock_by_item`, `zklock_cached_by_item`, …).
+    pub fn name(&self) -> String {
+        let mut name = self.lock.name().to_string();
+        if self.cached {
+            name.push_str("_cached");
+        }
+        if self.route == Route::ByItem {
+            name.push_str("_by_item");
+        }
+        name
+    }
+}
 
 /// The sizes of a seckill section.
 #[derive(Debug, Clone)]
 pub struct SeckillPlan {
-    /// Rounds of the four locks (the order rotates from round to round).
+    /// Rounds of every [`Sale::ALL`] configuration (the order rotates from round to round).
     pub rounds: usize,
     /// Items on sale in each run.
     pub items: usize,
@@ -39,8 +100,10 @@ pub struct SeckillPlan {
     pub concurrency: usize,
     /// Service instances (processes).
     pub instances: usize,
-    /// The locks run through the fault round (none: no fault round).
-    pub fault_locks: Vec<LockKind>,
+    /// The configurations run through the fault round (none: no fault round).
+    pub fault_sales: Vec<Sale>,
+    /// How long a cached item lock stays with its instance after a sale.
+    pub cache_linger: Duration,
     /// How long a fault freezes an instance or a lock server.
     pub fault_pause: Duration,
     /// The Redis lock's TTL.
@@ -71,7 +134,8 @@ impl SeckillPlan {
             stock: 100,
             concurrency: 64,
             instances: 3,
-            fault_locks: LockKind::ALL.to_vec(),
+            fault_sales: Sale::ALL.to_vec(),
+            cache_linger: Duration::from_secs(5),
             fault_pause: Duration::from_secs(3),
             redis_ttl: Duration::from_secs(2),
             zk_timeout: Duration::from_secs(2),
@@ -87,7 +151,7 @@ impl SeckillPlan {
 
     /// Runs of the section, fault round included (for progress reports).
     pub fn runs(&self) -> usize {
-        self.rounds * LockKind::ALL.len() + self.fault_locks.len()
+        self.rounds * Sale::ALL.len() + self.fault_sales.len()
     }
 
     fn check(&self) -> Result<(), DemoError> {
@@ -166,7 +230,7 @@ pub async fn seckill_section(
     note("seckill: starting ZooKeeper, PostgreSQL and Redis");
     let servers = Servers::start().await?;
     let database = servers.postgres.create_database("seckill_bench")?;
-    let args = |lock: LockKind| DemoArgs {
+    let args = |sale: Sale| DemoArgs {
         requests: plan.requests(),
         stock: plan.stock,
         items: plan.items,
@@ -179,63 +243,66 @@ pub async fn seckill_section(
         repeat_every: 20,
         race_window: plan.race_window,
         zk_timeout: plan.zk_timeout,
+        route: sale.route,
         lock_args: LockArgs {
-            lock,
+            lock: sale.lock,
             redis: Some(servers.redis.url()),
             redis_ttl: plan.redis_ttl,
+            lock_cache: if sale.cached { plan.cache_linger } else { Duration::ZERO },
         },
     };
-    let mut runs: Vec<Vec<Value>> = vec![Vec::new(); LockKind::ALL.len()];
+    let mut runs: Vec<Vec<Value>> = vec![Vec::new(); Sale::ALL.len()];
     for round in 0..plan.rounds {
-        for k in 0..LockKind::ALL.len() {
-            let which = (round + k) % LockKind::ALL.len();
-            let lock = LockKind::ALL[which];
+        for k in 0..Sale::ALL.len() {
+            let which = (round + k) % Sale::ALL.len();
+            let sale = Sale::ALL[which];
             note(&format!(
                 "seckill round {}/{}: {} ({} requests for {} x {} units)",
                 round + 1,
                 plan.rounds,
-                lock.name(),
+                sale.name(),
                 plan.requests(),
                 plan.items,
                 plan.stock
             ));
-            let summary = run_sale(&args(lock), launcher, &Faults::default()).await?;
+            let summary = run_sale(&args(sale), launcher, &Faults::default()).await?;
             runs[which].push(run_json(&summary));
         }
     }
     let mut section = serde_json::Map::new();
-    for (lock, rounds) in LockKind::ALL.iter().zip(&runs) {
-        section.insert(lock.name().into(), lock_entry(rounds));
+    for (sale, rounds) in Sale::ALL.iter().zip(&runs) {
+        section.insert(sale.name(), lock_entry(rounds));
     }
 
     let mut faults = serde_json::Map::new();
-    for &lock in &plan.fault_locks {
-        note(&format!("seckill fault round: {}", lock.name()));
+    for &sale in &plan.fault_sales {
+        note(&format!("seckill fault round: {}", sale.name()));
         let requests = plan.requests();
         let plan_faults = Faults {
             kill_instance_after: Some(requests / 5),
             pause_instance: Some((requests * 2 / 5, plan.fault_pause)),
             pause_lock_server: servers
-                .pause_fn(lock)
+                .pause_fn(sale.lock)
                 .map(|pause| (requests * 13 / 20, plan.fault_pause, pause)),
         };
-        let summary = run_sale(&args(lock), launcher, &plan_faults).await?;
+        let summary = run_sale(&args(sale), launcher, &plan_faults).await?;
         let mut entry = run_json(&summary);
         entry["faults"] = json!(summary.details.faults);
         if plan_faults.pause_lock_server.is_none() {
             entry["lock_server"] = json!("none apart from the database, which is not paused");
         }
-        faults.insert(lock.name().into(), entry);
+        faults.insert(sale.name(), entry);
     }
 
-    let rate = |lock: LockKind| section[lock.name()]["throughput_rps"].as_f64().unwrap_or(0.0);
+    let rate = |name: &str| section[name]["throughput_rps"].as_f64().unwrap_or(0.0);
     let ratio = |a: f64, b: f64| if b > 0.0 { Some(round2(a / b)) } else { None };
-    let (z, d, r, n) = (
-        rate(LockKind::Zklock),
-        rate(LockKind::Database),
-        rate(LockKind::Redis),
-        rate(LockKind::None),
+    let (z, zc, zi, zci) = (
+        rate("zklock"),
+        rate("zklock_cached"),
+        rate("zklock_by_item"),
+        rate("zklock_cached_by_item"),
     );
+    let (d, r, n) = (rate("database"), rate("redis"), rate("none"));
     section.insert(
         "ratios".into(),
         json!({
@@ -244,6 +311,10 @@ pub async fn seckill_section(
             "throughput_zklock_vs_redis": ratio(z, r),
             "throughput_database_vs_none": ratio(d, n),
             "throughput_redis_vs_none": ratio(r, n),
+            "throughput_zklock_cached_by_item_vs_none": ratio(zci, n),
+            "throughput_zklock_cached_by_item_vs_database": ratio(zci, d),
+            "throughput_zklock_cached_by_item_vs_zklock_by_item": ratio(zci, zi),
+            "throughput_zklock_cached_vs_zklock": ratio(zc, z),
         }),
     );
     section.insert("fault_round".into(), Value::Object(faults));
@@ -261,9 +332,11 @@ pub async fn seckill_section(
             "redis_ttl_ms": plan.redis_ttl.as_millis() as u64,
             "zk_session_timeout_ms": plan.zk_timeout.as_millis() as u64,
             "fault_pause_ms": plan.fault_pause.as_millis() as u64,
+            "cache_linger_ms": plan.cache_linger.as_millis() as u64,
             "database": "PostgreSQL (zklock-testing PgServer: fsync off)",
             "zookeeper": "standalone, tickTime 200 ms (zklock-testing ZkServer)",
             "load": "single buys of one unit, items picked at random, every 20th request repeats the one before",
+            "routes": "random: each request to any instance, a repeat to another one than its original's; by_item: every request for an item to one instance (rendezvous hashing over the live instances)",
         }),
     );
     drop(servers);
@@ -290,6 +363,9 @@ fn run_json(summary: &Summary) -> Value {
         // zklock only: each instance's wait for the item locks (p50, p99 in ms), from its
         // zklock_wait_seconds metric.
         "lock_wait_ms_per_instance": d.lock_waits,
+        // zklock only: item lock grants over the instances, and those served by their caches.
+        "lock_grants": d.lock_grants,
+        "lock_grants_from_cache": d.lock_grants_from_cache,
     })
 }
 

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
+use super::front::Route;
 use super::service::{LockArgs, LockKind};
 use super::store::{sqlite_url, Item, Order, Store};
 
@@ -55,8 +56,9 @@ pub struct DemoArgs {
     /// temporary directory.
     #[arg(long, env = "DATABASE_URL")]
     pub database: Option<String>,
-    /// Every Nth request reuses the previous request's id and goes to another instance, as a
-    /// double-clicked buy button would (0: never). The service must not sell twice for it.
+    /// Every Nth request reuses the previous request's id, as a double-clicked buy button would
+    /// (0: never); with `--route random` it goes to another instance than the original. The
+    /// service must not sell twice for it.
     #[arg(long, default_value_t = 20)]
     pub repeat_every: usize,
     /// Pause the service takes between reading and writing the stock.
@@ -65,6 +67,10 @@ pub struct DemoArgs {
     /// ZooKeeper session timeout of the instances.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub zk_timeout: Duration,
+    /// How requests reach the instances: `random`, or `by-item` (every request for an item to
+    /// the same instance, as a gateway hashing the item id would; what makes `--lock-cache` pay).
+    #[arg(long, value_enum, default_value_t = Route::Random)]
+    pub route: Route,
     /// The lock the instances sell under.
     #[command(flatten)]
     pub lock_args: LockArgs,
@@ -122,6 +128,10 @@ pub struct Summary {
     /// `"locked"` (zklock), `"unsafe-no-lock"`, `"database-lock"`, `"redis-lock"` or
     /// `"conditional-update"`.
     pub mode: String,
+    /// How requests reached the instances: `"random"` or `"by-item"`.
+    pub route: String,
+    /// How long an instance kept an idle item lock cached, in ms (0: not cached).
+    pub lock_cache_ms: u64,
     #[serde(skip)]
     /// Details for the readable summary.
     pub details: Details,
@@ -155,6 +165,10 @@ pub struct Details {
     /// Each instance's lock wait times (p50, p99, in ms) for the item locks, as its
     /// `GET /metrics` reported them after the load; `None` where it reported none.
     pub lock_waits: Vec<(Option<f64>, Option<f64>)>,
+    /// Grants of the item locks over all instances (`zklock_acquired_total`), and of those the
+    /// ones the instances' lock caches served (`zklock_granted_from_cache_total`).
+    pub lock_grants: u64,
+    pub lock_grants_from_cache: u64,
     /// Wall time of the request phase.
     pub elapsed: Duration,
     /// Instances started.
@@ -191,8 +205,18 @@ impl Summary {
         };
         line(format!("== seckill summary ({}) ==", self.mode));
         line(format!(
-            "setup: items {:?} with {} units each, {} instances, ZooKeeper {}, database {}",
-            d.item_ids, d.initial_stock, d.instances, d.zookeeper, d.database
+            "setup: items {:?} with {} units each, {} instances (requests routed {}), ZooKeeper {}, database {}{}",
+            d.item_ids,
+            d.initial_stock,
+            d.instances,
+            self.route,
+            d.zookeeper,
+            d.database,
+            if self.lock_cache_ms > 0 {
+                format!(", item locks cached for {} ms after a sale", self.lock_cache_ms)
+            } else {
+                String::new()
+            }
         ));
         line(format!(
             "requests: {} ({} carts; {} reused an earlier request id)",
@@ -233,6 +257,10 @@ impl Summary {
                 .map(|(i, (p50, p99))| format!("instance {i} p50 {} p99 {}", ms(*p50), ms(*p99)))
                 .collect();
             line(format!("lock wait (from /metrics): {}", per_instance.join("; ")));
+            line(format!(
+                "lock grants (from /metrics): {}, {} of them from the instances' lock caches",
+                d.lock_grants, d.lock_grants_from_cache
+            ));
         }
         line(format!(
             "throughput: {:.0} requests/s over {:.2} s{}",
@@ -526,6 +554,12 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
         serve_args.push("--unsafe-no-lock".to_string());
     }
     serve_args.extend(["--lock".to_string(), args.lock_args.lock.name().to_string()]);
+    if !args.lock_args.lock_cache.is_zero() {
+        serve_args.extend([
+            "--lock-cache".to_string(),
+            humantime::format_duration(args.lock_args.lock_cache).to_string(),
+        ]);
+    }
     if let Some(url) = &redis {
         serve_args.extend([
             "--redis".to_string(),
@@ -606,13 +640,10 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
             }
         })
     };
-    for (i, request) in plan.iter().cloned().enumerate() {
-        // A repeat goes to the instance after the original's, so the two race across
-        // processes.
-        let base = (0..bases.len())
-            .map(|k| (i + k) % bases.len())
-            .find(|&k| alive[k].load(Ordering::Relaxed))
-            .map_or_else(|| bases[i % bases.len()].clone(), |k| bases[k].clone());
+    for request in plan.iter().cloned() {
+        let live: Vec<bool> = alive.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        let instance = args.route.pick(request.item(), request.spread, &live);
+        let base = bases[instance.unwrap_or(request.spread % bases.len())].clone();
         let permit = gate.clone().acquire_owned().await?;
         let http = http.clone();
         let done = done.clone();
@@ -688,6 +719,8 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
             Err(_) => String::new(),
         };
         details.lock_waits.push(lock_wait_quantiles(&text));
+        details.lock_grants += item_lock_counter(&text, "zklock_acquired_total");
+        details.lock_grants_from_cache += item_lock_counter(&text, "zklock_granted_from_cache_total");
     }
 
     // The verdict, from the database itself.
@@ -747,6 +780,8 @@ pub async fn run_sale(args: &DemoArgs, launcher: &Launcher, faults: &Faults) -> 
         p99_ms: round1(percentile(&latencies, 99)),
         throughput_rps: round1(args.requests as f64 / secs),
         mode: mode_name(args).to_string(),
+        route: args.route.name().to_string(),
+        lock_cache_ms: u64::try_from(args.lock_args.lock_cache.as_millis()).unwrap_or(u64::MAX),
         details,
     })
 }
@@ -824,6 +859,23 @@ impl Drop for Resume {
     }
 }
 
+/// A counter of the item locks (`zklock_acquired_total`, `zklock_granted_from_cache_total`, …)
+/// from a Prometheus text page: the sum of its series labelled with the item locks' template
+/// (0 where there is none).
+pub fn item_lock_counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+            let (labels, value) = rest.split_once("} ")?;
+            labels
+                .contains(r#"lock="seckill:{item_id}""#)
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .map(|v| v as u64)
+        .sum()
+}
+
 /// The p50 and p99 of `zklock_wait_seconds` for the item locks, in milliseconds, from a
 /// Prometheus text page: estimated from the histogram's buckets as Prometheus's
 /// `histogram_quantile` does (linearly within the bucket the rank falls in).
@@ -877,6 +929,8 @@ struct Request {
     kind: Kind,
     /// Whether this repeats the previous request (same id, same body).
     repeat: bool,
+    /// The instance a random route sends it to.
+    spread: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -888,6 +942,14 @@ enum Kind {
 }
 
 impl Request {
+    /// The item a route by item hashes: a cart's first.
+    fn item(&self) -> i64 {
+        match &self.kind {
+            Kind::Buy(item_id) => *item_id,
+            Kind::Cart(items) => items[0],
+        }
+    }
+
     fn is_cart(&self) -> bool {
         matches!(self.kind, Kind::Cart(_))
     }
@@ -920,13 +982,17 @@ fn plan_requests(args: &DemoArgs, item_ids: &[i64]) -> Vec<Request> {
     for i in 0..args.requests {
         let repeat = args.repeat_every > 0 && i > 0 && (i + 1) % args.repeat_every == 0;
         if let (true, Some(previous)) = (repeat, plan.last()) {
+            // Another instance than the original's (when there is another).
+            let others = args.instances.max(2) as u64 - 1;
             let again = Request {
                 repeat: true,
+                spread: (previous.spread + 1 + rng.below(others) as usize) % args.instances.max(1),
                 ..previous.clone()
             };
             plan.push(again);
             continue;
         }
+        let spread = rng.below(args.instances.max(1) as u64) as usize;
         let request = if carts && (i + 1) % args.cart_every == 0 {
             let mut items = item_ids.to_vec();
             // A partial Fisher-Yates shuffle: the first `len` items are a random pick in a
@@ -941,12 +1007,14 @@ fn plan_requests(args: &DemoArgs, item_ids: &[i64]) -> Vec<Request> {
                 request_id: format!("{CART_PREFIX}{i}"),
                 kind: Kind::Cart(items),
                 repeat: false,
+                spread,
             }
         } else {
             Request {
                 request_id: format!("req-{i}"),
                 kind: Kind::Buy(item_ids[rng.below(item_ids.len() as u64) as usize]),
                 repeat: false,
+                spread,
             }
         };
         plan.push(request);

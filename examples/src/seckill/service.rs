@@ -126,15 +126,21 @@ pub struct LockArgs {
     /// How long a Redis lock key lives before it expires on its own.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub redis_ttl: Duration,
+    /// zklock only: keep an item's lock cached in the instance that sold it last, for this
+    /// long after the sale, until another instance asks for it (`LockClientBuilder::default_cache`;
+    /// 0s, the default: released after every sale).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub lock_cache: Duration,
 }
 
 impl Default for LockArgs {
-    /// zklock; no Redis server; a 10 s Redis TTL (the command line's defaults).
+    /// zklock, not cached; no Redis server; a 10 s Redis TTL (the command line's defaults).
     fn default() -> Self {
         LockArgs {
             lock: LockKind::Zklock,
             redis: None,
             redis_ttl: Duration::from_secs(10),
+            lock_cache: Duration::ZERO,
         }
     }
 }
@@ -701,12 +707,25 @@ pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error
     let locks = LockClient::builder(args.zk.clone())
         .session_timeout(args.zk_timeout)
         .connect_timeout(args.zk_timeout)
+        .default_cache(args.lock_args.lock_cache)
         .build()?;
     let inventory = Inventory::new(store, locks, !args.unsafe_no_lock, args.race_window);
     if args.unsafe_no_lock {
         return Ok(inventory);
     }
-    let LockArgs { lock, redis, redis_ttl } = &args.lock_args;
+    let LockArgs {
+        lock,
+        redis,
+        redis_ttl,
+        lock_cache,
+    } = &args.lock_args;
+    if !lock_cache.is_zero() && *lock != LockKind::Zklock {
+        return Err(format!(
+            "--lock-cache caches zklock's locks; it means nothing with --lock {}",
+            lock.name()
+        )
+        .into());
+    }
     Ok(match lock {
         LockKind::Zklock => inventory,
         LockKind::Database => {

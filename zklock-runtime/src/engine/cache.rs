@@ -44,6 +44,7 @@ async fn linger_then_hand_over(mut turn: Turn, mut warm: Warm, linger: Duration,
     if handed_over {
         // The taker finds it in the slot when this turn drops; if it gave up meanwhile, the
         // turn's drop deletes the node.
+        warm.from_cache = true;
         turn.hand_over(warm);
     } else {
         drop(warm); // deletes the node (marked, for a lock with a lock-delay)

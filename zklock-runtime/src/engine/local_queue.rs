@@ -55,6 +55,9 @@ pub(crate) struct Warm {
     /// Told whether the node was taken (`Ok`) or what deleting it came to, for a release that
     /// waits for its outcome.
     taken: Option<oneshot::Sender<Result<(), LockError>>>,
+    /// Whether the node was kept idle in the cache before this handover
+    /// ([`crate::engine::cache`]), for the metrics.
+    pub from_cache: bool,
 }
 
 /// A handed-over node taken by the next local holder.
@@ -66,6 +69,8 @@ pub(crate) struct Claimed {
     /// The previous grant's token with the next generation.
     pub token: FencingToken,
     pub losses_at_grant: u64,
+    /// Whether the node came out of the cache ([`Warm::from_cache`]).
+    pub from_cache: bool,
 }
 
 impl Warm {
@@ -86,6 +91,7 @@ impl Warm {
             losses_at_grant,
             cleanup,
             taken,
+            from_cache: false,
         }
     }
 
@@ -119,6 +125,7 @@ impl Warm {
             node_path: self.node_path.take()?,
             token: self.token.next_generation(),
             losses_at_grant: self.losses_at_grant,
+            from_cache: self.from_cache,
         };
         if let Some(taken) = self.taken.take() {
             let _ = taken.send(Ok(()));

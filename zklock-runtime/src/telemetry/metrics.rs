@@ -8,6 +8,7 @@
 //! | `zklock_acquired_total` | counter | grants through ZooKeeper (handoffs included) |
 //! | `zklock_reentered_total` | counter | reentrant grants |
 //! | `zklock_handed_off_total` | counter | grants of a node handed over inside the process |
+//! | `zklock_granted_from_cache_total` | counter | grants of a node kept idle in the process's lock cache (included in `zklock_handed_off_total`) |
 //! | `zklock_granted_without_listing_total` | counter | grants proven first without a listing |
 //! | `zklock_timed_out_total` | counter | acquisitions that gave up at their timeout |
 //! | `zklock_lost_total` | counter | holds released after being reported lost |
@@ -52,6 +53,7 @@ pub(crate) struct Metrics {
     acquired: AtomicU64,
     reentered: AtomicU64,
     handed_off: AtomicU64,
+    from_cache: AtomicU64,
     without_listing: AtomicU64,
     timed_out: AtomicU64,
     lost: AtomicU64,
@@ -65,6 +67,7 @@ pub(crate) enum Event {
     Acquired,
     Reentered,
     HandedOff,
+    FromCache,
     WithoutListing,
     TimedOut,
     Lost,
@@ -76,10 +79,11 @@ impl Event {
     /// Every event, so a lock's counters can be registered at 0 with its first wait
     /// ([`crate::telemetry::gauges::Waiting`]).
     #[cfg(feature = "metrics")]
-    pub(crate) const ALL: [Event; 8] = [
+    pub(crate) const ALL: [Event; 9] = [
         Event::Acquired,
         Event::Reentered,
         Event::HandedOff,
+        Event::FromCache,
         Event::WithoutListing,
         Event::TimedOut,
         Event::Lost,
@@ -93,6 +97,7 @@ impl Event {
             Event::Acquired => "zklock_acquired_total",
             Event::Reentered => "zklock_reentered_total",
             Event::HandedOff => "zklock_handed_off_total",
+            Event::FromCache => "zklock_granted_from_cache_total",
             Event::WithoutListing => "zklock_granted_without_listing_total",
             Event::TimedOut => "zklock_timed_out_total",
             Event::Lost => "zklock_lost_total",
@@ -127,6 +132,7 @@ impl Metrics {
             Event::Acquired => &self.acquired,
             Event::Reentered => &self.reentered,
             Event::HandedOff => &self.handed_off,
+            Event::FromCache => &self.from_cache,
             Event::WithoutListing => &self.without_listing,
             Event::TimedOut => &self.timed_out,
             Event::Lost => &self.lost,
@@ -158,6 +164,7 @@ impl Metrics {
             acquired: self.acquired.load(Relaxed),
             reentered: self.reentered.load(Relaxed),
             handed_off: self.handed_off.load(Relaxed),
+            granted_from_cache: self.from_cache.load(Relaxed),
             granted_without_listing: self.without_listing.load(Relaxed),
             timed_out: self.timed_out.load(Relaxed),
             lost: self.lost.load(Relaxed),
@@ -186,6 +193,9 @@ pub struct MetricsSnapshot {
     /// Grants served by handing a held node to the next waiting task of this process
     /// (included in `acquired`).
     pub handed_off: u64,
+    /// Grants of a node the process's lock cache kept idle after the previous hold
+    /// ([`Lock::with_cache`](crate::Lock::with_cache); included in `handed_off`).
+    pub granted_from_cache: u64,
     /// Grants proven first in the queue without listing the lock directory (included in
     /// `acquired`; see `docs/safety.md`, "Skipping the listing").
     pub granted_without_listing: u64,
