@@ -76,7 +76,9 @@ async fn wait_for_a_taker(turn: &Turn, warm: &mut Warm, linger: Duration, cleanu
         if h.status.is_terminal() || h.invalidates(losses_at_grant) {
             return false;
         }
-        match *around.borrow_and_update() {
+        // Copied out, so the watch's read lock is not held while the gate's lock is taken.
+        let state = *around.borrow_and_update();
+        match state {
             Around::Crowded => return false,
             Around::Alone if turn.has_waiters() => return true,
             Around::Alone | Around::Unknown => {}
