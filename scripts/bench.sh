@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # zklock's benchmark: zklock vs Apache Curator (InterProcessMutex, a Java peer on the Debian jars)
 # vs the raw ZooKeeper floor, on one server in one run; then the seckill service under zklock,
-# PostgreSQL's advisory lock, a Redis lock and no lock (a conditional update).
+# uncached and cached, routed at random and by item, PostgreSQL's advisory lock, a Redis lock
+# and no lock (a conditional update).
 #
-#   ./scripts/bench.sh                  full run (about 20 minutes on 2 cores), results in bench-out/
+#   ./scripts/bench.sh                  full run (about 22 minutes on 2 cores), results in bench-out/
 #   ./scripts/bench.sh --quick          fewer cycles, shorter windows (about 4 minutes)
 #   ./scripts/bench.sh --out DIR        where results.json and chart.svg go
 #   ./scripts/bench.sh --zk HOST:PORT   measure an existing server instead of starting one
@@ -11,7 +12,7 @@
 #   ./scripts/bench.sh --fsync          start the server with forceSync=yes (default: no)
 #   ./scripts/bench.sh --tick-ms N      tickTime of the server it starts (default 2000)
 #   ./scripts/bench.sh --ensemble 3     three members on loopback, clients on a follower
-#   ./scripts/bench.sh --seckill        only the seckill section (with --quick: under a minute)
+#   ./scripts/bench.sh --seckill        only the seckill section (with --quick: about a minute and a half)
 #   ./scripts/bench.sh --scale          only the scale curves: handoff against contenders, per-key
 #                                       locking against keys, sessions per server (about 3 minutes)
 #

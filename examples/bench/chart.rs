@@ -275,9 +275,9 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
         ("zklock", "zklock", "#d62728"),
         ("zklock_cached", "zklock cached", "#ff7f0e"),
         ("zklock_by_item", "zklock by item", "#e377c2"),
-        ("zklock_cached_by_item", "cached, by item", "#8c564b"),
-        ("database", "PG advisory", "#2ca02c"),
-        ("redis", "Redis NX PX", "#9467bd"),
+        ("zklock_cached_by_item", "zklock cached, by item", "#8c564b"),
+        ("database", "PostgreSQL advisory", "#2ca02c"),
+        ("redis", "Redis SET NX PX", "#9467bd"),
         ("none", "no lock", "#7f7f7f"),
     ];
     let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
@@ -323,9 +323,9 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
             y(num(&e["throughput_rps_min"])),
             y(num(&e["throughput_rps_max"])),
             y(median) - 6.0,
-            y0 + PANEL_H + 16.0,
+            staggered(y0 + PANEL_H + 14.0, i),
             escape(label),
-            y0 + PANEL_H + 30.0,
+            staggered(y0 + PANEL_H + 40.0, i),
             e["oversold"],
             section["fault_round"][*key]["oversold"]
                 .as_i64()
@@ -352,7 +352,7 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
 <rect x="{:.1}" y="{:.1}" width="{w:.1}" height="{:.1}" fill="{color}" opacity="0.4"/>
 <text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{p50}</text>
 <text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{p99}</text>
-<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"##,
+<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="9">{}</text>"##,
             y(p50),
             y0 + PANEL_H - y(p50),
             left + w,
@@ -363,12 +363,18 @@ pub fn seckill(section: &serde_json::Value, subtitle: &str) -> String {
             left + w * 1.5,
             y(p99) - 4.0,
             left + w,
-            y0 + PANEL_H + 16.0,
+            staggered(y0 + PANEL_H + 14.0, i),
             escape(label),
         );
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// The baseline of the text under bar `i`: every other bar's a line lower, so that labels wider
+/// than a bar do not run into their neighbours'.
+fn staggered(y: f64, i: usize) -> f64 {
+    y + if i % 2 == 1 { 12.0 } else { 0.0 }
 }
 
 /// A bar panel's title, axes and five value labels (0 to `top`), its origin at (`x0`, `y0`).

@@ -14,7 +14,8 @@
 //! locking: 64 tasks over 10 000 keys, and the memory a client keeps per distinct key, (d') the
 //! scale curves ([`scale`]: handoff against the contenders on one lock, per-key locking against
 //! the keys, latency and server memory against the sessions open), and (g) the seckill
-//! service under four locks ([`zklock_examples::seckill::bench`]). Writes a table to the
+//! service under each lock, zklock also cached and routed by item
+//! ([`zklock_examples::seckill::bench`]). Writes a table to the
 //! terminal and `DIR/results.json` plus `DIR/chart.svg`, `DIR/seckill.svg` and the scale
 //! curves' `DIR/handoff.svg`, `DIR/keys.svg` and `DIR/sessions.svg`.
 
@@ -134,6 +135,8 @@ enum Worker {
     /// One instance of the seckill service (started by the seckill section).
     #[command(hide = true)]
     SeckillServe(ServeArgs),
+    /// Draws DIR/seckill.svg again from DIR/results.json (after a change to how it is drawn).
+    SeckillChart { dir: PathBuf },
     /// Runs one section alone for SECONDS against a server you started, for a profiler
     /// (`perf record -g -- bench profile distinct 127.0.0.1:2181 20`); prints the rate and this
     /// process's CPU time per acquisition.
@@ -312,6 +315,12 @@ fn main() -> Result<(), BoxError> {
             ref prefix,
         }) => runtime.block_on(scale::sessions::worker(connect, count, prefix)),
         Some(Worker::SeckillServe(ref serve)) => runtime.block_on(service::serve(serve.clone())),
+        Some(Worker::SeckillChart { ref dir }) => {
+            let results: Value = serde_json::from_slice(&std::fs::read(dir.join("results.json"))?)?;
+            let svg = chart::seckill(&results["seckill"], &subtitle(&results));
+            std::fs::write(dir.join("seckill.svg"), svg)?;
+            Ok(())
+        }
         Some(Worker::Profile {
             ref section,
             ref connect,
