@@ -2,7 +2,7 @@
 //!
 //! In normal builds this is `std::sync::Mutex`, poisoning ignored (the state it guards is a
 //! count, valid after any panic). In test builds, a lock created inside a shuttle model run
-//! (`interleavings.rs`) is shuttle's mutex instead, so the model scheduler can switch tasks
+//! (`interleavings/`) is shuttle's mutex instead, so the model scheduler can switch tasks
 //! at every lock and unlock and so explore the orders in which two threads pass through the
 //! queue's critical sections (taking the lock and letting it go are both points where
 //! another task may run); created anywhere else it is std's, as in production.

@@ -210,7 +210,7 @@ pub fn current_loss_signal() -> Option<LossSignal> {
     with_scope(|entries| entries.last().map(|e| e.loss.clone()))
 }
 
-/// Scopes made without a server, for the model tests (`interleavings.rs`): an entry for the
+/// Scopes made without a server, for the model tests (`interleavings/reentrancy.rs`): an entry for the
 /// lock `name` with `token`, whose hold is already gone (so it is never re-entered) and whose
 /// loss signal never fires.
 #[cfg(test)]
