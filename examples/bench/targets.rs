@@ -3,6 +3,8 @@
 //! peers, and for the seckill service.
 
 use serde_json::{json, Value};
+use zklock_examples::seckill::bench::Sale;
+use zklock_examples::seckill::service::LockKind;
 
 use crate::stats::{ratio, Summary};
 
@@ -278,10 +280,11 @@ pub fn seckill_targets(seckill: &Value) -> serde_json::Map<String, Value> {
     // Nothing oversold by any zklock configuration, in the rounds or in the fault round.
     let mut oversold = Some(0);
     let mut evidence = Vec::new();
-    for name in ["zklock", "zklock_cached", "zklock_by_item", "zklock_cached_by_item"] {
+    for sale in Sale::ALL.iter().filter(|sale| sale.lock == LockKind::Zklock) {
+        let name = sale.name();
         for (part, entry) in [
-            ("rounds", &seckill[name]),
-            ("fault round", &seckill["fault_round"][name]),
+            ("rounds", &seckill[&name]),
+            ("fault round", &seckill["fault_round"][&name]),
         ] {
             if entry.is_null() {
                 continue;

@@ -859,38 +859,34 @@ impl Drop for Resume {
     }
 }
 
+/// The series of `metric` labelled with the item locks' template, from a Prometheus text page:
+/// each one's labels and value (series whose value does not parse are left out).
+fn item_lock_series<'a>(metrics: &'a str, metric: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    metrics.lines().filter_map(move |line| {
+        let (labels, value) = line.strip_prefix(metric)?.strip_prefix('{')?.split_once("} ")?;
+        if !labels.contains(r#"lock="seckill:{item_id}""#) {
+            return None;
+        }
+        Some((labels, value.trim().parse().ok()?))
+    })
+}
+
 /// A counter of the item locks (`zklock_acquired_total`, `zklock_granted_from_cache_total`, …)
 /// from a Prometheus text page: the sum of its series labelled with the item locks' template
 /// (0 where there is none).
 pub fn item_lock_counter(metrics: &str, name: &str) -> u64 {
-    metrics
-        .lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(name)?.strip_prefix('{')?;
-            let (labels, value) = rest.split_once("} ")?;
-            labels
-                .contains(r#"lock="seckill:{item_id}""#)
-                .then(|| value.trim().parse::<f64>().ok())?
-        })
-        .map(|v| v as u64)
-        .sum()
+    item_lock_series(metrics, name).map(|(_, value)| value as u64).sum()
 }
 
 /// The p50 and p99 of `zklock_wait_seconds` for the item locks, in milliseconds, from a
 /// Prometheus text page: estimated from the histogram's buckets as Prometheus's
 /// `histogram_quantile` does (linearly within the bucket the rank falls in).
 pub fn lock_wait_quantiles(metrics: &str) -> (Option<f64>, Option<f64>) {
-    let mut buckets: Vec<(f64, f64)> = metrics
-        .lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix("zklock_wait_seconds_bucket{")?;
-            let (labels, value) = rest.split_once("} ")?;
-            if !labels.contains(r#"lock="seckill:{item_id}""#) {
-                return None;
-            }
+    let mut buckets: Vec<(f64, f64)> = item_lock_series(metrics, "zklock_wait_seconds_bucket")
+        .filter_map(|(labels, count)| {
             let le = labels.split("le=\"").nth(1)?.split('"').next()?;
             let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
-            Some((le, value.trim().parse().ok()?))
+            Some((le, count))
         })
         .collect();
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
