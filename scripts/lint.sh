@@ -65,14 +65,20 @@ cargo clippy --workspace --all-targets --all-features "${locked[@]}" -- -D warni
 
 # The library with no optional feature (its default): every target builds and lints clean, so a
 # test or example missing its `#[cfg(feature = …)]` shows here. Then the library alone with each
-# feature by itself.
+# feature by itself, with the tests test.sh runs in that build.
 step "clippy, library without features"
 cargo clippy -p zklock -p zklock-runtime -p zklock-macros --no-default-features --all-targets "${locked[@]}" \
     -- -D warnings
 for feature in tls sasl metrics scheduler; do
     step "clippy, library with only $feature"
-    cargo clippy -p zklock -p zklock-runtime --no-default-features --features "$feature" --lib "${locked[@]}" \
-        -- -D warnings
+    case "$feature" in
+        tls) tests=(--test tls --test tls_certificates) ;;
+        sasl) tests=(--test sasl) ;;
+        scheduler) tests=(--test scheduler --test scheduler_logs --test scheduler_processes) ;;
+        *) tests=() ;;
+    esac
+    cargo clippy -p zklock -p zklock-runtime --no-default-features --features "$feature" --lib "${tests[@]}" \
+        "${locked[@]}" -- -D warnings
 done
 
 step "rustdoc"

@@ -45,13 +45,26 @@ fi
 status=0
 cargo test --workspace --all-features --no-fail-fast "${locked[@]}" "$@" || status=$?
 
-# The library as a service that only takes locks builds it: no optional feature (its default,
-# the same as --no-default-features). Its unit tests and the core lock tests run again that way
-# (lint.sh lints every target with each feature alone). Skipped when arguments pick tests.
+# Each optional feature is also tested without the others, so code behind one `cfg` that only
+# builds or works in company is caught (lint.sh lints every target with each feature alone).
+# Skipped when arguments pick tests.
 if [[ $# -eq 0 ]]; then
-    cargo test -p zklock-runtime -p zklock --no-default-features --no-fail-fast "${locked[@]}" \
-        --lib --test lock_mutex --test lock_reentrancy --test macro_server ||
-        status=$?
+    feature_pass() {
+        local features="$1"
+        shift
+        echo "test.sh: features: ${features:-none}" >&2
+        cargo test --no-default-features ${features:+--features "$features"} --no-fail-fast \
+            "${locked[@]}" "$@" || status=$?
+    }
+    # None, as a service that only takes locks builds it (the default): the unit tests and the
+    # core lock tests.
+    feature_pass "" -p zklock-runtime -p zklock --lib \
+        --test lock_mutex --test lock_reentrancy --test macro_server
+    # TLS without SASL, SASL without TLS (including the build that lacks TLS naming it).
+    feature_pass tls -p zklock --test tls --test tls_certificates
+    feature_pass sasl -p zklock --test sasl
+    # The scheduler without metrics: its run statistics are kept without the metrics facade.
+    feature_pass scheduler -p zklock --test scheduler --test scheduler_logs --test scheduler_processes
 fi
 
 # Servers are killed by Drop guards (and by the kernel when a test process dies); give the kernel

@@ -2,6 +2,9 @@
 //! with short session timeouts, and a raw ZooKeeper view to inspect lock directories.
 #![allow(dead_code)]
 
+#[cfg(any(feature = "tls", feature = "sasl"))]
+pub mod secured;
+
 use std::time::Duration;
 
 use zklock_runtime::{zk, LockClient, LockError};
