@@ -175,6 +175,62 @@ async fn a_revocation_of_a_cached_node_gives_it_up() {
     assert!(!lock.is_cached());
 }
 
+/// A node idle for a second says so in its data, for operators (`zklock show` reads it), and no
+/// longer once a task of its process holds it again. A write over the mark makes the node
+/// untrustworthy: it is given up, not held again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_node_is_marked_cached_until_held_again() {
+    let zk = server();
+    let a = cached_client(&zk.connect_string(), LONG).await;
+    let zk_raw = raw(&zk.connect_string()).await;
+    let lock = a.mutex("cache-marked").unwrap();
+    let cached_since = || async {
+        let view = a.inspect("cache-marked").await.unwrap().expect("the lock's directory");
+        assert_eq!(view.holders.len(), 1, "{view:?}");
+        view.holders[0].data.cached_since_ms
+    };
+    let guard = lock.acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    assert_eq!(cached_since().await, None, "marked idle while held");
+    let released_at = unix_ms();
+    guard.release().await.unwrap();
+    assert!(
+        eventually(SOON, || async { cached_since().await.is_some() }).await,
+        "the idle node was never marked"
+    );
+    let since = cached_since().await.unwrap();
+    assert!(
+        (released_at..=unix_ms()).contains(&since),
+        "idle since {since}, released at {released_at}"
+    );
+
+    // Held again: the same node, from the cache, and unmarked before the grant returned.
+    let from_cache = a.metrics().granted_from_cache;
+    let again = lock.acquire_timeout(SOON).await.unwrap();
+    assert_eq!(again.node_path(), node);
+    assert_eq!(a.metrics().granted_from_cache, from_cache + 1, "{:?}", a.metrics());
+    assert_eq!(cached_since().await, None, "still marked idle while held");
+    again.release().await.unwrap();
+
+    // Someone writes over the mark: the next acquisition does not trust the node.
+    assert!(eventually(SOON, || async { cached_since().await.is_some() }).await);
+    zk_raw.set_data(&node, b"written by someone else", None).await.unwrap();
+    let third = lock.acquire_timeout(SOON).await.unwrap();
+    assert_ne!(third.node_path(), node, "a node written over while idle was held again");
+    assert_eq!(
+        contenders(&zk_raw, "/zklock/cache-marked").await,
+        [name_of(third.node_path())],
+        "the written-over node was not deleted"
+    );
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 /// The linger running out gives the node up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_linger_running_out_deletes_the_node() {

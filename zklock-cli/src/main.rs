@@ -601,6 +601,11 @@ fn print_node(node: &QueuedNode) {
     if d.revocation_requested {
         line.push_str("  revocation requested");
     }
+    if let Some(since) = d.cached_since_ms {
+        // By the holder's clock: a skew shows as a shorter or longer idle time, never negative.
+        let idle = Duration::from_millis(u64::try_from(now_ms()).unwrap_or(0).saturating_sub(since));
+        line.push_str(&format!("  cached (idle) for {}", age(idle)));
+    }
     println!("{line}");
 }
 

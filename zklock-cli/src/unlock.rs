@@ -205,6 +205,9 @@ fn describe(target: &Target) -> String {
     if d.revocation_requested {
         who.push_str(" (revocation requested)");
     }
+    if d.cached_since_ms.is_some() {
+        who.push_str(" (cached, idle)");
+    }
     format!(
         "{} held by {who}, session {:#x}, token {}, age {}",
         target.path,

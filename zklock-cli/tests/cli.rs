@@ -573,6 +573,46 @@ async fn jobs_lists_records_it_cannot_read_or_date() {
     );
 }
 
+/// `zklock show` tells a node kept idle in its process's lock cache from a held one, in text
+/// and JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_tells_a_cached_idle_node_from_a_held_one() {
+    let server = ZkServer::start().expect("ZooKeeper");
+    let zk = server.connect_string();
+    let holder = LockClient::builder(&zk)
+        .default_cache(Duration::from_secs(3600))
+        .connect()
+        .await
+        .unwrap();
+    let lock = holder.mutex("reports").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let shown = |args: &[&str]| String::from_utf8_lossy(&zklock(&zk, args).stdout).into_owned();
+    let text = shown(&["show", "reports"]);
+    assert!(text.contains("HOLDS") && !text.contains("cached"), "{text}");
+    guard.release().await.unwrap();
+
+    let deadline = Instant::now() + SOON;
+    let view = loop {
+        let view = json_of(&zklock(&zk, &["show", "reports", "--json"]));
+        if view["holders"][0]["cached_since_ms"].is_u64() {
+            break view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle node was never shown cached: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(view["holders"][0]["client"], "zklock", "{view}");
+    let text = shown(&["show", "reports"]);
+    assert!(text.contains("cached (idle) for"), "{text}");
+    // Held again, it is shown held.
+    let again = lock.acquire().await.unwrap();
+    let text = shown(&["show", "reports"]);
+    assert!(!text.contains("cached"), "{text}");
+    again.release().await.unwrap();
+}
+
 /// `zklock revoke NAME` writes the request into the holder's node (the holder sees it), in
 /// text and JSON; a lock nobody holds, or that does not exist, exits 4 and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -475,7 +475,9 @@ impl Lock {
     ///   lock answers `true` then);
     /// - a semaphore: every lease is taken (as many leases held as this handle's count).
     ///
-    /// A directory that does not exist (nobody has used the lock lately) is not locked.
+    /// A directory that does not exist (nobody has used the lock lately) is not locked. A node
+    /// a process keeps idle in its lock cache ([`with_cache`](Self::with_cache)) counts as a
+    /// holder: other contenders queue behind it until that process gives it up.
     ///
     /// The answer is a snapshot: a holder may come or go as soon as it has been read. Use it to
     /// report or to decide something that tolerates a stale answer; to take the lock if it is

@@ -8,6 +8,11 @@
 //!  "template":"inventory:{sku}","created_ms":1795300000000}
 //! ```
 //!
+//! A process that keeps an idle node in its lock cache
+//! ([`Lock::with_cache`](crate::Lock::with_cache)) adds `"cached_ms"` (when the node went idle,
+//! by its clock) once the node has been idle for a second, and writes the data back without it
+//! before a task of the process holds the node again.
+//!
 //! `identity` is what the application set with
 //! [`LockClientBuilder::identity`](crate::LockClientBuilder::identity) (default
 //! `host:pid`); `template` is the name template of an attribute lock (or of a lock given one
@@ -64,9 +69,7 @@ impl Holder {
             host: &self.host,
             pid: self.pid,
             template,
-            created_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            created_ms: now_ms(),
         };
         serde_json::to_vec(&data).unwrap_or_default()
     }
@@ -100,6 +103,30 @@ struct Read {
     template: Option<String>,
     #[serde(default, deserialize_with = "lenient")]
     created_ms: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    cached_ms: Option<u64>,
+}
+
+/// The key of the idle mark ([`mark_idle`]).
+const CACHED_KEY: &str = "cached_ms";
+
+/// The data of a zklock node `data` with the mark that its process keeps it idle in its cache
+/// since `since_ms` (ms since the Unix epoch); `None` for data that is not zklock's JSON (a
+/// revocation request, another client's, an older format), which is left alone.
+pub(crate) fn mark_idle(data: &[u8], since_ms: u64) -> Option<Vec<u8>> {
+    let mut fields = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(data).ok()?;
+    if fields.get("client").and_then(serde_json::Value::as_str) != Some("zklock") {
+        return None;
+    }
+    fields.insert(CACHED_KEY.to_owned(), since_ms.into());
+    serde_json::to_vec(&fields).ok()
+}
+
+/// Milliseconds since the Unix epoch by this host's clock (0 before it).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A field of an unexpected type reads as absent instead of making the whole node look like
@@ -174,6 +201,12 @@ pub struct ContenderData {
     /// Someone asked the holder to release (revocation: `__REVOKE__` written over the node's
     /// data, so who made the node can no longer be read from it).
     pub revocation_requested: bool,
+    /// zklock: the node is kept idle in its process's lock cache
+    /// ([`Lock::with_cache`](crate::Lock::with_cache)) since then, by the holder's clock, in
+    /// milliseconds since the Unix epoch: no task holds the lock; the process gives the node up
+    /// as soon as another contender queues, or takes it again without a request. Set once the
+    /// node has been idle for a second (a node idle for less reads as held).
+    pub cached_since_ms: Option<u64>,
 }
 
 impl ContenderData {
@@ -187,6 +220,7 @@ impl ContenderData {
             template: None,
             created_ms: None,
             revocation_requested: false,
+            cached_since_ms: None,
         };
         if data == REVOKE_MESSAGE {
             // The request replaced what the holder wrote: zklock and Curator nodes look alike now.
@@ -206,6 +240,7 @@ impl ContenderData {
             read.pid = ours.pid;
             read.template = ours.template;
             read.created_ms = ours.created_ms;
+            read.cached_since_ms = ours.cached_ms;
             return read;
         }
         let text = std::str::from_utf8(data).ok().map(str::trim).filter(|t| !t.is_empty());
@@ -313,6 +348,29 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_idle_mark_is_added_to_zklock_data_only() {
+        let holder = Holder::new(Some("a".into())).unwrap();
+        let data = holder.node_data(Some("inventory:{sku}"));
+        assert_eq!(ContenderData::read("lock-0000000001", &data).cached_since_ms, None);
+        let marked = mark_idle(&data, 1_795_300_000_000).expect("zklock data takes the mark");
+        let read = ContenderData::read("lock-0000000001", &marked);
+        assert_eq!(read.cached_since_ms, Some(1_795_300_000_000));
+        assert_eq!(
+            (read.client, read.identity.as_deref(), read.template.as_deref()),
+            (ClientKind::Zklock, Some("a"), Some("inventory:{sku}")),
+            "the rest reads as before"
+        );
+        for other in [
+            REVOKE_MESSAGE,
+            b"10.0.0.7",
+            br#"{"v":1,"client":"other"}"#,
+            b"zklock pid=7",
+        ] {
+            assert_eq!(mark_idle(other, 1), None, "{:?}", String::from_utf8_lossy(other));
+        }
+    }
+
     /// Any JSON value, nested a little.
     fn json_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
@@ -338,14 +396,14 @@ mod tests {
         let field = || prop::option::of(json_value());
         (
             1..=u64::from(u32::MAX),
-            [field(), field(), field(), field(), field()],
+            [field(), field(), field(), field(), field(), field()],
             prop::collection::btree_map("[a-z_]{1,12}", json_value(), 0..4),
         )
             .prop_map(|(v, fields, extra)| {
                 let mut data: Map<String, Value> = extra.into_iter().collect();
                 data.insert("v".into(), json!(v));
                 data.insert("client".into(), json!("zklock"));
-                for (key, value) in ["identity", "host", "pid", "template", "created_ms"]
+                for (key, value) in ["identity", "host", "pid", "template", "created_ms", "cached_ms"]
                     .into_iter()
                     .zip(fields)
                 {
@@ -389,6 +447,7 @@ mod tests {
             prop_assert_eq!(read.template, text("template"));
             prop_assert_eq!(read.pid, number("pid").and_then(|pid| u32::try_from(pid).ok()));
             prop_assert_eq!(read.created_ms, number("created_ms"));
+            prop_assert_eq!(read.cached_since_ms, number("cached_ms"));
         }
 
         /// Other bytes (another client's, damaged, binary) are shown as found: the trimmed text
@@ -407,7 +466,7 @@ mod tests {
                 prop_assert!(ours, "{:?}", read);
             } else {
                 prop_assert_eq!(read.identity.as_deref(), text);
-                prop_assert_eq!((read.host, read.pid, read.template, read.created_ms), (None, None, None, None));
+                prop_assert_eq!((read.host, read.pid, read.template, read.created_ms, read.cached_since_ms), (None, None, None, None, None));
             }
         }
     }

@@ -19,15 +19,35 @@
 //! closed, or when [`LockClient::flush`](crate::LockClient::flush) asks for it. A remote
 //! contender therefore waits for one watch notification and one delete, plus at most the hold
 //! that a local acquirer took before the notification arrived.
+//!
+//! For operators (`zklock show`), a node idle for [`MARK_IDLE_AFTER`] is marked so in its data
+//! ([`node_data::mark_idle`]), on the version the linger read, so that a revocation written
+//! meanwhile is never overwritten. Before such a node is handed to a taker, its data is written
+//! back on the version the mark made; if that fails (a revocation, a lost session), the node is
+//! given up instead. Quick re-acquisitions write nothing; a taker after a marked idle time
+//! pays one round trip.
 
 use std::time::Duration;
+
+use tracing::debug;
+use zookeeper_client as zk;
 
 use crate::engine::around::Around;
 use crate::engine::cleanup::Cleanup;
 use crate::engine::local_queue::{Turn, Warm};
+use crate::node_data;
 
 /// The longest linger accepted: an hour, as for the lock-delay and `min_hold`.
 pub(crate) const MAX_LINGER: Duration = Duration::from_secs(3600);
+
+/// How long a kept node stays idle before its data says so.
+pub(crate) const MARK_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// The idle mark on a kept node: the data to write back, and the version the mark made.
+struct IdleMark {
+    original: Vec<u8>,
+    version: i32,
+}
 
 /// Keeps `warm`, the node of a hold that just ended, for up to `linger` for the next local
 /// acquirer queued behind `turn`; gives it up otherwise. Runs in the background, counted by
@@ -62,8 +82,11 @@ async fn wait_for_a_taker(turn: &Turn, warm: &mut Warm, linger: Duration, cleanu
     let losses_at_grant = warm.losses_at_grant;
     let mut health = session.subscribe();
     let mut evictions = cleanup.evictions();
+    let idle_since_ms = node_data::now_ms();
     let expired = tokio::time::sleep(linger);
-    tokio::pin!(expired);
+    let mark_due = tokio::time::sleep(MARK_IDLE_AFTER);
+    tokio::pin!(expired, mark_due);
+    let (mut mark, mut mark_tried) = (None, false);
     loop {
         if *evictions.borrow_and_update() > 0 {
             return false; // a flush is under way
@@ -80,7 +103,16 @@ async fn wait_for_a_taker(turn: &Turn, warm: &mut Warm, linger: Duration, cleanu
         let state = *around.borrow_and_update();
         match state {
             Around::Crowded => return false,
-            Around::Alone if turn.has_waiters() => return true,
+            Around::Alone if turn.has_waiters() => match mark.take() {
+                None => return true,
+                // Checked again once the data is back: the taker may have left meanwhile.
+                Some(idle) => {
+                    if unmark(warm, idle).await {
+                        continue;
+                    }
+                    return false;
+                }
+            },
             Around::Alone | Around::Unknown => {}
         }
         tokio::select! {
@@ -90,6 +122,45 @@ async fn wait_for_a_taker(turn: &Turn, warm: &mut Warm, linger: Duration, cleanu
             changed = node.changed() => if changed.is_err() { return false },
             changed = health.changed() => if changed.is_err() { return false },
             () = turn.arrival() => {}
+            () = &mut mark_due, if !mark_tried => {
+                mark_tried = true;
+                mark = mark_idle(warm, idle_since_ms).await;
+            }
         }
     }
+}
+
+/// Marks the kept node idle since `since_ms` in its data, on the version read just before;
+/// `None` if that failed (the node changed or went meanwhile, which its watch reports).
+async fn mark_idle(warm: &Warm, since_ms: u64) -> Option<IdleMark> {
+    let path = warm.node_path()?;
+    let zk = warm.session.zk().ok()?;
+    let written = async {
+        let (original, stat) = zk.get_data(path).await?;
+        let Some(marked) = node_data::mark_idle(&original, since_ms) else {
+            return Ok(None);
+        };
+        let stat = zk.set_data(path, &marked, Some(stat.version)).await?;
+        Ok::<_, zk::Error>(Some(IdleMark {
+            original,
+            version: stat.version,
+        }))
+    };
+    written
+        .await
+        .inspect_err(|err| debug!(node = %path, %err, "cannot mark the kept node idle"))
+        .ok()
+        .flatten()
+}
+
+/// Writes the kept node's data back as it was before `idle` marked it; whether it worked (a
+/// revocation written over the mark makes it fail, and the node is given up).
+async fn unmark(warm: &Warm, idle: IdleMark) -> bool {
+    let (Some(path), Ok(zk)) = (warm.node_path(), warm.session.zk()) else {
+        return false;
+    };
+    zk.set_data(path, &idle.original, Some(idle.version))
+        .await
+        .inspect_err(|err| debug!(node = %path, %err, "the kept node's data changed while idle; giving it up"))
+        .is_ok()
 }

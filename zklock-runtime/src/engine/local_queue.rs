@@ -95,6 +95,11 @@ impl Warm {
         }
     }
 
+    /// The node's path; `None` once claimed.
+    pub fn node_path(&self) -> Option<&str> {
+        self.node_path.as_deref()
+    }
+
     /// Follows what is known of the node (deleted, revoked); `None` once claimed.
     pub fn node_state(&self) -> Option<watch::Receiver<NodeState>> {
         self.node.as_ref().map(NodeWatch::subscribe)
