@@ -202,6 +202,10 @@ struct RunArgs {
     /// beside processes that do not.
     #[arg(long, value_parser = humantime::parse_duration)]
     cache: Option<Duration>,
+    /// An Apache Curator contender (`InterProcessMutex`, a JVM) takes the main lock too, with
+    /// short sections between the zklock processes' holds.
+    #[arg(long)]
+    curator: bool,
     /// No progress lines on stderr.
     #[arg(long)]
     quiet: bool,
@@ -244,6 +248,7 @@ fn main() {
         lock_delay: args.lock_delay,
         short_holds: args.short_holds,
         cache: args.cache,
+        curator: args.curator,
         child: ChildCommand {
             program,
             args: vec!["contender".into()],

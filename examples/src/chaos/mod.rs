@@ -8,7 +8,8 @@
 //! client closed under load, a multi-lock waiter partitioned until its session expires, a
 //! whole-ensemble restart, an idle period long enough for the lock dir to be reaped — and
 //! records a history ([`history`]). The checker ([`checker`]) is a pure function of that
-//! history.
+//! history. With lock caching, a Curator contender ([`curator`]) takes the main lock beside
+//! them, so cached nodes are given up to another library's contender too.
 //!
 //! The scheduler workload ([`jobs`]) runs a singleton job on node processes under kills,
 //! partitions and leader kills and checks that no tick ran twice and none went unaccounted.
@@ -36,6 +37,7 @@
 pub mod checker;
 pub mod clock;
 pub mod contender;
+pub mod curator;
 pub mod exec;
 pub mod history;
 pub mod jobs;

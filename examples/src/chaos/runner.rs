@@ -14,6 +14,7 @@ use zklock::{zk, RevokeOutcome};
 use super::checker::{check, Report};
 use super::clock::{ms_between, now_ns};
 use super::contender::{ContenderConfig, SHORT_HOLD_CHAIN};
+use super::curator::CuratorContender;
 use super::history::{
     AcquireFailure, CloseRecord, Event, FaultKind, FaultRecord, History, Part, Section, Token, EVENT_PREFIX, LOCK,
     LOCK_B,
@@ -59,6 +60,9 @@ pub struct RunConfig {
     /// Lock caching: the even-numbered contender processes keep an idle lock this long
     /// (`default_cache`), beside processes that do not; `None`: nobody caches.
     pub cache: Option<Duration>,
+    /// A Curator contender ([`super::curator`]) takes the main lock too, between the zklock
+    /// processes' holds (idle around the delete, revoke and reap faults).
+    pub curator: bool,
     /// How to start a contender process.
     pub child: ChildCommand,
     /// Where to write the history as JSON lines, if anywhere.
@@ -254,6 +258,22 @@ pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
         "{} contender processes x {} tasks running",
         config.processes, config.tasks_per_process
     ));
+    let curator = if config.curator {
+        let shared = shared.clone();
+        let contender = CuratorContender::start(
+            &ensemble.connect_string(),
+            &format!("{NAMESPACE}/{LOCK}"),
+            register.addr(),
+            config.session_timeout,
+            config.processes,
+            config.seed,
+            move |section| shared.lock().sections.push(section),
+        )?;
+        log.say("a Curator contender running");
+        Some(contender)
+    } else {
+        None
+    };
     thread::sleep(Duration::from_secs(2));
 
     let started = Instant::now();
@@ -271,7 +291,23 @@ pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
             }
         }
         for kind in kinds {
-            let record = inject(kind, config, &ensemble, &mut contenders, &shared, &rt, &log)?;
+            // These act on whoever holds the lock's first node, or need its directory empty.
+            let quiet = curator.as_ref().filter(|_| {
+                matches!(
+                    kind,
+                    FaultKind::RevokeHolder | FaultKind::DeleteHolderNode | FaultKind::ReapDir
+                )
+            });
+            if let Some(c) = quiet {
+                if !c.idle(Duration::from_secs(90)) {
+                    return Err("the Curator contender did not go idle within 90 s".into());
+                }
+            }
+            let record = inject(kind, config, &ensemble, &mut contenders, &shared, &rt, &log);
+            if let Some(c) = quiet {
+                c.go();
+            }
+            let record = record?;
             log.say(format!("{}: {}", kind.name(), record.note));
             let measure_from = record.measure_from_ns;
             let target = record.target_process;
@@ -285,6 +321,10 @@ pub fn run(config: &RunConfig) -> Result<Outcome, BoxError> {
         }
     }
 
+    if let Some(c) = curator {
+        let sections = c.stop()?;
+        log.say(format!("the Curator contender stopped after {sections} sections"));
+    }
     log.say("stopping contenders");
     for c in &mut contenders {
         c.send("go");
