@@ -29,7 +29,12 @@ def packages() -> dict[str, dict]:
         name = manifest["package"]["name"]
         examples = {e["name"] for e in manifest.get("example", [])}
         examples |= {p.stem for p in (directory / "examples").glob("*.rs")} if manifest["package"].get("autoexamples", True) else set()
-        tests = {t["name"] for t in manifest.get("test", [])} | {p.stem for p in (directory / "tests").glob("*.rs")}
+        # Cargo's own discovery: tests/NAME.rs and tests/NAME/main.rs.
+        tests = (
+            {t["name"] for t in manifest.get("test", [])}
+            | {p.stem for p in (directory / "tests").glob("*.rs")}
+            | {p.parent.name for p in (directory / "tests").glob("*/main.rs")}
+        )
         bins = {b["name"] for b in manifest.get("bin", [])} | {p.stem for p in (directory / "src" / "bin").glob("*.rs")}
         if (directory / "src" / "main.rs").exists():
             bins.add(name)

@@ -28,6 +28,6 @@ async fn specs(id: u32, width: usize, ratio: f64, w2: usize, p: usize) -> Result
     Ok(id)
 }
 
-fn main() {
+pub fn main() {
     let _ = (raw_parameter, keyword_without_prefix, raw_fields, specs);
 }

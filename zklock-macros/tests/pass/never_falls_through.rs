@@ -37,6 +37,6 @@ async fn match_that_diverges(flag: bool) -> Result<u8, LockError> {
     }
 }
 
-fn main() {
+pub fn main() {
     let _ = (not_written_yet, worker, trailing_return, always_panics, match_that_diverges);
 }

@@ -106,7 +106,7 @@ impl Local for std::rc::Rc<Service> {
 fn assert_send<T: Send>(_: &T) {}
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() {
+pub async fn main() {
     // A client of a port nobody listens on: every call fails to connect, through `AppError`.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();

@@ -40,7 +40,7 @@ async fn checkout(shop: &Shop) -> Result<u64, LockError> {
     transfer(1, 2, 3).await
 }
 
-fn main() {
+pub fn main() {
     let _ = checkout;
     let _ = |locks: LockClient| Shop {
         locks,

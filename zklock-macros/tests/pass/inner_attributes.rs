@@ -22,6 +22,6 @@ async fn several(flag: bool) -> Result<u32, LockError> {
     return Ok(n + 1);
 }
 
-fn main() {
+pub fn main() {
     let _ = (allows_unused, several);
 }

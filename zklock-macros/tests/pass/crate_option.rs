@@ -35,7 +35,7 @@ async fn through_reexport() -> Result<(), AppError> {
     Ok(())
 }
 
-#[zk::distributed_lock("serde-style", crate = "crate::nested::deeper::zklock", token = fence)]
+#[zk::distributed_lock("serde-style", crate = "crate::crate_option::nested::deeper::zklock", token = fence)]
 async fn serde_style() -> Result<zk::FencingToken, AppError> {
     Ok(fence)
 }
@@ -52,7 +52,7 @@ impl Service {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() {
+pub async fn main() {
     // No default client is installed: each call reaches the runtime, which says so through
     // the function's error type.
     for result in [through_alias(1).await.map(drop), through_reexport().await, serde_style().await.map(drop)] {
