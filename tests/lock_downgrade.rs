@@ -288,20 +288,22 @@ async fn a_downgrade_cancelled_anywhere_leaves_one_hold_and_nothing_else() {
                 guard
             }
             _ => {
+                // Hands the guard back however the downgrade ends, also when aborted, and also
+                // when aborted before the task first ran: it is made here and moved into the
+                // task, so dropping the task's future unpolled drops it too.
+                struct Give(Option<LockGuard>, Option<tokio::sync::oneshot::Sender<LockGuard>>);
+                impl Drop for Give {
+                    fn drop(&mut self) {
+                        if let (Some(g), Some(tx)) = (self.0.take(), self.1.take()) {
+                            let _ = tx.send(g);
+                        }
+                    }
+                }
                 let (back, returned) = tokio::sync::oneshot::channel();
+                let mut give = Give(Some(guard), Some(back));
                 let task = tokio::spawn({
                     let write = write.clone();
                     async move {
-                        // Hands the guard back however the downgrade ends, also when aborted.
-                        struct Give(Option<LockGuard>, Option<tokio::sync::oneshot::Sender<LockGuard>>);
-                        impl Drop for Give {
-                            fn drop(&mut self) {
-                                if let (Some(g), Some(tx)) = (self.0.take(), self.1.take()) {
-                                    let _ = tx.send(g);
-                                }
-                            }
-                        }
-                        let mut give = Give(Some(guard), Some(back));
                         let guard = give.0.as_mut().expect("the guard");
                         let _ = write.downgrade(guard).await;
                     }
