@@ -74,7 +74,7 @@ for feature in tls sasl metrics scheduler; do
     case "$feature" in
         tls) tests=(--test tls --test tls_certificates) ;;
         sasl) tests=(--test sasl) ;;
-        scheduler) tests=(--test scheduler --test scheduler_logs --test scheduler_processes) ;;
+        scheduler) tests=(--test scheduler) ;;
         *) tests=() ;;
     esac
     cargo clippy -p zklock -p zklock-runtime --no-default-features --features "$feature" --lib "${tests[@]}" \
