@@ -83,10 +83,13 @@ async fn wait_for_a_taker(turn: &Turn, warm: &mut Warm, linger: Duration, cleanu
     let mut health = session.subscribe();
     let mut evictions = cleanup.evictions();
     let idle_since_ms = node_data::now_ms();
-    let expired = tokio::time::sleep(linger);
-    let mark_due = tokio::time::sleep(MARK_IDLE_AFTER);
-    tokio::pin!(expired, mark_due);
-    let (mut mark, mut mark_tried) = (None, false);
+    // One timer per linger: first the moment to mark the node idle (unless the linger ends
+    // before it), then the linger's end.
+    let started = tokio::time::Instant::now();
+    let expires_at = started + linger;
+    let timer = tokio::time::sleep_until((started + MARK_IDLE_AFTER).min(expires_at));
+    tokio::pin!(timer);
+    let mut mark = None;
     loop {
         if *evictions.borrow_and_update() > 0 {
             return false; // a flush is under way
@@ -116,16 +119,18 @@ async fn wait_for_a_taker(turn: &Turn, warm: &mut Warm, linger: Duration, cleanu
             Around::Alone | Around::Unknown => {}
         }
         tokio::select! {
-            () = &mut expired => return false,
+            () = &mut timer => {
+                if timer.deadline() >= expires_at {
+                    return false;
+                }
+                mark = mark_idle(warm, idle_since_ms).await;
+                timer.as_mut().reset(expires_at);
+            }
             changed = evictions.changed() => if changed.is_err() { return false },
             changed = around.changed() => if changed.is_err() { return false },
             changed = node.changed() => if changed.is_err() { return false },
             changed = health.changed() => if changed.is_err() { return false },
             () = turn.arrival() => {}
-            () = &mut mark_due, if !mark_tried => {
-                mark_tried = true;
-                mark = mark_idle(warm, idle_since_ms).await;
-            }
         }
     }
 }
