@@ -20,8 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use zklock::{FencingToken, Lock, LockClient, LockError, LockGuard, MultiGuard, MultiLock};
 
@@ -346,7 +344,7 @@ async fn run(config: ContenderConfig) -> Result<(), String> {
             role,
             rng: Rng::new(config.seed ^ ((config.process as u64) << 32) ^ (t as u64 + 1)),
             mode: mode_rx.clone(),
-            register: None,
+            register: register::Writer::new(config.register.clone()),
             locks: None,
         };
         tasks.push(tokio::spawn(task.run()));
@@ -573,7 +571,7 @@ struct Task {
     role: Role,
     rng: Rng,
     mode: watch::Receiver<Mode>,
-    register: Option<BufReader<TcpStream>>,
+    register: register::Writer,
     /// The locks, and the epoch of the client they were made on.
     locks: Option<(u64, Locks)>,
 }
@@ -839,26 +837,6 @@ impl Task {
 
     /// One fenced write; true when accepted. Reconnects to the register as needed.
     async fn write(&mut self, kind: &str, first: &Part, second: Option<&Part>) -> bool {
-        let line = register::request(kind, &self.name, first, second);
-        for _ in 0..50 {
-            if self.register.is_none() {
-                match TcpStream::connect(&self.ctx.config.register).await {
-                    Ok(s) => self.register = Some(BufReader::new(s)),
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                }
-            }
-            let conn = self.register.as_mut().expect("connected above");
-            let mut answer = String::new();
-            let ok = conn.get_mut().write_all(line.as_bytes()).await.is_ok()
-                && conn.read_line(&mut answer).await.map(|n| n > 0).unwrap_or(false);
-            if ok {
-                return answer.trim() == "ok";
-            }
-            self.register = None;
-        }
-        panic!("chaos contender {}: the register is unreachable", self.name);
+        self.register.write(kind, &self.name, first, second).await
     }
 }

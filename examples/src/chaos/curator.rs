@@ -17,8 +17,7 @@
 //! whoever holds the lock's first node (a delete, a revocation) and around the reap, which
 //! needs an empty directory.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -119,8 +118,7 @@ impl CuratorContender {
                             session_timeout,
                             raw: None,
                             dir: &dir,
-                            register,
-                            connection: None,
+                            register: register::Writer::new(register.to_string()),
                             process,
                             rng: seed | 1,
                         };
@@ -205,8 +203,7 @@ struct Loop<'a> {
     /// ended it.
     raw: Option<zk::Client>,
     dir: &'a str,
-    register: SocketAddr,
-    connection: Option<BufReader<TcpStream>>,
+    register: register::Writer,
     process: usize,
     rng: u64,
 }
@@ -262,12 +259,12 @@ impl Loop<'_> {
                 generation: 0,
             },
         };
-        let claimed = self.write("claim", &part);
+        let claimed = self.register.write("claim", CLIENT, &part, None).await;
         let start_ns = now_ns();
         let work = 5 + self.below(21);
         tokio::time::sleep(Duration::from_millis(work)).await;
         let end_ns = now_ns();
-        let done = self.write("done", &part);
+        let done = self.register.write("done", CLIENT, &part, None).await;
         Some(Section {
             client: CLIENT.into(),
             process: self.process,
@@ -311,31 +308,6 @@ impl Loop<'_> {
                 None
             }
         }
-    }
-
-    /// A fenced write to the register; whether it was accepted.
-    fn write(&mut self, kind: &str, part: &Part) -> bool {
-        let line = register::request(kind, CLIENT, part, None);
-        for _ in 0..50 {
-            if self.connection.is_none() {
-                match TcpStream::connect(self.register) {
-                    Ok(s) => self.connection = Some(BufReader::new(s)),
-                    Err(_) => {
-                        thread::sleep(Duration::from_millis(100));
-                        continue;
-                    }
-                }
-            }
-            let conn = self.connection.as_mut().expect("connected above");
-            let mut answer = String::new();
-            let ok = conn.get_mut().write_all(line.as_bytes()).is_ok()
-                && conn.read_line(&mut answer).map(|n| n > 0).unwrap_or(false);
-            if ok {
-                return answer.trim() == "ok";
-            }
-            self.connection = None;
-        }
-        panic!("chaos Curator contender: the register is unreachable");
     }
 
     fn below(&mut self, n: u64) -> u64 {

@@ -155,6 +155,52 @@ fn parse(line: &str) -> Option<(&str, &str, Part, Option<Part>)> {
     }
 }
 
+/// A writer's connection to the register, made on first use and made again after a failure.
+#[derive(Debug)]
+pub struct Writer {
+    addr: String,
+    connection: Option<tokio::io::BufReader<tokio::net::TcpStream>>,
+}
+
+impl Writer {
+    /// A writer to the register at `addr`; nothing is connected yet.
+    pub fn new(addr: impl Into<String>) -> Writer {
+        Writer {
+            addr: addr.into(),
+            connection: None,
+        }
+    }
+
+    /// Sends the fenced write of `client` (see [`request`]) and returns whether the register
+    /// accepted it. Panics, naming `client`, when the register stays unreachable (50 tries, at
+    /// least 5 s): the run cannot be judged without it.
+    pub async fn write(&mut self, kind: &str, client: &str, first: &Part, second: Option<&Part>) -> bool {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+        let line = request(kind, client, first, second);
+        for _ in 0..50 {
+            if self.connection.is_none() {
+                match tokio::net::TcpStream::connect(&self.addr).await {
+                    Ok(s) => self.connection = Some(tokio::io::BufReader::new(s)),
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            }
+            let conn = self.connection.as_mut().expect("connected above");
+            let mut answer = String::new();
+            let ok = conn.get_mut().write_all(line.as_bytes()).await.is_ok()
+                && conn.read_line(&mut answer).await.map(|n| n > 0).unwrap_or(false);
+            if ok {
+                return answer.trim() == "ok";
+            }
+            self.connection = None;
+        }
+        panic!("chaos {client}: the register is unreachable");
+    }
+}
+
 /// The request line of a fenced write (see the module docs).
 pub fn request(kind: &str, client: &str, first: &Part, second: Option<&Part>) -> String {
     let mut line = format!(
