@@ -483,10 +483,11 @@ mod tests {
         let node = holder.node_path().to_owned();
         let waiter = queue_behind(&lock);
         let session = client.latest().unwrap();
+        assert!(quorum_has(&view, &node).await, "the quorum has the holder's node");
 
         ensemble.isolate(follower).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while view.check_stat(&node).await.unwrap().is_some() {
+        while quorum_has(&view, &node).await {
             assert!(Instant::now() < deadline, "the quorum never expired the session");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -530,5 +531,13 @@ mod tests {
         );
         assert_eq!(client.metrics().handed_off, 0, "a node was handed over");
         let _ = released.await.unwrap();
+    }
+
+    /// Whether the quorum has `path`, read from `view`'s server once it has caught up with the
+    /// leader. Without the sync, a member that has not yet applied the create answers "no such
+    /// node", which reads like the node's session having expired.
+    async fn quorum_has(view: &zookeeper_client::Client, path: &str) -> bool {
+        view.sync(path).await.unwrap();
+        view.check_stat(path).await.unwrap().is_some()
     }
 }
