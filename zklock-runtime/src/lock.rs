@@ -22,7 +22,7 @@ use crate::engine::cache::MAX_LINGER;
 use crate::engine::cleanup::{delete_node, Cleanup};
 use crate::engine::guard::ClientId;
 use crate::engine::guard::{Holding, LockGuard};
-use crate::engine::local_queue::Turn;
+use crate::engine::local_queue::{Turn, Warm};
 use crate::engine::lock_delay::{Vanished, MAX_LOCK_DELAY};
 use crate::engine::own_node::OwnNode;
 use crate::engine::queue::{self, Failed, Granted, Recipe};
@@ -671,6 +671,11 @@ impl Lock {
         let Some(gate) = self.client.inner.gates.gate(&self.dir, self.kind) else {
             return self.contend(deadline, None).await;
         };
+        // A node this process keeps idle, taken at once (lock caching).
+        if let Some((turn, mut warm)) = gate.take_idle() {
+            warm.from_cache = true;
+            return self.take_over(turn, warm, deadline).await;
+        }
         // Waiting behind a local holder ends early if the client closes meanwhile (the holder
         // may keep its guard, lost, for a long time).
         let mut status = self.client.watch_status();
@@ -685,9 +690,16 @@ impl Lock {
             }
             _ = queue::deadline_passed(deadline) => return Err(Failed::TimedOut),
         };
-        // A node handed over by the previous local holder; one that can no longer be trusted
-        // is deleted as it drops, and we contend afresh.
-        if let Some(claimed) = turn.take_warm().and_then(|warm| warm.claim()) {
+        match turn.take_warm() {
+            Some(warm) => self.take_over(turn, warm, deadline).await,
+            None => self.contend(deadline, Some(turn)).await,
+        }
+    }
+
+    /// Holds the node handed over by the previous local holder (or kept idle), at the front
+    /// `turn`; one that can no longer be trusted is deleted as it drops, and we contend afresh.
+    async fn take_over(&self, turn: Turn, warm: Warm, deadline: Option<Instant>) -> Result<LockGuard, Failed> {
+        if let Some(claimed) = warm.claim() {
             self.client.inner.metrics.record(Event::HandedOff, self.labels());
             if claimed.from_cache {
                 self.client.inner.metrics.record(Event::FromCache, self.labels());

@@ -13,20 +13,21 @@
 //! grant goes through ZooKeeper in strict FIFO order, as with Curator. Within the process,
 //! waiters are served in FIFO order.
 //!
-//! With lock caching, the front of the queue may also be held by no hold at all: the linger
-//! of a node kept idle ([`crate::engine::cache`]). Local acquirers queue behind it as behind a
-//! holder; it learns of their arrival ([`Turn::arrival`]) and hands the node over as a release
-//! does.
+//! With lock caching, the front of the queue may also be held by no hold at all: a node kept
+//! idle ([`crate::engine::cache`]) is *parked* in the gate with the front's slot. The next
+//! local acquirer takes it at once, in its own task ([`Gate::take_idle`]); one that finds it
+//! not ready (its data marked idle, its directory not known to be ours alone) queues behind it
+//! as behind a holder, and the node's keeper, which learns of the arrival
+//! ([`Gate::arrival`]), hands it over as a release does.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::engine::model_lock::Lock;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{oneshot, watch};
 
 use crate::connection::session::Session;
 use crate::engine::around::Around;
@@ -36,6 +37,10 @@ use crate::engine::own_node::{NodeState, NodeWatch, OwnNode};
 use crate::engine::rules::LockKind;
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
+
+mod parked;
+
+use parked::Kept;
 
 /// How many times in a row one contender node may be handed to the next task of this process
 /// before it goes back to the end of the ZooKeeper queue, unless the builder says otherwise.
@@ -184,11 +189,12 @@ pub(crate) struct Gate<W = Warm> {
     /// What the tasks that contended in ZooKeeper for the lock learned of holders that vanished
     /// ahead of them: the next one to contend waits out the same lock-delay.
     vanished: Vanished,
-    /// Told when a task starts waiting, for a front that keeps a node idle until one does
-    /// ([`crate::engine::cache`]).
-    arrived: Notify,
-    /// Whether the front keeps a node idle now ([`crate::engine::cache`]).
-    cached: AtomicBool,
+    /// Counts the tasks that started waiting, for the keeper of a node parked at the front
+    /// ([`crate::engine::cache`]). A watch, not a `Notify`: a keeper that has ended but not
+    /// yet noticed must not take an arrival meant for its successor.
+    arrived: watch::Sender<u64>,
+    /// The node kept idle at the front, and who keeps it ([`crate::engine::cache`]).
+    kept: Lock<Kept<W>>,
 }
 
 impl<W> Default for Gate<W> {
@@ -197,8 +203,8 @@ impl<W> Default for Gate<W> {
             slot: Arc::default(),
             waiting: Lock::default(),
             vanished: Vanished::default(),
-            arrived: Notify::new(),
-            cached: AtomicBool::new(false),
+            arrived: watch::Sender::new(0),
+            kept: Lock::default(),
         }
     }
 }
@@ -228,15 +234,9 @@ impl<W> Turn<W> {
         self.gate.waiting() > 0
     }
 
-    /// Says whether the front keeps the lock's node idle (for [`Gates::is_cached`]).
-    pub fn set_cached(&self, cached: bool) {
-        self.gate.cached.store(cached, Ordering::SeqCst);
-    }
-
-    /// Resolves when a task may have started waiting since the last call (check
-    /// [`has_waiters`](Self::has_waiters)): no arrival is missed between the check and the wait.
-    pub async fn arrival(&self) {
-        self.gate.arrived.notified().await;
+    /// The gate this turn is the front of.
+    pub fn gate(&self) -> &Arc<Gate<W>> {
+        &self.gate
     }
 
     /// What this process's contenders for the lock learned of holders that vanished ahead of
@@ -263,6 +263,18 @@ impl<W> Drop for Turn<W> {
 impl<W> Gate<W> {
     fn waiting(&self) -> usize {
         *self.waiting.lock()
+    }
+
+    /// Whether another task of this process is waiting for the lock.
+    pub fn has_waiters(&self) -> bool {
+        self.waiting() > 0
+    }
+
+    /// Follows the tasks that start waiting: after `borrow_and_update`, check
+    /// [`has_waiters`](Self::has_waiters), then wait for `changed`; no arrival is missed
+    /// between the check and the wait.
+    pub fn arrivals(&self) -> watch::Receiver<u64> {
+        self.arrived.subscribe()
     }
 
     /// A node is kept in the slot while nobody waits for it and nobody is at the front to
@@ -297,7 +309,7 @@ impl<W> Gate<W> {
             }
         }
         *self.waiting.lock() += 1;
-        self.arrived.notify_one();
+        self.arrived.send_modify(|n| *n = n.wrapping_add(1));
         let waiting = Waiting(&self);
         let slot = self.slot.clone().lock_owned().await;
         *self.waiting.lock() -= 1;
@@ -337,10 +349,9 @@ impl Gates {
             kind,
         };
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.gates
-            .get(&key)
-            .and_then(Weak::upgrade)
-            .is_some_and(|gate| gate.cached.load(Ordering::SeqCst))
+        let gate = map.gates.get(&key).and_then(Weak::upgrade);
+        drop(map);
+        gate.is_some_and(|gate| gate.keeps_idle())
     }
 
     /// The local queue for `dir`, if locks of `kind` use one (exclusive kinds do).

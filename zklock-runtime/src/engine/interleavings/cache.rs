@@ -10,13 +10,14 @@ use tokio::sync::watch;
 
 use super::ITERATIONS;
 use crate::engine::around::Around;
-use crate::engine::local_queue::{Gate, Turn};
+use crate::engine::local_queue::Gate;
 
 // Lock caching ([`crate::engine::cache`]): the idle node of this process against a contender
-// of another process. The gate is the real one; the directory and its watch are modelled, and
-// the linger below takes the decisions of `cache::wait_for_a_taker` in the same order: give
-// the node up once the directory is crowded, hand it over once it is alone and a task waits,
-// give it up at the linger's end.
+// of another process. The gate is the real one, with its parking of the idle node; the
+// directory and its watch are modelled, and the keeper below takes the decisions of
+// `cache::Keeper` in the same order: give the node up once the directory is crowded, hand it
+// to a queued task once it is alone, give it up at the linger's end. Acquirers take a parked
+// node at once when the gate lets them (`Gate::take_idle`), else queue.
 
 /// The lock's directory on the model server: contender nodes in queue order, the watches of
 /// this process's nodes (which the notifier task tells of changes some steps late), and a
@@ -92,7 +93,7 @@ struct Cached {
     id: usize,
     dir: Arc<Directory>,
     around: watch::Receiver<Around>,
-    /// Handed over by the linger rather than by a releasing holder.
+    /// Handed over by the keeper rather than by a releasing holder.
     from_cache: bool,
 }
 
@@ -124,76 +125,89 @@ struct World {
     holding: AtomicBool,
     /// Nodes this process created.
     created: AtomicUsize,
-    /// Grants of a node the linger handed over.
+    /// Grants of a node the keeper handed over.
     from_cache: AtomicUsize,
-    /// Lingers not finished yet.
+    /// Keepers not finished yet.
     lingering: AtomicUsize,
-    /// Ends every linger (`close()`), with `expire`.
+    /// Ends every keeper (`close()`), with `expire`.
     closing: AtomicBool,
     expire: tokio::sync::Notify,
 }
 
-/// As `cache::keep`: the turn and the idle node go to a task that hands the node to the next
-/// local acquirer while its directory watch says it is alone, and gives it up otherwise.
-async fn linger(mut turn: Turn<Cached>, mut node: Cached, world: Arc<World>) {
-    turn.set_cached(true);
-    let mut around = node.around.clone();
-    let handed_over = loop {
+/// As `cache::Keeper`: hands the parked node to a queued task while the directory watch says
+/// it is alone, and gives it up otherwise; follows the node across holds until then.
+async fn keeper(gate: Arc<Gate<Cached>>, id: u64, mut around: watch::Receiver<Around>, world: Arc<World>) {
+    let mut arrivals = gate.arrivals();
+    loop {
         let expired = world.expire.notified();
         tokio::pin!(expired);
         expired.as_mut().enable();
-        // The linger time runs out at a step of the model's choosing.
+        // The linger time runs out (or a flush, a loss) at a step of the model's choosing.
         if world.closing.load(SeqCst) || thread_rng().gen_ratio(1, 6) {
-            break false;
+            break;
         }
+        arrivals.borrow_and_update();
         // Copied out: the watch's read lock is not held into the gate's lock.
         let state = *around.borrow_and_update();
         match state {
-            Around::Crowded => break false,
-            Around::Alone if turn.has_waiters() => break true,
+            Around::Crowded => break,
+            Around::Alone if gate.has_waiters() => {
+                if let Some(mut parked) = gate.unpark(id) {
+                    parked.warm.from_cache = true;
+                    gate.hand_over_parked(parked);
+                    continue;
+                }
+            }
             Around::Alone | Around::Unknown => {}
         }
         let woken = select(
-            select(Box::pin(turn.arrival()), Box::pin(around.changed())),
+            select(Box::pin(arrivals.changed()), Box::pin(around.changed())),
             expired.as_mut(),
         )
         .await;
         match woken {
-            Either::Left((Either::Right((Err(_), _)), _)) | Either::Right(_) => break false,
+            // The node is gone (its watch with it), or the linger ran out.
+            Either::Left((Either::Right((Err(_), _)), _)) | Either::Right(_) => break,
             Either::Left(_) => {}
         }
-    };
-    turn.set_cached(false);
-    if handed_over {
-        node.from_cache = true;
-        turn.hand_over(node);
-    } else {
-        drop(node);
     }
-    drop(turn);
+    if let Some((turn, node)) = gate.stop_keeping(id) {
+        drop(node);
+        drop(turn);
+    }
     world.lingering.fetch_sub(1, SeqCst);
     world.dir.changes.send_modify(|n| *n += 1);
 }
 
 async fn caching_contender(gate: Arc<Gate<Cached>>, world: Arc<World>, rounds: usize) {
     for _ in 0..rounds {
-        // Most acquisitions wait as long as it takes; some give up after a few steps (a
-        // timeout, a lost `select!`).
-        let patience = thread_rng().gen_range(0..8);
-        let mut turn = if patience < 5 {
-            gate.clone().enter().await
-        } else {
-            let give_up = Box::pin(async move {
-                for _ in 0..patience - 5 {
-                    yield_now().await;
-                }
-            });
-            match select(Box::pin(gate.clone().enter()), give_up).await {
-                Either::Left((turn, _)) => turn,
-                Either::Right(_) => continue,
+        let (mut turn, warm) = match gate.take_idle() {
+            Some((turn, mut node)) => {
+                node.from_cache = true;
+                (turn, Some(node))
+            }
+            None => {
+                // Most acquisitions wait as long as it takes; some give up after a few steps (a
+                // timeout, a lost `select!`).
+                let patience = thread_rng().gen_range(0..8);
+                let mut turn = if patience < 5 {
+                    gate.clone().enter().await
+                } else {
+                    let give_up = Box::pin(async move {
+                        for _ in 0..patience - 5 {
+                            yield_now().await;
+                        }
+                    });
+                    match select(Box::pin(gate.clone().enter()), give_up).await {
+                        Either::Left((turn, _)) => turn,
+                        Either::Right(_) => continue,
+                    }
+                };
+                let warm = turn.take_warm();
+                (turn, warm)
             }
         };
-        let mut node = match turn.take_warm() {
+        let mut node = match warm {
             Some(node) => {
                 if node.from_cache {
                     world.from_cache.fetch_add(1, SeqCst);
@@ -216,14 +230,19 @@ async fn caching_contender(gate: Arc<Gate<Cached>>, world: Arc<World>, rounds: u
         yield_now().await;
         world.holding.store(false, SeqCst);
         node.from_cache = false;
-        // As `Holding::end` with a cache: hand over, else keep idle (or, for the model's other
-        // locks, delete).
+        // As `Holding::end` with a cache: hand over, else keep idle (parked with its keeper,
+        // or under a new one), or, for the model's other locks, delete.
         if turn.has_waiters() {
             turn.hand_over(node);
             drop(turn);
         } else if thread_rng().gen_ratio(3, 4) {
-            world.lingering.fetch_add(1, SeqCst);
-            spawn(linger(turn, node, world.clone()));
+            let key = node.id.to_string();
+            if let Err((turn, node)) = gate.park(turn, node, &key) {
+                let around = node.around.clone();
+                world.lingering.fetch_add(1, SeqCst);
+                let id = gate.start_keeping(turn, node, key, around.clone());
+                spawn(keeper(gate.clone(), id, around, world.clone()));
+            }
         } else {
             drop(node);
             drop(turn);
@@ -274,7 +293,7 @@ fn cache_model() {
         for task in tasks {
             task.await.expect("contender task");
         }
-        // Close: every linger gives its node up.
+        // Close: every keeper gives its node up.
         world.closing.store(true, SeqCst);
         world.expire.notify_waiters();
         let mut changes = world.dir.changes.subscribe();
