@@ -19,6 +19,7 @@
 //! terminal and `DIR/results.json` plus `DIR/chart.svg`, `DIR/seckill.svg` and the scale
 //! curves' `DIR/handoff.svg`, `DIR/keys.svg` and `DIR/sessions.svg`.
 
+mod caching;
 mod chart;
 mod curator_side;
 mod scale;
@@ -141,7 +142,7 @@ enum Worker {
     /// (`perf record -g -- bench profile distinct 127.0.0.1:2181 20`); prints the rate and this
     /// process's CPU time per acquisition.
     Profile {
-        #[arg(value_parser = ["uncontended", "floor", "distinct", "distinct-floor", "distinct-floor-list", "curator-distinct"])]
+        #[arg(value_parser = ["uncontended", "floor", "cached", "cached-wait", "reentrant", "distinct", "distinct-floor", "distinct-floor-list", "curator-distinct"])]
         section: String,
         connect: String,
         seconds: u64,
@@ -161,6 +162,9 @@ struct Plan {
     herd_waiters: usize,
     herd_releases: usize,
     reentrant_cycles: usize,
+    /// Cycles of the cached re-acquire, and rounds of the remote contender behind a cached node.
+    cached_cycles: usize,
+    cached_wait_rounds: usize,
     /// Handoff bounds compared by the fairness section (the default bound is 16).
     fairness_bounds: Vec<u32>,
     fairness_tasks: usize,
@@ -191,6 +195,8 @@ impl Plan {
                 herd_waiters: 200,
                 herd_releases: 5,
                 reentrant_cycles: 20_000,
+                cached_cycles: 20_000,
+                cached_wait_rounds: 20,
                 fairness_bounds: vec![0, 4, 16],
                 fairness_tasks: 4,
                 distinct_tasks: 64,
@@ -213,6 +219,8 @@ impl Plan {
                 herd_waiters: 200,
                 herd_releases: 20,
                 reentrant_cycles: 200_000,
+                cached_cycles: 200_000,
+                cached_wait_rounds: 100,
                 fairness_bounds: vec![0, 4, 16],
                 fairness_tasks: 4,
                 distinct_tasks: 64,
@@ -233,6 +241,7 @@ impl Plan {
             + 2
             + 3
             + 1
+            + 2
             + self.scale.steps()
     }
 }
@@ -480,6 +489,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
     progress.step("reentrant re-acquire: Curator");
     let cur_re = curator_side::reentrant(&connect, 1000, plan.reentrant_cycles).await?;
 
+    // (e') lock caching: a grant from the cache, and a remote contender behind a cached node.
+    progress.step("lock caching: cached re-acquire");
+    let cached_re = caching::reacquire(&connect, plan.warmup, plan.cached_cycles).await?;
+    progress.step(&format!(
+        "lock caching: a remote contender behind a cached node, {} rounds",
+        plan.cached_wait_rounds
+    ));
+    let cached_wait = caching::remote_wait(&connect, plan.cached_wait_rounds).await?;
+
     // (g) the seckill service under each lock.
     progress.step(&format!(
         "seckill: {} runs of {} requests, the fault round's included",
@@ -514,6 +532,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "cross_process_throughput_zklock_vs_zkclient": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "zkclient")),
         "in_process_throughput_zklock_vs_zkclient": ratio(rate(in_headline, "zklock"), rate(in_headline, "zkclient")),
         "reentrant_cost_zklock_vs_curator": ratio(zk_re, cur_re),
+        "cached_reacquire_rate_vs_floor": ratio(cached_re.per_sec, floor.per_sec),
+        "cached_remote_wait_p50_vs_uncached_handoff": cached_wait["p50_cached_vs_uncached_handoff"].clone(),
         // The cold phase is the shape the target was set on (each key's first uses); in the warm
         // phase the ceiling for any lock is the bare create + delete floor.
         "distinct_keys_throughput_zklock_vs_curator": distinct["cold"]["zklock_vs_curator"].clone(),
@@ -536,6 +556,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         distinct: &distinct,
         rss: &rss,
         reentrant_ns: (zk_re, cur_re),
+        cached_reacquire: &cached_re,
+        cached_wait: &cached_wait,
         herd: (&zk_herd, &cur_herd),
         herd_waiters: plan.herd_waiters,
         seckill: &seckill,
@@ -581,6 +603,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "cycles": plan.reentrant_cycles,
             "zklock_ns_per_cycle": round(zk_re),
             "curator_ns_per_cycle": round(cur_re),
+        },
+        "caching": {
+            "linger_s": 60,
+            "reacquire": cached_re.to_json(),
+            "remote_wait": cached_wait,
         },
         "seckill": seckill,
         "scale": curves,
@@ -833,6 +860,31 @@ async fn profile(section: &str, connect: &str, length: Duration) -> Result<(), B
             let bench = zklock_side::Floor::new(connect).await?;
             let run = repeat_for(length, || bench.run(100)).await?;
             cycles(run, process_cpu().saturating_sub(cpu_before))
+        }
+        "cached-wait" => {
+            let rounds = (length.as_secs_f64() * 20.0) as usize;
+            let wait = caching::remote_wait(connect, rounds.max(5)).await?;
+            format!(
+                "a remote contender waits p50 {} µs behind a cached node, {} µs after an uncached release ({} x), and",
+                wait["behind_cached_node"]["p50_us"],
+                wait["uncached_handoff"]["p50_us"],
+                wait["p50_cached_vs_uncached_handoff"]
+            )
+        }
+        "reentrant" => {
+            let cycles_in = (length.as_secs_f64() * 2_000_000.0) as usize;
+            let ns = zklock_side::reentrant(connect, 1000, cycles_in.max(1000)).await?;
+            format!("{ns:.0} ns per re-acquire + release, and")
+        }
+        "cached" => {
+            let cycles_in = (length.as_secs_f64() * 20_000.0) as usize;
+            let run = caching::reacquire(connect, 1000, cycles_in.max(1000)).await?;
+            let took = Duration::from_secs_f64(run.cycles as f64 / run.per_sec);
+            format!(
+                "{} (p50 {:.1} µs)",
+                cycles((run.cycles as u64, took), process_cpu().saturating_sub(cpu_before)),
+                run.p50_us
+            )
         }
         "distinct" => {
             // A namespace of this process's own, so that the cold phase is cold on a reused server.
@@ -1381,6 +1433,17 @@ fn print_table(r: &Value) {
     println!(
         "Reentrant re-acquire+release: zklock {} ns, Curator {} ns",
         re["zklock_ns_per_cycle"], re["curator_ns_per_cycle"]
+    );
+    let c = &r["caching"];
+    let w = &c["remote_wait"];
+    println!(
+        "Lock caching: cached re-acquire+release {} cycles/s (p50 {} µs, {} x the floor); a remote contender behind a cached node waits p50 {} µs, after an uncached release {} µs ({} x)",
+        c["reacquire"]["cycles_per_sec"],
+        c["reacquire"]["p50_us"],
+        r["ratios"]["cached_reacquire_rate_vs_floor"],
+        w["behind_cached_node"]["p50_us"],
+        w["uncached_handoff"]["p50_us"],
+        w["p50_cached_vs_uncached_handoff"]
     );
     print_seckill(&r["seckill"]);
     print_targets(&r["targets"]);

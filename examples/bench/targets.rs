@@ -25,6 +25,9 @@ pub struct Figures<'a> {
     pub rss: &'a Value,
     /// Reentrant re-acquire, ns per cycle: zklock's and Curator's.
     pub reentrant_ns: (f64, f64),
+    /// Lock caching: back-to-back cached re-acquisitions, and the remote contender's wait.
+    pub cached_reacquire: &'a Summary,
+    pub cached_wait: &'a Value,
     /// The herd check: zklock's and Curator's, and the waiters queued.
     pub herd: (&'a Value, &'a Value),
     pub herd_waiters: usize,
@@ -109,8 +112,49 @@ pub fn all(f: &Figures) -> Value {
         "notifications_per_release".into(),
         herd_target(f.herd.0, f.herd.1, f.herd_waiters),
     );
+    targets.extend(caching_targets(f));
     targets.extend(seckill_targets(f.seckill));
     Value::Object(targets)
+}
+
+/// The lock caching targets: a re-acquisition granted from the cache at least 50 x the floor's
+/// rate, and a contender of another process behind a cached node waiting at most 1.5 x an
+/// uncached handoff.
+fn caching_targets(f: &Figures) -> serde_json::Map<String, Value> {
+    let mut targets = serde_json::Map::new();
+    let re = f.cached_reacquire;
+    targets.insert(
+        "cached_reacquire_vs_floor".into(),
+        target(
+            f.ratios["cached_reacquire_rate_vs_floor"].as_f64(),
+            ">=",
+            50.0,
+            format!(
+                "cached acquire + release {:.0} cycles/s (p50 {:.1} µs, p99 {:.1} µs); floor (create + delete) {:.0} cycles/s",
+                re.per_sec, re.p50_us, re.p99_us, f.floor.per_sec
+            ),
+            "a grant from the cache sends nothing to the server; what is left is the engine's own path through the process's queue for the lock",
+        ),
+    );
+    let wait = f.cached_wait;
+    targets.insert(
+        "cached_remote_wait_vs_uncached_handoff".into(),
+        target(
+            wait["p50_cached_vs_uncached_handoff"].as_f64(),
+            "<=",
+            1.5,
+            format!(
+                "p50 behind a cached node {} µs (p99 {}), uncached handoff {} µs (p99 {}), over {} rounds",
+                wait["behind_cached_node"]["p50_us"],
+                wait["behind_cached_node"]["p99_us"],
+                wait["uncached_handoff"]["p50_us"],
+                wait["uncached_handoff"]["p99_us"],
+                wait["rounds"]
+            ),
+            "behind a cached node the contender's own create, the keeper's notification and its delete come before the notification that an uncached handoff is made of",
+        ),
+    );
+    targets
 }
 
 /// The herd target: each release wakes exactly one other session. The releasing session's own
