@@ -175,6 +175,14 @@ impl Writer {
     /// accepted it. Panics, naming `client`, when the register stays unreachable (50 tries, at
     /// least 5 s): the run cannot be judged without it.
     pub async fn write(&mut self, kind: &str, client: &str, first: &Part, second: Option<&Part>) -> bool {
+        match self.try_write(kind, client, first, second).await {
+            Some(accepted) => accepted,
+            None => panic!("chaos {client}: the register is unreachable"),
+        }
+    }
+
+    /// As [`write`](Self::write), but `None` when the register stays unreachable.
+    pub async fn try_write(&mut self, kind: &str, client: &str, first: &Part, second: Option<&Part>) -> Option<bool> {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
         let line = request(kind, client, first, second);
@@ -193,11 +201,11 @@ impl Writer {
             let ok = conn.get_mut().write_all(line.as_bytes()).await.is_ok()
                 && conn.read_line(&mut answer).await.map(|n| n > 0).unwrap_or(false);
             if ok {
-                return answer.trim() == "ok";
+                return Some(answer.trim() == "ok");
             }
             self.connection = None;
         }
-        panic!("chaos {client}: the register is unreachable");
+        None
     }
 }
 

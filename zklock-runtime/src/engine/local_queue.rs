@@ -231,7 +231,7 @@ impl<W> Turn<W> {
 
     /// Whether another task of this process is waiting for the lock.
     pub fn has_waiters(&self) -> bool {
-        self.gate.waiting() > 0
+        self.gate.has_waiters()
     }
 
     /// The gate this turn is the front of.

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use zklock::{Election, LeaderService, Leading, LockClient, LossSignal, ServeOptions};
 
 use super::{
@@ -39,12 +38,13 @@ struct Ctx {
 /// A connection to the register that reconnects as needed.
 struct RegisterWriter {
     ctx: Arc<Ctx>,
-    conn: Option<tokio::io::BufReader<tokio::net::TcpStream>>,
+    writer: register::Writer,
 }
 
 impl RegisterWriter {
     fn new(ctx: Arc<Ctx>) -> RegisterWriter {
-        RegisterWriter { ctx, conn: None }
+        let writer = register::Writer::new(ctx.register.clone());
+        RegisterWriter { ctx, writer }
     }
 
     /// One fenced write; true when accepted.
@@ -53,28 +53,14 @@ impl RegisterWriter {
             lock: GROUP.into(),
             token,
         };
-        let line = register::request(kind, &participant(self.ctx.member), &part, None);
-        for _ in 0..50 {
-            if self.conn.is_none() {
-                match tokio::net::TcpStream::connect(&self.ctx.register).await {
-                    Ok(s) => self.conn = Some(tokio::io::BufReader::new(s)),
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                }
+        let participant = participant(self.ctx.member);
+        match self.writer.try_write(kind, &participant, &part, None).await {
+            Some(accepted) => accepted,
+            None => {
+                eprintln!("chaos leader member {}: the register is unreachable", self.ctx.member);
+                false
             }
-            let Some(conn) = self.conn.as_mut() else { continue };
-            let mut answer = String::new();
-            let ok = conn.get_mut().write_all(line.as_bytes()).await.is_ok()
-                && conn.read_line(&mut answer).await.map(|n| n > 0).unwrap_or(false);
-            if ok {
-                return answer.trim() == "ok";
-            }
-            self.conn = None;
         }
-        eprintln!("chaos leader member {}: the register is unreachable", self.ctx.member);
-        false
     }
 }
 
