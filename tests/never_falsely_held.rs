@@ -160,12 +160,17 @@ async fn close_ends_the_session_whatever_is_alive() {
         let lock = closing.mutex("close-waited").unwrap();
         async move { lock.acquire().await }
     });
+    let (running, body_runs) = tokio::sync::oneshot::channel();
     let body = tokio::spawn({
         let client = closing.clone();
-        async move { hold_forever(&client).await }
+        async move { hold_forever(&client, running).await }
     });
     until_contenders(&view, "/zklock/close-waited", 2).await;
-    until_contenders(&view, "/zklock/close-body", 1).await;
+    // The body's node is there before its grant is; close() must come while the body runs.
+    tokio::time::timeout(SOON, body_runs)
+        .await
+        .expect("the body never ran")
+        .expect("the body's task ended");
 
     let started = Instant::now();
     closing.close().await;
@@ -285,7 +290,8 @@ async fn a_close_cancelled_at_any_point_and_called_again_ends_the_session() {
 }
 
 #[distributed_lock("close-body", client = client)]
-async fn hold_forever(client: &LockClient) -> Result<(), AppError> {
+async fn hold_forever(client: &LockClient, running: tokio::sync::oneshot::Sender<()>) -> Result<(), AppError> {
+    let _ = running.send(());
     std::future::pending::<()>().await;
     Ok(())
 }
