@@ -6,7 +6,7 @@
 #   ./scripts/flake-check.sh 5 --load      # five runs, each beside one CPU-hungry process
 #   ./scripts/flake-check.sh 5 --load 2    # ... beside two of them
 #
-# Extra arguments after `--` go to scripts/test.sh (and so to `cargo test`).
+# Extra arguments after `--` go to scripts/test.sh (and so to `cargo nextest run`).
 # Logs: target/flake-check/run-<k>.log. Exit status: 0 when every run passed, 1 otherwise.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -69,11 +69,12 @@ stop_hogs
 
 echo
 echo "flake-check: $green of $runs runs green (load: $hogs hog(s), $(( $(date +%s) - started )) s in all)"
-# A failing test shows up as `test <name> ... FAILED`; a test binary that died without a
-# verdict line shows up as cargo's `error: test failed, to rerun pass ...`.
-failures=$(cat "$logs"/run-*.log \
-    | sed -nE 's/^test (.+) \.\.\. FAILED$/\1/p; s/^error: test failed, to rerun pass `(.+)`$/(binary) \1/p' \
-    | sort | uniq -c | sort -rn)
+# A failing test shows up as nextest's `FAIL [time] (k/n) binary test` (or TIMEOUT, SIGSEGV…),
+# once as it fails and again in the summary: counted once per run. A doctest shows up as cargo
+# test's `test <name> ... FAILED`.
+failures=$(for log in "$logs"/run-*.log; do
+    sed -nE 's/^ +[A-Z-]*(FAIL|TIMEOUT|SIG[A-Z]+|ABORT)[A-Z-]* \[[^]]*\] (\([^)]*\) )?(.+)$/\3/p; s/^test (.+) \.\.\. FAILED$/\1/p' "$log" | sort -u
+done | sort | uniq -c | sort -rn)
 if [[ -n "$failures" ]]; then
     echo "flake-check: failures per test (runs failed, test):"
     echo "$failures"

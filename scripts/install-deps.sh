@@ -13,6 +13,7 @@
 #     server for the metrics end-to-end test (Debian package `prometheus`; the test starts its
 #     own server, and a service the package started is stopped and disabled again)
 #   - python3 for lint.sh's dashboard check (Debian package `python3`)
+#   - cargo-nextest, the runner scripts/test.sh uses (from crates.io, by `cargo install`)
 # Safe to run repeatedly: when everything is present it changes nothing and needs no network.
 #
 # With --build-only it looks only for what building the crates needs besides cargo: a C compiler
@@ -92,11 +93,21 @@ else
     toolchain_missing=0
 fi
 
+# scripts/test.sh runs the suite with cargo-nextest (every test in a process of its own, several
+# at a time). Without it, it is built from crates.io: a few minutes, once, and no root needed.
+if [[ $build_only -eq 0 && $toolchain_missing -eq 0 ]] && ! cargo nextest --version >/dev/null 2>&1; then
+    echo "install-deps: cargo-nextest missing; building it from crates.io (cargo install --locked cargo-nextest)"
+    if ! cargo install --locked cargo-nextest; then
+        echo "install-deps: cargo-nextest could not be installed; scripts/test.sh needs it" >&2
+        exit 1
+    fi
+fi
+
 if [[ ${#missing[@]} -eq 0 ]]; then
     if [[ $build_only -eq 1 ]]; then
         echo "install-deps: C compiler already present; nothing to install."
     else
-        echo "install-deps: ZooKeeper, Curator, JDK, C compiler, PostgreSQL, Redis, Prometheus and python3 already present; nothing to install."
+        echo "install-deps: ZooKeeper, Curator, JDK, C compiler, PostgreSQL, Redis, Prometheus, python3 and cargo-nextest already present; nothing to install."
     fi
     exit "$toolchain_missing"
 fi

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace against real ZooKeeper servers (and PostgreSQL and Redis for
 # the seckill example and its benchmark section), then checks that the suite left no server
-# process (ZooKeeper servers, Curator peers, PostgreSQL and Redis servers) behind. Extra arguments are passed to `cargo test` (e.g.
-# `--test testing_support` or a test name filter).
+# process (ZooKeeper servers, Curator peers, PostgreSQL and Redis servers) behind. Extra arguments are passed to
+# `cargo nextest run` (e.g. `--test testing_support`, or a test name filter) and then only the
+# tests they pick run: no doctests and no feature passes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -33,8 +34,6 @@ suite_server_pids() {
     done
 }
 
-# Tests start JVMs; on a 2-core machine more parallel tests only add contention.
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
 locked=()
@@ -42,18 +41,25 @@ if [[ -f Cargo.lock ]]; then
     locked=(--locked)
 fi
 
+# cargo-nextest runs every test in a process of its own, several at a time across all test
+# binaries (.config/nextest.toml says how many, and which tests count double). Doctests are
+# not nextest's: cargo test runs them after it.
 status=0
-cargo test --workspace --all-features --no-fail-fast "${locked[@]}" "$@" || status=$?
+cargo nextest run --workspace --all-features --no-fail-fast "${locked[@]}" "$@" || status=$?
 
-# Each optional feature is also tested without the others, so code behind one `cfg` that only
-# builds or works in company is caught (lint.sh lints every target with each feature alone).
-# Skipped when arguments pick tests.
+# The doctests, then each optional feature without the others, so code behind one `cfg` that
+# only builds or works in company is caught (lint.sh lints every target with each feature
+# alone). Skipped when arguments pick tests.
 if [[ $# -eq 0 ]]; then
+    echo "test.sh: doctests" >&2
+    # Some start JVMs; on a 2-core machine more doctests at a time only add contention.
+    RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}" \
+        cargo test --workspace --all-features --doc "${locked[@]}" || status=$?
     feature_pass() {
         local features="$1"
         shift
         echo "test.sh: features: ${features:-none}" >&2
-        cargo test --no-default-features ${features:+--features "$features"} --no-fail-fast \
+        cargo nextest run --no-default-features ${features:+--features "$features"} --no-fail-fast \
             "${locked[@]}" "$@" || status=$?
     }
     # None, as a service that only takes locks builds it (the default): the unit tests and the
