@@ -126,6 +126,9 @@ done
     echo "resolver = \"2\""
     echo "[patch.crates-io]"
     printf '%s\n' "${patches[@]}"
+    # The same profiles as here: with other settings every dependency would be checked again
+    # (and aws-lc-sys's C library built again) instead of reusing what clippy checked.
+    awk '/^\[/ { keep = /^\[profile[.]/ } keep' Cargo.toml
 } >"$copies/Cargo.toml"
 # The repository's lock file pins the versions the checks above used; cargo only drops the
 # entries of members that are not published.
