@@ -196,7 +196,8 @@ fn shape_tells_flat_logarithmic_and_linear_apart() {
 async fn keys_point_counts_both_phases_and_leaves_no_lock_node() {
     let zk = server().await;
     // A phase counts the cycles completed inside it; on a machine so loaded that a phase of
-    // 300 ms completes none, the point is taken again with longer phases.
+    // 300 ms completes none, the point is taken again with longer phases (in the same
+    // namespace: what is checked here is the counting, not that the directories are new).
     let mut point = serde_json::Value::Null;
     for ms in [300, 1_200, 4_800] {
         point = scale::keys::point(&relaunch, &zk.connect_string(), 40, 4, Duration::from_millis(ms))

@@ -158,8 +158,8 @@ pub const UNCUT_BOUND: Duration = Duration::from_secs(60);
 /// `select!`, and by aborting the task that runs it. Every eighth acquisition is not cut: it
 /// must be granted within [`UNCUT_BOUND`] (a stranded node or waiter would stop it), and it
 /// keeps the storm from granting nothing on a machine so loaded that every cut comes before
-/// the server answers. Returns how many acquisitions were granted before their cancellation
-/// came. The seed is printed.
+/// the server answers. Returns how many acquisitions were granted: the uncut ones, and the cut
+/// ones whose grant came before their cancellation. The seed is printed.
 pub async fn cancellation_storm<F, Fut, G>(acquirers: Vec<F>, rounds: u32, max_delay: Duration) -> u32
 where
     F: Fn() -> Fut + Send + 'static,
