@@ -29,6 +29,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -37,7 +38,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::certs::TestCa;
-use crate::java::DEBIAN_NETTY_EXTRA_JARS;
+use crate::class_sharing::ClassSharing;
+use crate::java::{java_binary, DEBIAN_NETTY_EXTRA_JARS};
 
 mod latch;
 
@@ -45,6 +47,9 @@ pub use latch::LatchParticipant;
 
 /// The peer's Java source, embedded so the cache key follows every edit.
 const SOURCE: &str = include_str!("../java/CuratorPeer.java");
+
+/// The peer's classes, as a jar: a JVM archives classes for sharing from jars only.
+const PEER_JAR: &str = "curator-peer.jar";
 
 /// Where the Debian packages put the jars.
 const JAR_DIR: &str = "/usr/share/java";
@@ -214,6 +219,7 @@ pub struct CuratorPeer {
     inbox: Arc<Mutex<Inbox>>,
     arrivals: watch::Sender<u64>,
     session_id: OnceLock<String>,
+    class_sharing: Mutex<ClassSharing>,
 }
 
 impl std::fmt::Debug for CuratorPeer {
@@ -282,13 +288,17 @@ impl CuratorPeer {
     }
 
     fn spawn(classes: &Path, properties: &[(String, String)]) -> Result<CuratorPeer, PeerError> {
-        let mut cmd = Command::new("java");
+        let java = java_binary().map_err(|e| PeerError::Missing(e.to_string()))?;
+        let classpath = class_path(classes);
+        let class_sharing = ClassSharing::for_jvm(&java, &classpath, "CuratorPeer");
+        let mut cmd = Command::new(java);
         cmd.arg("-Xss512k").arg("-XX:+UseSerialGC");
+        cmd.args(class_sharing.jvm_args());
         for (key, value) in properties {
             cmd.arg(format!("-D{key}={value}"));
         }
         cmd.arg("-cp")
-            .arg(class_path(classes))
+            .arg(classpath)
             .arg("CuratorPeer")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -342,6 +352,7 @@ impl CuratorPeer {
             inbox,
             arrivals,
             session_id: OnceLock::new(),
+            class_sharing: Mutex::new(class_sharing),
         })
     }
 
@@ -585,16 +596,28 @@ impl CuratorPeer {
 impl Drop for CuratorPeer {
     fn drop(&mut self) {
         let _ = self.send("quit");
-        let mut child = self.child.lock().unwrap();
-        // Give Curator a moment to close its session (deleting its nodes), then make sure.
-        for _ in 0..20 {
+        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut class_sharing = self
+            .class_sharing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Give Curator a moment to close its session (deleting its nodes), then make sure. The
+        // JVM that writes the class archive (class_sharing.rs) gets longer: it writes at exit.
+        let grace = if class_sharing.is_dumping() {
+            Duration::from_secs(10)
+        } else {
+            Duration::from_millis(500)
+        };
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
-                return;
+                break;
             }
             std::thread::sleep(Duration::from_millis(25));
         }
         let _ = child.kill();
-        let _ = child.wait();
+        let status = child.wait();
+        class_sharing.finish(status.is_ok_and(|s| s.signal() != Some(libc::SIGKILL)));
     }
 }
 
@@ -620,10 +643,10 @@ fn millis(timeout: Option<Duration>) -> i64 {
     timeout.map_or(-1, |d| d.as_millis().min(i64::MAX as u128) as i64)
 }
 
-/// The class path for running the peer: its compiled classes plus the Debian jars (with the
-/// Netty jars a TLS client needs, where installed).
+/// The class path for running the peer: the jar of its compiled classes plus the Debian jars
+/// (with the Netty jars a TLS client needs, where installed).
 pub fn class_path(classes: &Path) -> String {
-    let mut parts = vec![classes.display().to_string()];
+    let mut parts = vec![classes.join(PEER_JAR).display().to_string()];
     parts.extend(JARS.iter().map(|j| format!("{JAR_DIR}/{j}")));
     parts.extend(
         DEBIAN_NETTY_EXTRA_JARS
@@ -655,7 +678,8 @@ pub fn tls_properties(ca: &TestCa) -> Vec<(String, String)> {
     .collect()
 }
 
-/// Compiles the peer once per source version and returns the directory of its classes.
+/// Compiles the peer once per source version and returns the directory of its classes (one
+/// jar, `curator-peer.jar`; [`class_path`] names it).
 ///
 /// The result is cached in `<target>/curator-peer/<hash>/`; concurrent builds from parallel
 /// tests or processes each compile into a private directory and rename it into place, so a
@@ -677,9 +701,10 @@ pub fn compiled_classes() -> Result<PathBuf, PeerError> {
     let mut hasher = DefaultHasher::new();
     SOURCE.hash(&mut hasher);
     JARS.hash(&mut hasher);
+    PEER_JAR.hash(&mut hasher);
     let root = cache_root();
     let dir = root.join(format!("{:016x}", hasher.finish()));
-    if !dir.join("CuratorPeer.class").exists() {
+    if !dir.join(PEER_JAR).exists() {
         std::fs::create_dir_all(&root)?;
         let scratch = root.join(format!(
             "build-{}-{}",
@@ -690,7 +715,7 @@ pub fn compiled_classes() -> Result<PathBuf, PeerError> {
         let outcome = result.and_then(|()| match std::fs::rename(&scratch, &dir) {
             Ok(()) => Ok(()),
             // Someone else finished first; theirs is as good as ours.
-            Err(_) if dir.join("CuratorPeer.class").exists() => Ok(()),
+            Err(_) if dir.join(PEER_JAR).exists() => Ok(()),
             Err(e) => Err(PeerError::Io(e)),
         });
         let _ = std::fs::remove_dir_all(&scratch);
@@ -701,34 +726,52 @@ pub fn compiled_classes() -> Result<PathBuf, PeerError> {
 
 fn compile_into(scratch: &Path) -> Result<(), PeerError> {
     let src_dir = scratch.join("src");
+    let classes = scratch.join("classes");
     std::fs::create_dir_all(&src_dir)?;
     let source = src_dir.join("CuratorPeer.java");
     std::fs::write(&source, SOURCE)?;
-    // A compile of one file takes seconds; minutes mean javac hangs: it is killed and named.
-    let output = crate::process::output_within(
+    run_jdk_tool(
         Command::new("javac")
             .arg("-nowarn")
             .arg("-d")
-            .arg(scratch)
+            .arg(&classes)
             .arg("-cp")
             .arg(class_path(Path::new(".")))
-            .arg(&source)
-            .stdin(Stdio::null()),
-        std::time::Duration::from_secs(300),
-    )
-    .map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            PeerError::Missing("`javac` is not installed (Debian package default-jdk-headless)".into())
-        } else {
-            PeerError::Io(e)
-        }
-    })?;
+            .arg(&source),
+    )?;
+    run_jdk_tool(
+        Command::new("jar")
+            .arg("--create")
+            .arg("--file")
+            .arg(scratch.join(PEER_JAR))
+            .arg("-C")
+            .arg(&classes)
+            .arg("."),
+    )?;
+    std::fs::remove_dir_all(&src_dir)?;
+    std::fs::remove_dir_all(&classes)?;
+    Ok(())
+}
+
+/// Runs `javac` or `jar`: seconds for one small file; minutes mean the tool hangs, and it is
+/// killed and named.
+fn run_jdk_tool(command: &mut Command) -> Result<(), PeerError> {
+    let tool = command.get_program().to_string_lossy().into_owned();
+    let output =
+        crate::process::output_within(command.stdin(Stdio::null()), Duration::from_secs(300)).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                PeerError::Missing(format!(
+                    "`{tool}` is not installed (Debian package default-jdk-headless)"
+                ))
+            } else {
+                PeerError::Io(e)
+            }
+        })?;
     if !output.status.success() {
         let mut text = String::new();
         let _ = (&output.stderr[..]).read_to_string(&mut text);
-        return Err(PeerError::Compile(text));
+        return Err(PeerError::Compile(format!("{tool}: {text}")));
     }
-    std::fs::remove_dir_all(&src_dir)?;
     Ok(())
 }
 
@@ -836,7 +879,7 @@ mod tests {
     #[test]
     fn compiles_the_peer_into_the_cache() {
         let dir = compiled_classes().expect("javac and the Curator jars are installed");
-        assert!(dir.join("CuratorPeer.class").exists());
+        assert!(dir.join(PEER_JAR).exists());
         // A second call is served from the cache.
         assert_eq!(compiled_classes().unwrap(), dir);
     }

@@ -5,7 +5,7 @@ use std::env;
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -13,6 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::class_sharing::ClassSharing;
 use super::error::TestingError;
 
 /// Where Debian's `zookeeper`/`libzookeeper-java` packages put the server jar. Its manifest
@@ -211,18 +212,23 @@ fn spawn_with_death_signal(command: &mut Command) -> io::Result<Child> {
 pub(crate) struct JvmProcess {
     child: Child,
     paused: bool,
+    class_sharing: ClassSharing,
 }
 
 impl JvmProcess {
-    /// Starts `java <jvm_args> <main_class> <args>` with stdout and stderr appended to `log`.
+    /// Starts `java <jvm_args> -cp <classpath> <main_class> <args>` with stdout and stderr
+    /// appended to `log`, from a class-data-sharing archive of an earlier JVM of the same kind
+    /// (class_sharing.rs).
     pub(crate) fn spawn(
         jvm_args: &[String],
+        classpath: &str,
         main_class: &str,
         args: &[String],
         log: &Path,
         cwd: &Path,
     ) -> Result<JvmProcess, TestingError> {
         let java = java_binary()?;
+        let class_sharing = ClassSharing::for_jvm(&java, classpath, main_class);
         let log_file = File::options()
             .create(true)
             .append(true)
@@ -234,6 +240,9 @@ impl JvmProcess {
         let mut command = Command::new(&java);
         command
             .args(jvm_args)
+            .args(class_sharing.jvm_args())
+            .arg("-cp")
+            .arg(classpath)
             .arg(main_class)
             .args(args)
             .current_dir(cwd)
@@ -242,7 +251,11 @@ impl JvmProcess {
             .stderr(Stdio::from(log_err));
         let child = spawn_tied_to_process(command)
             .map_err(|e| TestingError::io(format!("spawn {} {main_class}", java.display()), e))?;
-        Ok(JvmProcess { child, paused: false })
+        Ok(JvmProcess {
+            child,
+            paused: false,
+            class_sharing,
+        })
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -302,12 +315,15 @@ impl JvmProcess {
     /// SIGKILL and reap.
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
-        let _ = self.child.wait();
+        let status = self.child.wait();
+        self.class_sharing
+            .finish(status.is_ok_and(|s| s.signal() != Some(libc::SIGKILL)));
     }
 
     /// SIGTERM, wait up to `grace` for a clean exit, then SIGKILL.
     pub(crate) fn terminate(&mut self, grace: Duration) {
         if self.exit_status().is_some() {
+            self.kill(); // reaped already: this only finishes the class archive
             return;
         }
         let _ = self.signal(libc::SIGTERM);
@@ -318,6 +334,7 @@ impl JvmProcess {
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if self.exit_status().is_some() {
+                self.kill(); // reaped already: this only finishes the class archive
                 return;
             }
             thread::sleep(Duration::from_millis(20));
@@ -327,8 +344,14 @@ impl JvmProcess {
 }
 
 impl Drop for JvmProcess {
+    /// SIGKILL, except for the JVM that writes its kind's class archive: it gets a SIGTERM and
+    /// a few seconds to write it (once per kind and machine).
     fn drop(&mut self) {
-        self.kill();
+        if self.class_sharing.is_dumping() {
+            self.terminate(Duration::from_secs(10));
+        } else {
+            self.kill();
+        }
     }
 }
 

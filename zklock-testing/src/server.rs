@@ -355,7 +355,6 @@ impl ZkServer {
             "-XX:+UseSerialGC".to_string(),
             "-XX:-UsePerfData".to_string(),
             "-XX:+ExitOnOutOfMemoryError".to_string(),
-            "-Xshare:auto".to_string(),
             "-Djava.net.preferIPv4Stack=true".to_string(),
             "-Djava.awt.headless=true".to_string(),
             format!("-Dzookeeper.forceSync={}", if s.force_sync { "yes" } else { "no" }),
@@ -374,8 +373,6 @@ impl ZkServer {
         for (key, value) in self.security_properties().iter().chain(&s.system_properties) {
             args.push(format!("-D{key}={value}"));
         }
-        args.push("-cp".to_string());
-        args.push(server_classpath()?);
         Ok(args)
     }
 
@@ -401,6 +398,7 @@ impl ZkServer {
         let args = [self.config_path().display().to_string()];
         let jvm = JvmProcess::spawn(
             &self.jvm_args()?,
+            &server_classpath()?,
             self.main_class(),
             &args,
             &self.log_path(),
@@ -605,10 +603,8 @@ impl ZkServer {
 
 impl Drop for ZkServer {
     fn drop(&mut self) {
-        // Kill before the data directory is removed.
-        if let Some(mut p) = self.process().take() {
-            p.kill();
-        }
+        // Gone before the data directory is removed (JvmProcess's drop says how).
+        drop(self.process().take());
     }
 }
 
