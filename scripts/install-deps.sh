@@ -13,7 +13,8 @@
 #     server for the metrics end-to-end test (Debian package `prometheus`; the test starts its
 #     own server, and a service the package started is stopped and disabled again)
 #   - python3 for lint.sh's dashboard check (Debian package `python3`)
-#   - cargo-nextest, the runner scripts/test.sh uses (from crates.io, by `cargo install`)
+#   - cargo-nextest, the runner scripts/test.sh uses (from crates.io, by `cargo install`), and
+#     clippy, which its builds run (a rustup component)
 # Safe to run repeatedly: when everything is present it changes nothing and needs no network.
 #
 # With --build-only it looks only for what building the crates needs besides cargo: a C compiler
@@ -91,6 +92,15 @@ if ! command -v cargo >/dev/null 2>&1; then
     toolchain_missing=1
 else
     toolchain_missing=0
+fi
+
+# scripts/test.sh builds through clippy-driver (its builds are the lint run).
+if [[ $build_only -eq 0 && $toolchain_missing -eq 0 ]] && ! cargo clippy --version >/dev/null 2>&1; then
+    echo "install-deps: clippy missing; adding the rustup component"
+    if ! rustup component add clippy; then
+        echo "install-deps: clippy could not be added; scripts/test.sh needs it (rustup component add clippy)" >&2
+        exit 1
+    fi
 fi
 
 # scripts/test.sh runs the suite with cargo-nextest (every test in a process of its own, several

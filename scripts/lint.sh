@@ -10,17 +10,17 @@
 #      msrv             every package of Cargo.lock a published crate builds with (normal and
 #                       build dependencies, every feature, this platform) declares a
 #                       rust-version no newer than ours (scripts/check-msrv.py); clippy's
-#                       incompatible_msrv lint then flags std APIs newer than it in our code
+#                       incompatible_msrv lint (in test.sh's builds) then flags std APIs
+#                       newer than it in our code
 #   2. rustfmt          cargo fmt --all --check
-#   3. clippy           every crate, every target, every feature, warnings are errors; the
-#                       library again with no feature (every target) and with each feature
-#                       alone (the library itself)
-#   4. rustdoc          the workspace's docs build with warnings as errors (broken links…)
+#   3. rustdoc          the workspace's docs build with warnings as errors (broken links…)
 #      public API       the published crates' public items and signatures match api/*.txt
 #                       (scripts/api-snapshot.py; --update writes them after a deliberate change)
-#   5. packaging        every publishable crate packages, and its packaged copy checks (every
+#   4. packaging        every publishable crate packages, and its packaged copy checks (every
 #                       feature) against the other crates' packaged copies
-# `.ci/run` runs this before the test suite.
+# Clippy is not here: scripts/test.sh builds every target through clippy-driver (warnings are
+# errors), with every feature and then with none and each alone, so the lints cost no compile of
+# their own. `.ci/run` runs this before the test suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -49,37 +49,13 @@ python3 scripts/check-doc-commands.py
 step "MSRV (every locked package the published crates build with allows our rust-version)"
 python3 scripts/check-msrv.py
 
-for tool in fmt clippy; do
-    if ! cargo "$tool" --version >/dev/null 2>&1; then
-        step "cargo $tool is missing; adding the rustfmt and clippy components"
-        rustup component add rustfmt clippy
-        break
-    fi
-done
+if ! cargo fmt --version >/dev/null 2>&1; then
+    step "cargo fmt is missing; adding the rustfmt component"
+    rustup component add rustfmt
+fi
 
 step "rustfmt"
 cargo fmt --all --check
-
-step "clippy"
-cargo clippy --workspace --all-targets --all-features "${locked[@]}" -- -D warnings
-
-# The library with no optional feature (its default): every target builds and lints clean, so a
-# test or example missing its `#[cfg(feature = …)]` shows here. Then the library alone with each
-# feature by itself, with the tests test.sh runs in that build.
-step "clippy, library without features"
-cargo clippy -p zklock -p zklock-runtime -p zklock-macros --no-default-features --all-targets "${locked[@]}" \
-    -- -D warnings
-for feature in tls sasl metrics scheduler; do
-    step "clippy, library with only $feature"
-    case "$feature" in
-        tls) tests=(--test tls --test tls_certificates) ;;
-        sasl) tests=(--test sasl) ;;
-        scheduler) tests=(--test scheduler) ;;
-        *) tests=() ;;
-    esac
-    cargo clippy -p zklock -p zklock-runtime --no-default-features --features "$feature" --lib "${tests[@]}" \
-        "${locked[@]}" -- -D warnings
-done
 
 step "rustdoc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features "${locked[@]}"
@@ -105,7 +81,7 @@ cargo package --workspace --exclude zklock-examples --exclude zklock-renamed-dep
 # dependency on another zklock crate resolves to that one's packaged copy (not to the sources
 # here, and not to crates.io). `cargo check` of every target a user builds (libraries and
 # binaries), with every feature, finds a file left out of a package or a feature-gated module
-# that does not compile as published; it shares the dependencies clippy already checked.
+# that does not compile as published; it shares the dependencies rustdoc already checked.
 step "packaged copies check (every published crate as packaged, every feature)"
 version="$(cargo metadata --format-version 1 --no-deps "${locked[@]}" |
     python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "zklock"))')"
@@ -127,7 +103,7 @@ done
     echo "[patch.crates-io]"
     printf '%s\n' "${patches[@]}"
     # The same profiles as here: with other settings every dependency would be checked again
-    # (and aws-lc-sys's C library built again) instead of reusing what clippy checked.
+    # (and aws-lc-sys's C library built again) instead of reusing what rustdoc checked.
     awk '/^\[/ { keep = /^\[profile[.]/ } keep' Cargo.toml
 } >"$copies/Cargo.toml"
 # The repository's lock file pins the versions the checks above used; cargo only drops the
