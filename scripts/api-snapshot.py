@@ -12,7 +12,7 @@ review as a change to api/*.txt, so it is made on purpose, and the CHANGELOG can
 breaks.
 
 The listing comes from rustdoc's JSON output, which stable rustdoc writes only with
-RUSTC_BOOTSTRAP=1 (an unstable flag); its format differs between Rust versions, so the
+RUSTC_BOOTSTRAP=1 (an unstable flag; given to rustdoc alone, see bootstrapped_rustdoc); its format differs between Rust versions, so the
 snapshots are written by, and compared on, the toolchain `scripts/lint.sh` runs with.
 """
 
@@ -32,13 +32,34 @@ CRATES = {
 }
 
 
+def bootstrapped_rustdoc(target: Path) -> Path:
+    """A rustdoc that runs with RUSTC_BOOTSTRAP=1, for cargo to use in rustdoc's place.
+
+    Set for cargo as a whole, RUSTC_BOOTSTRAP would reach every rustc that checks a dependency
+    and change its fingerprint: `cargo doc` and `cargo check` (lint.sh's other steps) would then
+    check every dependency again after this script, and this script after them. Given to the one
+    rustdoc that writes the JSON, it changes nothing else.
+    """
+    sysroot = subprocess.run(
+        ["rustc", "--print", "sysroot"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    wrapper = target / "api-snapshot" / "rustdoc"
+    text = f'#!/bin/sh\nRUSTC_BOOTSTRAP=1 exec "{sysroot}/bin/rustdoc" "$@"\n'
+    if not wrapper.is_file() or wrapper.read_text() != text:
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        wrapper.write_text(text)
+        wrapper.chmod(0o755)
+    return wrapper
+
+
 def rustdoc_json(crate: str, features: list[str]) -> dict:
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     args = ["cargo", "rustdoc", "--quiet", "--locked", "-p", crate, "--lib"]
     if features:
         args += ["--features", ",".join(features)]
     args += ["--", "-Z", "unstable-options", "--output-format", "json"]
-    env = dict(os.environ, RUSTC_BOOTSTRAP="1", RUSTDOCFLAGS="")
+    env = dict(os.environ, RUSTDOC=str(bootstrapped_rustdoc(target)), RUSTDOCFLAGS="")
+    env.pop("RUSTC_BOOTSTRAP", None)
     subprocess.run(args, cwd=ROOT, env=env, check=True)
     path = target / "doc" / (crate.replace("-", "_") + ".json")
     return json.loads(path.read_text())
