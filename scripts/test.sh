@@ -60,10 +60,10 @@ linted=(--config "build.rustc-workspace-wrapper=\"$clippy_driver\"")
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
 # cargo-nextest runs every test in a process of its own, several at a time across all test
-# binaries (.config/nextest.toml says how many, and which tests count double). Doctests are
-# not nextest's: cargo test runs them after it.
+# binaries (.config/nextest.toml says how many, which tests count double, and that a failure
+# stops nothing: every test runs). Doctests are not nextest's: cargo test runs them after it.
 status=0
-cargo nextest run "${linted[@]}" --workspace --all-features --no-fail-fast "${locked[@]}" "$@" || status=$?
+cargo nextest run "${linted[@]}" --workspace --all-features "${locked[@]}" "$@" || status=$?
 
 # The doctests, then each optional feature without the others, so code behind one `cfg` that
 # only builds, lints clean or works in company is caught. Skipped when arguments pick tests.
@@ -76,7 +76,7 @@ if [[ $# -eq 0 ]]; then
         local features="$1"
         shift
         echo "test.sh: features: ${features:-none}" >&2
-        cargo nextest run "${linted[@]}" --no-default-features ${features:+--features "$features"} --no-fail-fast \
+        cargo nextest run "${linted[@]}" --no-default-features ${features:+--features "$features"} \
             "${locked[@]}" "$@" || status=$?
     }
     # None, as a service that only takes locks builds it (the default): every target of the
