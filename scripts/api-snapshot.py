@@ -12,8 +12,9 @@ review as a change to api/*.txt, so it is made on purpose, and the CHANGELOG can
 breaks.
 
 The listing comes from rustdoc's JSON output, which stable rustdoc writes only with
-RUSTC_BOOTSTRAP=1 (an unstable flag; given to rustdoc alone, see bootstrapped_rustdoc); its format differs between Rust versions, so the
-snapshots are written by, and compared on, the toolchain `scripts/lint.sh` runs with.
+RUSTC_BOOTSTRAP=1 (an unstable flag; given to rustdoc alone, see bootstrapped_rustdoc); its
+format differs between Rust versions, so the snapshots are written by, and compared on, the
+toolchain `scripts/lint.sh` runs with.
 """
 
 import difflib

@@ -15,8 +15,10 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{self, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The archive a JVM of one kind starts from, or writes at exit.
@@ -65,13 +67,15 @@ impl ClassSharing {
         self.dump.is_some()
     }
 
-    /// After the JVM has exited: moves the archive it wrote into place and gives up the claim.
-    /// `completed` says whether it exited on its own or by SIGTERM, not by SIGKILL (a JVM killed
-    /// while writing leaves a partial file, which is thrown away).
-    pub(crate) fn finish(&mut self, completed: bool) {
+    /// After the JVM has exited with `status` (as its reaping `wait` returned it): moves the
+    /// archive it wrote into place and gives up the claim. Only a JVM that exited on its own or
+    /// by SIGTERM wrote a whole archive; one SIGKILLed while writing leaves a partial file,
+    /// which is thrown away.
+    pub(crate) fn finish(&mut self, status: &io::Result<ExitStatus>) {
         let Some(dump) = self.dump.take() else {
             return;
         };
+        let completed = status.as_ref().is_ok_and(|s| s.signal() != Some(libc::SIGKILL));
         if completed && dump.is_file() {
             // Atomic within the directory: a JVM starting now sees the whole archive or none.
             let _ = fs::rename(&dump, &self.archive);
@@ -221,7 +225,7 @@ mod tests {
         assert!(first.is_dumping(), "nothing was archived yet: {first:?}");
         let out = run(&java, &classpath, &first, &[]);
         assert!(out.status.success(), "{out:?}");
-        first.finish(true);
+        first.finish(&Ok(out.status));
         assert!(first.archive.is_file(), "the first JVM's archive is in place");
         assert!(!claim_path(&first.archive).exists(), "the claim is given up");
 
@@ -274,7 +278,7 @@ mod tests {
         let mut sharing = ClassSharing::for_jvm_in(dir.path(), java, "", "Main");
         let dump = sharing.dump.clone().expect("the first JVM writes");
         fs::write(&dump, b"half an archive").expect("partial dump");
-        sharing.finish(false);
+        sharing.finish(&Ok(ExitStatus::from_raw(libc::SIGKILL)));
         assert!(!sharing.archive.exists(), "a partial archive is never put in place");
         assert!(!dump.exists(), "the partial file is removed");
         assert!(!claim_path(&sharing.archive).exists(), "the claim is given up");

@@ -29,7 +29,6 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -219,7 +218,7 @@ pub struct CuratorPeer {
     inbox: Arc<Mutex<Inbox>>,
     arrivals: watch::Sender<u64>,
     session_id: OnceLock<String>,
-    class_sharing: Mutex<ClassSharing>,
+    class_sharing: ClassSharing,
 }
 
 impl std::fmt::Debug for CuratorPeer {
@@ -352,7 +351,7 @@ impl CuratorPeer {
             inbox,
             arrivals,
             session_id: OnceLock::new(),
-            class_sharing: Mutex::new(class_sharing),
+            class_sharing,
         })
     }
 
@@ -596,14 +595,10 @@ impl CuratorPeer {
 impl Drop for CuratorPeer {
     fn drop(&mut self) {
         let _ = self.send("quit");
-        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut class_sharing = self
-            .class_sharing
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let child = self.child.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
         // Give Curator a moment to close its session (deleting its nodes), then make sure. The
         // JVM that writes the class archive (class_sharing.rs) gets longer: it writes at exit.
-        let grace = if class_sharing.is_dumping() {
+        let grace = if self.class_sharing.is_dumping() {
             Duration::from_secs(10)
         } else {
             Duration::from_millis(500)
@@ -616,8 +611,7 @@ impl Drop for CuratorPeer {
             std::thread::sleep(Duration::from_millis(25));
         }
         let _ = child.kill();
-        let status = child.wait();
-        class_sharing.finish(status.is_ok_and(|s| s.signal() != Some(libc::SIGKILL)));
+        self.class_sharing.finish(&child.wait());
     }
 }
 

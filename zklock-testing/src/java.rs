@@ -5,7 +5,7 @@ use std::env;
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -315,15 +315,20 @@ impl JvmProcess {
     /// SIGKILL and reap.
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
+        self.reap();
+    }
+
+    /// Waits for the exit (at once when `exit_status` saw it already) and finishes the class
+    /// archive this JVM may have written.
+    fn reap(&mut self) {
         let status = self.child.wait();
-        self.class_sharing
-            .finish(status.is_ok_and(|s| s.signal() != Some(libc::SIGKILL)));
+        self.class_sharing.finish(&status);
     }
 
     /// SIGTERM, wait up to `grace` for a clean exit, then SIGKILL.
     pub(crate) fn terminate(&mut self, grace: Duration) {
         if self.exit_status().is_some() {
-            self.kill(); // reaped already: this only finishes the class archive
+            self.reap();
             return;
         }
         let _ = self.signal(libc::SIGTERM);
@@ -334,7 +339,7 @@ impl JvmProcess {
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if self.exit_status().is_some() {
-                self.kill(); // reaped already: this only finishes the class archive
+                self.reap();
                 return;
             }
             thread::sleep(Duration::from_millis(20));
