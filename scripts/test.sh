@@ -20,13 +20,13 @@ suite_server_pids() {
     for dir in /proc/[0-9]*; do
         case "$(cat "$dir/comm" 2>/dev/null)" in
             java | redis-server | prometheus)
-                tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN" || continue
+                tr '\0' '\n' 2>/dev/null <"$dir/environ" | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN" || continue
                 ;;
             postgres)
                 # The postmaster keeps its environment; its children overwrite theirs with their
                 # process title, which names the cluster: zklock-testing/<marker>.
-                tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN" ||
-                    tr '\0' ' ' <"$dir/cmdline" 2>/dev/null | grep -qF "zklock-testing/$ZKLOCK_TEST_RUN" ||
+                tr '\0' '\n' 2>/dev/null <"$dir/environ" | grep -qx "ZKLOCK_TEST_RUN=$ZKLOCK_TEST_RUN" ||
+                    tr '\0' ' ' 2>/dev/null <"$dir/cmdline" | grep -qF "zklock-testing/$ZKLOCK_TEST_RUN" ||
                     continue
                 ;;
             *) continue ;;
