@@ -100,6 +100,24 @@ async fn lock_events_are_counted_per_template_with_wait_and_hold_times() {
         .expect("loss reported");
     assert!(matches!(ledger.release().await, Err(LockError::Lost { .. })));
 
+    // Re-entries of one hold under two sets of labels: the writer's own (twice) and a
+    // reader's (a writer may read), in between. Each is counted under its own labels.
+    let ledgers = client(&zk.connect_string()).await;
+    let write = ledgers.write_lock("ledger:7").unwrap().with_template("ledger:{id}");
+    let read = ledgers.read_lock("ledger:7").unwrap().with_template("ledger:{id}");
+    let outer = write.acquire().await.unwrap();
+    outer
+        .scope(async {
+            for lock in [&write, &read, &write] {
+                let inner = lock.acquire().await.unwrap();
+                assert_eq!(inner.fencing_token(), outer.fencing_token());
+                inner.release().await.unwrap();
+            }
+        })
+        .await;
+    outer.release().await.unwrap();
+    assert_eq!(ledgers.metrics().reentered, 3);
+
     let text = handle.render();
     eprintln!("{text}");
     let s = support::prometheus_samples(&text);
@@ -117,6 +135,8 @@ async fn lock_events_are_counted_per_template_with_wait_and_hold_times() {
         get(r#"zklock_max_hold_exceeded_total{kind="mutex",lock="report"}"#),
         1.0
     );
+    assert_eq!(get(r#"zklock_reentered_total{kind="write",lock="ledger:{id}"}"#), 2.0);
+    assert_eq!(get(r#"zklock_reentered_total{kind="read",lock="ledger:{id}"}"#), 1.0);
     // The other client's lock has no template.
     assert_eq!(get(r#"zklock_acquired_total{kind="mutex",lock="-"}"#), 1.0);
     // Wait and hold times, as summaries with counts.

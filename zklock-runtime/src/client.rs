@@ -1,7 +1,7 @@
 //! The lock client: configuration, the current ZooKeeper session, and the default client.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, OnceLock, RwLock as StdRwLock};
+use std::sync::{Arc, OnceLock, RwLock as StdRwLock};
 use std::time::Duration;
 
 use tokio::sync::{watch, Mutex as AsyncMutex};
@@ -140,8 +140,8 @@ pub(crate) struct ClientInner {
     pub config: Config,
     /// The connect string's servers, and what the last look at them found.
     pub contact: Arc<connect_string::Contact>,
-    /// Why the client cannot be used any more, once it cannot.
-    closed: StdMutex<Option<String>>,
+    /// Why the client cannot be used any more, once it cannot (the first reason given).
+    closed: OnceLock<String>,
     /// Set by the first [`LockClient::close`]: turns true once its work is done.
     closing: OnceLock<watch::Receiver<bool>>,
     /// The session new work goes to. Locked while a session is being opened, so concurrent
@@ -587,7 +587,7 @@ impl LockClientBuilder {
                 id: ClientId::next(),
                 config,
                 contact: Arc::new(connect_string::Contact::new(servers)),
-                closed: StdMutex::new(None),
+                closed: OnceLock::new(),
                 closing: OnceLock::new(),
                 current: AsyncMutex::new(None),
                 latest: StdRwLock::new(None),
@@ -961,10 +961,14 @@ impl LockClient {
     /// `Err(Closed)` once the client cannot be used any more: it was closed, or its driver
     /// thread stopped under a session (which closes it for good).
     pub(crate) fn check_open(&self) -> Result<(), LockError> {
-        if self.latest().is_some_and(|s| s.runtime_gone()) {
+        // Asked on every acquisition, reentrant ones too: read in place, without cloning the
+        // session's handle or taking a lock.
+        let latest = self.inner.latest.read().unwrap_or_else(|e| e.into_inner());
+        if latest.as_ref().is_some_and(|s| s.runtime_gone()) {
+            drop(latest);
             self.mark_closed("its driver thread stopped under its ZooKeeper session; open a new client");
         }
-        match &*self.inner.closed.lock().unwrap_or_else(|e| e.into_inner()) {
+        match self.inner.closed.get() {
             Some(reason) => Err(LockError::closed(reason.clone())),
             None => Ok(()),
         }
@@ -972,10 +976,8 @@ impl LockClient {
 
     /// Closes the client for good (the first reason given is kept).
     fn mark_closed(&self, reason: &str) {
-        let mut closed = self.inner.closed.lock().unwrap_or_else(|e| e.into_inner());
-        if closed.is_none() {
-            *closed = Some(reason.to_owned());
-        }
+        // The first reason given stays; a later one is dropped.
+        let _ = self.inner.closed.set(reason.to_owned());
         self.inner.set_status(SessionStatus::Closed);
     }
 
@@ -1043,7 +1045,7 @@ impl LockClient {
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
                 .map(|s| s.id);
-            if latest == Some(id) && inner.closed.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
+            if latest == Some(id) && inner.closed.get().is_none() {
                 inner.set_status(health.status);
             }
         });

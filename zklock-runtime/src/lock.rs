@@ -33,7 +33,7 @@ use crate::error::LockError;
 use crate::ops::inspect::{LockView, Side};
 use crate::recipes::semaphore::{self, Semaphore};
 use crate::telemetry::gauges::{Held, Waiting};
-use crate::telemetry::metrics::{Event, Labels, Timing};
+use crate::telemetry::metrics::{CounterCache, Event, Labels, Timing};
 
 /// The longest [`Lock::with_min_hold`] accepted: an hour, as for the lock-delay.
 const MAX_MIN_HOLD: Duration = Duration::from_secs(3600);
@@ -552,18 +552,35 @@ impl Lock {
 
     /// The acquire path: reentrancy, then the local queue, then ZooKeeper.
     pub(crate) async fn acquire_within(&self, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
+        if let Some(reentered) = self.reenter() {
+            return reentered;
+        }
+        // Boxed, so that this future stays a few words: a reentrant acquisition, answered
+        // above, does not build or move the wait's state, which is most of its cost.
+        Box::pin(self.wait_for_grant(timeout)).await
+    }
+
+    /// A reentrant acquisition, answered in place: `None` outside the scope of a hold it
+    /// re-enters.
+    fn reenter(&self) -> Option<Result<LockGuard, LockError>> {
+        let hold = reentrancy::reentry(self.client.inner.id, &self.dir, self.kind)?;
+        if let Err(closed) = self.client.check_open() {
+            return Some(Err(closed));
+        }
+        if hold.is_lost() {
+            return Some(Err(hold.lost_error()));
+        }
+        let metrics = &self.client.inner.metrics;
+        metrics.record_cached(Event::Reentered, self.labels(), &hold.reentries);
+        let guard = LockGuard::new(hold);
+        debug!(lock = %self.name, depth = guard.hold_count(), "reentrant acquire");
+        Some(Ok(guard))
+    }
+
+    /// A new holder: this process's queue, then ZooKeeper's, within `timeout`.
+    async fn wait_for_grant(&self, timeout: Option<Duration>) -> Result<LockGuard, LockError> {
         self.client.check_open()?;
         let metrics = &self.client.inner.metrics;
-        if let Some(hold) = reentrancy::reentry(self.client.inner.id, &self.dir, self.kind) {
-            let guard = LockGuard::new(hold);
-            if guard.is_lost() {
-                return Err(guard.lost().await);
-            }
-            metrics.record(Event::Reentered, self.labels());
-            debug!(lock = %self.name, depth = guard.hold_count(), "reentrant acquire");
-            return Ok(guard);
-        }
-
         let started = Instant::now();
         let _waiting = Waiting::start(self.labels());
         // The hold's span covers the wait (its child, `acquire`) and the hold; the guard keeps
@@ -860,6 +877,7 @@ impl Lock {
             cleanup: inner.cleanup.clone(),
             metrics: inner.metrics.clone(),
             template: self.template.clone(),
+            reentries: CounterCache::default(),
             own_node,
             min_hold: self.min_hold,
             cache: self.cache,

@@ -20,7 +20,7 @@ use crate::engine::supervise::{supervise, MaxHold, OnLost, OnRevoke, Supervision
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
 use crate::telemetry::gauges::Held;
-use crate::telemetry::metrics::{Event, Labels, Metrics, Timing};
+use crate::telemetry::metrics::{CounterCache, Event, Labels, Metrics, Timing};
 
 /// The identity of one client (and its clones) within this process: another client, even of
 /// the same ensemble, is another holder, as another process would be.
@@ -62,6 +62,8 @@ pub(crate) struct Holding {
     pub metrics: Arc<Metrics>,
     /// The lock's name template, which its exported metrics are labelled with.
     pub template: Option<Arc<str>>,
+    /// The exported counter of this hold's re-entries, registered with the first.
+    pub reentries: CounterCache,
     /// This hold's view of the watch on `node_path`: deleted by someone else (a loss),
     /// revocation requested.
     pub own_node: OwnNode,
@@ -281,6 +283,7 @@ impl Holding {
             cleanup: self.cleanup.clone(),
             metrics: self.metrics.clone(),
             template: self.template.clone(),
+            reentries: CounterCache::default(),
             own_node: std::mem::replace(&mut self.own_node, OwnNode::detached()),
             held: self.held.take(),
             min_hold: None,
@@ -658,7 +661,9 @@ impl LockGuard {
                 // can only take a handed-over node once this hold is gone.
                 drop(hold);
                 // Awaited here; dropped midway, the deletion still finishes in the background.
-                let outcome = pending.map(|pending| cleanup.finish(&session, pending));
+                // Boxed, so that the returned future stays a few words: ending one share of a
+                // reentrant hold sends nothing and should not build or move a deletion's state.
+                let outcome = pending.map(|pending| Box::pin(cleanup.finish(&session, pending)));
                 (lost, outcome)
             }
             // Other guards share the hold (a reentrant acquisition): only this share ends.

@@ -150,6 +150,17 @@ impl Metrics {
         let _ = labels;
     }
 
+    /// Counts `event` like [`record`](Self::record), exporting it through the handle `cache`
+    /// keeps: for an event counted again and again under the same labels (the re-entries of
+    /// one hold), whose exported key would otherwise be built and looked up every time.
+    pub fn record_cached(&self, event: Event, labels: Labels<'_>, cache: &CounterCache) {
+        self.counter(event).fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        cache.count(event, labels);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (labels, cache);
+    }
+
     /// Records a wait or hold time in the exported metrics (nothing without the feature).
     pub fn time(&self, timing: Timing, labels: Labels<'_>, took: Duration) {
         #[cfg(feature = "metrics")]
@@ -220,6 +231,44 @@ pub(crate) fn lock_label(template: Option<&std::sync::Arc<str>>) -> metrics::Sha
     }
 }
 
+/// The exported counter of one event under one set of labels, registered with its first count
+/// and reused by the next ones under the same event and labels (others are counted the
+/// ordinary way). Meant to live no longer than what it counts for (a hold): a handle
+/// registered before a recorder was installed counts nowhere, and is dropped with its owner.
+#[derive(Default)]
+pub(crate) struct CounterCache {
+    #[cfg(feature = "metrics")]
+    slot: std::sync::OnceLock<CachedCounter>,
+}
+
+#[cfg(feature = "metrics")]
+struct CachedCounter {
+    event: Event,
+    kind: &'static str,
+    template: Option<std::sync::Arc<str>>,
+    counter: metrics::Counter,
+}
+
+#[cfg(feature = "metrics")]
+impl CounterCache {
+    fn count(&self, event: Event, labels: Labels<'_>) {
+        let cached = self.slot.get_or_init(|| CachedCounter {
+            event,
+            kind: labels.kind,
+            template: labels.template.cloned(),
+            counter: export::counter(event.metric(), labels),
+        });
+        let same_labels = cached.event == event
+            && cached.kind == labels.kind
+            && cached.template.as_deref() == labels.template.map(|t| &**t);
+        if same_labels {
+            cached.counter.increment(1);
+        } else {
+            export::count(event.metric(), labels);
+        }
+    }
+}
+
 #[cfg(feature = "metrics")]
 mod export {
     use super::{lock_label, Labels, Timing};
@@ -228,8 +277,12 @@ mod export {
         lock_label(labels.template)
     }
 
+    pub fn counter(metric: &'static str, labels: Labels<'_>) -> metrics::Counter {
+        metrics::counter!(metric, "kind" => labels.kind, "lock" => lock(&labels))
+    }
+
     pub fn count(metric: &'static str, labels: Labels<'_>) {
-        metrics::counter!(metric, "kind" => labels.kind, "lock" => lock(&labels)).increment(1);
+        counter(metric, labels).increment(1);
     }
 
     pub fn time(timing: Timing, labels: Labels<'_>, took: std::time::Duration) {
