@@ -142,7 +142,7 @@ enum Worker {
     /// (`perf record -g -- bench profile distinct 127.0.0.1:2181 20`); prints the rate and this
     /// process's CPU time per acquisition.
     Profile {
-        #[arg(value_parser = ["uncontended", "floor", "cached", "cached-wait", "reentrant", "distinct", "distinct-floor", "distinct-floor-list", "curator-distinct"])]
+        #[arg(value_parser = ["uncontended", "floor", "cached", "cached-wait", "reentrant", "curator-reentrant", "distinct", "distinct-floor", "distinct-floor-list", "curator-distinct"])]
         section: String,
         connect: String,
         seconds: u64,
@@ -875,6 +875,11 @@ async fn profile(section: &str, connect: &str, length: Duration) -> Result<(), B
             let cycles_in = (length.as_secs_f64() * 2_000_000.0) as usize;
             let ns = zklock_side::reentrant(connect, 1000, cycles_in.max(1000)).await?;
             format!("{ns:.0} ns per re-acquire + release, and")
+        }
+        "curator-reentrant" => {
+            let cycles_in = (length.as_secs_f64() * 2_000_000.0) as usize;
+            let ns = curator_side::reentrant(connect, 1000, cycles_in.max(1000)).await?;
+            format!("Curator: {ns:.0} ns per re-acquire + release (its JVM's CPU is not this process's), and")
         }
         "cached" => {
             let cycles_in = (length.as_secs_f64() * 20_000.0) as usize;
