@@ -24,7 +24,7 @@ use zklock::LockClient;
 use zklock_examples::seckill::driver::{self, DemoArgs, Launcher, Summary};
 use zklock_examples::seckill::front::Route;
 use zklock_examples::seckill::service::{self, Inventory, LockArgs, LockKind, ServeArgs};
-use zklock_examples::seckill::store::{sqlite_url, Backend, Store, StoreError};
+use zklock_examples::seckill::store::{sqlite_url, Backend, Placed, Store, StoreError};
 
 /// The demo runs start four processes each (five with PostgreSQL); one at a time is enough for a
 /// small machine.
@@ -731,6 +731,57 @@ async fn stale_write_between(backend: Backend) {
     assert!(matches!(
         store.claim(1, Some(stale)).await,
         Err(StoreError::Fenced { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_sale_finds_its_earlier_order_or_claims_the_item() {
+    placed_or_claim(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_sale_finds_its_earlier_order_or_claims_the_item_on_postgres() {
+    placed_or_claim(Backend::Postgres).await;
+}
+
+/// The sale's first step (`Checkout::placed_or_claim`, one statement on PostgreSQL): a
+/// repeated request gets its order back and claims nothing; a new one claims the item with its
+/// token; an older token is refused; a missing item is `None`.
+async fn placed_or_claim(backend: Backend) {
+    let (stale, fresh) = successive_tokens().await;
+
+    let db = TestDb::start(backend).await;
+    let store = db.store().await;
+    store.create_item(1, 10).await.expect("create");
+    let placed = store
+        .commit_purchase(1, 9, 1, "r-1", Some(stale))
+        .await
+        .expect("a first sale");
+
+    let mut conn = store.checkout().await.expect("a connection");
+    match conn.placed_or_claim(1, "r-1", Some(fresh)).await.expect("repeat") {
+        Placed::Already(order) => assert_eq!(order, placed),
+        other => panic!("a repeated request was not answered with its order: {other:?}"),
+    }
+    let item = store.item(1).await.expect("read").expect("item");
+    assert_eq!(item.last_token, Some(stale.to_string()), "a repeat claimed the item");
+
+    match conn.placed_or_claim(1, "r-2", Some(fresh)).await.expect("new request") {
+        Placed::Claimed(Some(item)) => {
+            assert_eq!(item.stock, 9);
+            assert_eq!(item.last_token, Some(fresh.to_string()));
+        }
+        other => panic!("a new request did not claim the item: {other:?}"),
+    }
+    match conn.placed_or_claim(1, "r-3", Some(stale)).await {
+        Err(StoreError::Fenced { offered, accepted, .. }) => {
+            assert_eq!((offered, accepted), (stale.to_string(), fresh.to_string()));
+        }
+        other => panic!("a claim with an older token got in: {other:?}"),
+    }
+    assert!(matches!(
+        conn.placed_or_claim(2, "r-4", Some(fresh)).await,
+        Ok(Placed::Claimed(None))
     ));
 }
 

@@ -36,7 +36,7 @@ use serde_json::json;
 use zklock::{distributed_lock, FencingToken, LockClient, LockError, MultiGuard, MultiLock};
 
 use super::redis_lock::{RedisLock, RedisLockError};
-use super::store::{Backend, Item, Order, Sale, Store, StoreError, Write};
+use super::store::{Backend, Item, Order, Placed, Sale, Store, StoreError, Write};
 
 /// The largest quantity one request may buy (keeps arithmetic far from overflow).
 pub const MAX_QTY: i64 = 1_000_000;
@@ -401,12 +401,14 @@ impl Inventory {
                 purchase(item_id, req.qty, sale)
             }
             Mode::Conditional => {
-                // The same steps and pause as the locked paths, then the conditional update.
-                if let Some(order) = self.store.order_for_request(item_id, &req.request_id).await? {
+                // The same steps and pause as the locked paths, on one connection, then the
+                // conditional update.
+                let mut db = self.store.checkout().await?;
+                if let Some(order) = db.order_for_request(item_id, &req.request_id).await? {
                     return Ok(Purchase::AlreadyPlaced(order));
                 }
                 self.pause_in_race_window().await;
-                let sale = self.store.buy_conditional(item_id, req.qty, &req.request_id).await?;
+                let sale = db.buy_conditional(item_id, req.qty, &req.request_id).await?;
                 purchase(item_id, req.qty, sale)
             }
         }
@@ -548,16 +550,14 @@ impl Inventory {
         req: &BuyRequest,
         token: Option<FencingToken>,
     ) -> Result<Purchase, ApiError> {
-        if let Some(order) = self.store.order_for_request(item_id, &req.request_id).await? {
-            return Ok(Purchase::AlreadyPlaced(order));
-        }
+        // One connection for the sale's steps.
+        let mut db = self.store.checkout().await?;
         // The read claims the item with the token: a paused holder that lost the lock can no
-        // longer write once this read is done (see `Store::claim`).
-        let item = self
-            .store
-            .claim(item_id, token)
-            .await?
-            .ok_or(ApiError::NoSuchItem(item_id))?;
+        // longer write once this read is done (see `Checkout::claim`).
+        let item = match db.placed_or_claim(item_id, &req.request_id, token).await? {
+            Placed::Already(order) => return Ok(Purchase::AlreadyPlaced(order)),
+            Placed::Claimed(item) => item.ok_or(ApiError::NoSuchItem(item_id))?,
+        };
         if item.stock < req.qty {
             return Err(ApiError::SoldOut {
                 item_id,
@@ -566,8 +566,7 @@ impl Inventory {
             });
         }
         self.pause_in_race_window().await;
-        let order = self
-            .store
+        let order = db
             .commit_purchase(item_id, item.stock - req.qty, req.qty, &req.request_id, token)
             .await?;
         Ok(Purchase::Placed(order))

@@ -20,8 +20,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyPool, Row};
+use sqlx::AnyPool;
 use zklock::FencingToken;
+
+mod checkout;
+mod database_lock;
+mod statements;
+
+pub use checkout::{Checkout, Placed};
+pub use database_lock::Sale;
+use statements::order_from_row;
 
 /// Which database engine a [`Store`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +135,9 @@ impl Store {
         let pool = AnyPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(std::time::Duration::from_secs(10))
+            // No ping on every checkout (a round trip, inside the lock for the zklock sale): a
+            // dead connection fails its statement instead, which the request reports.
+            .test_before_acquire(false)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
@@ -214,57 +225,12 @@ impl Store {
 
     /// Reads item `id`, or `None` if there is no such item.
     pub async fn item(&self, id: i64) -> Result<Option<Item>, StoreError> {
-        let row = sqlx::query("SELECT id, stock, initial_stock, last_token FROM items WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|row| {
-            Ok(Item {
-                id: row.try_get("id")?,
-                stock: row.try_get("stock")?,
-                initial_stock: row.try_get("initial_stock")?,
-                last_token: row.try_get("last_token")?,
-            })
-        })
-        .transpose()
+        self.checkout().await?.item(id).await
     }
 
-    /// Reads item `id` for a fenced read-check-write: with `token`, claims the item with it in
-    /// the same statement (the item remembers `token` as the newest), so any holder with an
-    /// older token is refused from then on ([`StoreError::Fenced`] if a newer token has
-    /// claimed it already). Without `token`, a plain read. `None` if there is no such item.
+    /// [`Checkout::claim`] on a connection of its own.
     pub async fn claim(&self, id: i64, token: Option<FencingToken>) -> Result<Option<Item>, StoreError> {
-        let Some(token) = token.map(|t| t.to_string()) else {
-            return self.item(id).await;
-        };
-        let row = sqlx::query(
-            "UPDATE items SET last_token = $1 WHERE id = $2 AND (last_token IS NULL OR last_token <= $3)
-             RETURNING id, stock, initial_stock, last_token",
-        )
-        .bind(token.as_str())
-        .bind(id)
-        .bind(token.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        match row {
-            Some(row) => Ok(Some(Item {
-                id: row.try_get("id")?,
-                stock: row.try_get("stock")?,
-                initial_stock: row.try_get("initial_stock")?,
-                last_token: row.try_get("last_token")?,
-            })),
-            None => match self.item(id).await? {
-                Some(Item {
-                    last_token: Some(accepted),
-                    ..
-                }) => Err(StoreError::Fenced {
-                    item_id: id,
-                    offered: token,
-                    accepted,
-                }),
-                _ => Ok(None),
-            },
-        }
+        self.checkout().await?.claim(id, token).await
     }
 
     /// All orders of item `id`, oldest first.
@@ -279,26 +245,12 @@ impl Store {
         rows.iter().map(order_from_row).collect()
     }
 
-    /// The order a request already placed, if any (so a retried request is not sold twice).
+    /// [`Checkout::order_for_request`] on a connection of its own.
     pub async fn order_for_request(&self, item_id: i64, request_id: &str) -> Result<Option<Order>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, item_id, request_id, qty, token, created_ms FROM orders
-             WHERE item_id = $1 AND request_id = $2 ORDER BY id LIMIT 1",
-        )
-        .bind(item_id)
-        .bind(request_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(order_from_row).transpose()
+        self.checkout().await?.order_for_request(item_id, request_id).await
     }
 
-    /// Writes a purchase in one transaction: sets the item's stock to `new_stock` and inserts
-    /// the order. Either both happen or neither does.
-    ///
-    /// With `token`, the write is fenced: it only applies if the item has not accepted a newer
-    /// token ([`StoreError::Fenced`] otherwise), and the item remembers `token` as the newest.
-    /// Equal tokens pass: they come from one hold of the lock, whose body may write twice.
-    /// Without `token` (the service running without the lock) nothing is checked.
+    /// [`Checkout::commit_purchase`] on a connection of its own.
     pub async fn commit_purchase(
         &self,
         item_id: i64,
@@ -307,14 +259,10 @@ impl Store {
         request_id: &str,
         token: Option<FencingToken>,
     ) -> Result<Order, StoreError> {
-        let line = Write {
-            item_id,
-            new_stock,
-            qty,
-            token,
-        };
-        let mut orders = self.commit(request_id, std::slice::from_ref(&line)).await?;
-        Ok(orders.remove(0))
+        self.checkout()
+            .await?
+            .commit_purchase(item_id, new_stock, qty, request_id, token)
+            .await
     }
 
     /// Writes a cart in one transaction: one fenced stock write and one order per line, all
@@ -341,134 +289,16 @@ impl Store {
     }
 
     async fn commit(&self, request_id: &str, lines: &[Write]) -> Result<Vec<Order>, StoreError> {
-        // Rows are written in one order, by item id: PostgreSQL locks each row it updates until
-        // the transaction ends, so two transactions writing the same items in opposite orders
-        // wait for each other until one is aborted with `deadlock detected` (after
-        // `deadlock_timeout`, 1 s by default). With the distributed lock no two carts of an item
-        // write at once, but without it (and for a holder that lost its lock) they do. SQLite
-        // has one writer at a time and cannot deadlock here.
-        let mut lines: Vec<&Write> = lines.iter().collect();
-        lines.sort_by_key(|line| line.item_id);
-        let mut tx = self.pool.begin().await?;
-        let mut orders = Vec::with_capacity(lines.len());
-        for line in lines {
-            match write_line(&mut tx, request_id, line).await {
-                Ok(order) => orders.push(order),
-                Err(err) => {
-                    tx.rollback().await?;
-                    return Err(err);
-                }
-            }
-        }
-        tx.commit().await?;
-        Ok(orders)
-    }
-}
-
-/// What a purchase decided inside the database came to ([`Store::buy_under_advisory_lock`],
-/// [`Store::buy_conditional`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sale {
-    /// A new order was written.
-    Placed(Order),
-    /// This request id had already placed this order; nothing new was written.
-    AlreadyPlaced(Order),
-    /// Fewer units were left than asked for; nothing was written.
-    SoldOut {
-        /// Units left when the request was checked.
-        stock: i64,
-    },
-}
-
-impl Store {
-    /// The purchase with the database as the lock: one transaction takes PostgreSQL's
-    /// transaction-scoped advisory lock on the item (`pg_advisory_xact_lock(item_id)`, released
-    /// by the commit or the rollback, also when the connection dies), then reads, checks, pauses
-    /// for `race_window` and writes back exactly as the ZooKeeper-locked path does, unfenced.
-    /// PostgreSQL only.
-    pub async fn buy_under_advisory_lock(
-        &self,
-        item_id: i64,
-        qty: i64,
-        request_id: &str,
-        race_window: std::time::Duration,
-    ) -> Result<Sale, StoreError> {
-        if self.backend != Backend::Postgres {
-            return Err(StoreError::Database(sqlx::Error::Configuration(
-                "the database lock is PostgreSQL's pg_advisory_xact_lock: give a postgres:// URL".into(),
-            )));
-        }
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(item_id)
-            .execute(&mut *tx)
-            .await?;
-        let placed = sqlx::query(
-            "SELECT id, item_id, request_id, qty, token, created_ms FROM orders
-             WHERE item_id = $1 AND request_id = $2 ORDER BY id LIMIT 1",
-        )
-        .bind(item_id)
-        .bind(request_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(row) = placed {
-            tx.rollback().await?;
-            return Ok(Sale::AlreadyPlaced(order_from_row(&row)?));
-        }
-        let stock: Option<i64> = sqlx::query_scalar("SELECT stock FROM items WHERE id = $1")
-            .bind(item_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(stock) = stock else {
-            tx.rollback().await?;
-            return Err(StoreError::NoSuchItem(item_id));
-        };
-        if stock < qty {
-            tx.rollback().await?;
-            return Ok(Sale::SoldOut { stock });
-        }
-        if !race_window.is_zero() {
-            tokio::time::sleep(race_window).await;
-        }
-        let line = Write {
-            item_id,
-            new_stock: stock - qty,
-            qty,
-            token: None,
-        };
-        let order = match write_line(&mut tx, request_id, &line).await {
-            Ok(order) => order,
-            Err(err) => {
-                tx.rollback().await?;
-                return Err(err);
-            }
-        };
-        tx.commit().await?;
-        Ok(Sale::Placed(order))
+        self.checkout().await?.commit(request_id, lines).await
     }
 
-    /// The purchase without any lock: one transaction takes the units with a conditional
-    /// update (`SET stock = stock - qty WHERE stock >= qty`), which the database applies
-    /// atomically, and inserts the order. It never oversells; it does not stop two requests with
-    /// the same id from both buying, which takes a unique constraint or a lock.
-    pub async fn buy_conditional(&self, item_id: i64, qty: i64, request_id: &str) -> Result<Sale, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let taken = sqlx::query("UPDATE items SET stock = stock - $1 WHERE id = $2 AND stock >= $3")
-            .bind(qty)
-            .bind(item_id)
-            .bind(qty)
-            .execute(&mut *tx)
-            .await?;
-        if taken.rows_affected() == 0 {
-            tx.rollback().await?;
-            return match self.item(item_id).await? {
-                Some(item) => Ok(Sale::SoldOut { stock: item.stock }),
-                None => Err(StoreError::NoSuchItem(item_id)),
-            };
-        }
-        let order = insert_order(&mut tx, item_id, request_id, qty, None).await?;
-        tx.commit().await?;
-        Ok(Sale::Placed(order))
+    /// A connection of the pool, held for the steps of one request: taken from the pool (and
+    /// health-checked by it, a round trip) once instead of once per step.
+    pub async fn checkout(&self) -> Result<Checkout, StoreError> {
+        Ok(Checkout {
+            conn: self.pool.acquire().await?,
+            backend: self.backend,
+        })
     }
 }
 
@@ -484,99 +314,4 @@ pub struct Write {
     pub qty: i64,
     /// The fencing token of the item's lock, or `None` without the lock.
     pub token: Option<FencingToken>,
-}
-
-/// The fenced stock write and the order insert of one line, inside the caller's transaction.
-async fn write_line(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    request_id: &str,
-    line: &Write,
-) -> Result<Order, StoreError> {
-    let Write {
-        item_id,
-        new_stock,
-        qty,
-        token,
-    } = *line;
-    let token_text = token.map(|t| t.to_string());
-    // The UPDATE comes first in the transaction, so SQLite takes its write lock at once
-    // (waiting out other writers with busy_timeout) instead of upgrading from a read lock,
-    // which could fail with SQLITE_BUSY when two processes race.
-    let updated = match &token_text {
-        Some(token) => {
-            sqlx::query(
-                "UPDATE items SET stock = $1, last_token = $2
-                 WHERE id = $3 AND (last_token IS NULL OR last_token <= $4)",
-            )
-            .bind(new_stock)
-            .bind(token.as_str())
-            .bind(item_id)
-            .bind(token.as_str())
-            .execute(&mut **tx)
-            .await?
-        }
-        None => {
-            sqlx::query("UPDATE items SET stock = $1 WHERE id = $2")
-                .bind(new_stock)
-                .bind(item_id)
-                .execute(&mut **tx)
-                .await?
-        }
-    };
-    if updated.rows_affected() == 0 {
-        let accepted: Option<Option<String>> = sqlx::query_scalar("SELECT last_token FROM items WHERE id = $1")
-            .bind(item_id)
-            .fetch_optional(&mut **tx)
-            .await?;
-        return Err(match (accepted, token_text) {
-            (Some(Some(accepted)), Some(offered)) => StoreError::Fenced {
-                item_id,
-                offered,
-                accepted,
-            },
-            _ => StoreError::NoSuchItem(item_id),
-        });
-    }
-    insert_order(tx, item_id, request_id, qty, token_text).await
-}
-
-/// Inserts an order inside the caller's transaction.
-async fn insert_order(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    item_id: i64,
-    request_id: &str,
-    qty: i64,
-    token_text: Option<String>,
-) -> Result<Order, StoreError> {
-    let created_ms = now_ms();
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO orders (item_id, request_id, qty, token, created_ms)
-         VALUES ($1, $2, $3, $4, $5) RETURNING id",
-    )
-    .bind(item_id)
-    .bind(request_id)
-    .bind(qty)
-    .bind(token_text.clone())
-    .bind(created_ms)
-    .fetch_one(&mut **tx)
-    .await?;
-    Ok(Order {
-        id,
-        item_id,
-        request_id: request_id.to_owned(),
-        qty,
-        token: token_text,
-        created_ms,
-    })
-}
-
-fn order_from_row(row: &sqlx::any::AnyRow) -> Result<Order, StoreError> {
-    Ok(Order {
-        id: row.try_get("id")?,
-        item_id: row.try_get("item_id")?,
-        request_id: row.try_get("request_id")?,
-        qty: row.try_get("qty")?,
-        token: row.try_get("token")?,
-        created_ms: row.try_get("created_ms")?,
-    })
 }
