@@ -7,9 +7,9 @@ use zklock::FencingToken;
 use super::statements::{order_for_request_on, refusal, sell_in_one_statement, write_line};
 use super::{now_ms, Backend, Item, Order, StoreError, Write};
 
-/// One connection of a [`Store`]'s pool, held for the steps of one request: the request-id
-/// check, the claim and the write of a sale run on it one after the other. Returned to the
-/// pool when dropped.
+/// One connection of a [`Store`](super::Store)'s pool, held for the steps of one request: the
+/// request-id check, the claim and the write of a sale run on it one after the other. Returned
+/// to the pool when dropped.
 pub struct Checkout {
     pub(super) conn: sqlx::pool::PoolConnection<sqlx::Any>,
     pub(super) backend: Backend,
