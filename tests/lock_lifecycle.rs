@@ -101,6 +101,12 @@ async fn close_releases_every_lock_at_once_and_later_calls_say_closed() {
         Err(LockError::Closed { message: why, .. }) => assert!(why.contains("close()"), "{why}"),
         other => panic!("expected Closed, got {other:?}"),
     }
+    // Inside the kept hold's scope as well: a re-entry through a closed client is Closed too.
+    let lock = holder.mutex("close-kept").unwrap();
+    match kept.scope(lock.acquire_timeout(SOON)).await {
+        Err(LockError::Closed { message: why, .. }) => assert!(why.contains("close()"), "{why}"),
+        other => panic!("expected Closed for a re-entry, got {other:?}"),
+    }
     // Another client gets the lock at once, long before a 10 s session could expire.
     let next = other
         .mutex("close-kept")
