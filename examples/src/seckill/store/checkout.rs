@@ -4,7 +4,7 @@
 use sqlx::{Connection, Row};
 use zklock::FencingToken;
 
-use super::statements::{order_for_request_on, refusal, sell_in_one_statement, write_line};
+use super::statements::{item_from_row, order_for_request_on, refusal, sell_in_one_statement, write_line};
 use super::{now_ms, Backend, Item, Order, StoreError, Write};
 
 /// One connection of a [`Store`](super::Store)'s pool, held for the steps of one request: the
@@ -22,15 +22,7 @@ impl Checkout {
             .bind(id)
             .fetch_optional(&mut *self.conn)
             .await?;
-        row.map(|row| {
-            Ok(Item {
-                id: row.try_get("id")?,
-                stock: row.try_get("stock")?,
-                initial_stock: row.try_get("initial_stock")?,
-                last_token: row.try_get("last_token")?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(item_from_row).transpose()
     }
 
     /// Reads item `id` for a fenced read-check-write: with `token`, claims the item with it in
@@ -51,12 +43,7 @@ impl Checkout {
         .fetch_optional(&mut *self.conn)
         .await?;
         match row {
-            Some(row) => Ok(Some(Item {
-                id: row.try_get("id")?,
-                stock: row.try_get("stock")?,
-                initial_stock: row.try_get("initial_stock")?,
-                last_token: row.try_get("last_token")?,
-            })),
+            Some(row) => Ok(Some(item_from_row(&row)?)),
             None => self.claim_refused(id, token).await,
         }
     }
@@ -64,16 +51,9 @@ impl Checkout {
     /// Why a claim of item `id` with `offered` changed nothing: a newer token has claimed it
     /// ([`StoreError::Fenced`]), or there is no such item (`None`).
     async fn claim_refused(&mut self, id: i64, offered: String) -> Result<Option<Item>, StoreError> {
-        match self.item(id).await? {
-            Some(Item {
-                last_token: Some(accepted),
-                ..
-            }) => Err(StoreError::Fenced {
-                item_id: id,
-                offered,
-                accepted,
-            }),
-            _ => Ok(None),
+        match refusal(&mut self.conn, id, Some(offered)).await {
+            StoreError::NoSuchItem(_) => Ok(None),
+            err => Err(err),
         }
     }
 
@@ -128,18 +108,13 @@ impl Checkout {
                 None => Err(StoreError::Database(sqlx::Error::RowNotFound)),
             };
         }
-        let Some(id) = row.try_get::<Option<i64>, _>("id")? else {
+        if row.try_get::<Option<i64>, _>("id")?.is_none() {
             return Ok(Placed::Claimed(match token {
                 Some(token) => self.claim_refused(item_id, token).await?,
                 None => None,
             }));
-        };
-        Ok(Placed::Claimed(Some(Item {
-            id,
-            stock: row.try_get("stock")?,
-            initial_stock: row.try_get("initial_stock")?,
-            last_token: row.try_get("last_token")?,
-        })))
+        }
+        Ok(Placed::Claimed(Some(item_from_row(&row)?)))
     }
 
     /// The order a request already placed, if any (so a retried request is not sold twice).

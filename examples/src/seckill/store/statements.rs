@@ -2,7 +2,7 @@
 
 use sqlx::Row;
 
-use super::{now_ms, Order, StoreError, Write};
+use super::{now_ms, Item, Order, StoreError, Write};
 
 /// The order `request_id` placed for item `item_id`, if any, read on `conn`.
 pub(super) async fn order_for_request_on(
@@ -148,6 +148,15 @@ pub(super) async fn insert_order(
         qty,
         token: token_text,
         created_ms,
+    })
+}
+
+pub(super) fn item_from_row(row: &sqlx::any::AnyRow) -> Result<Item, StoreError> {
+    Ok(Item {
+        id: row.try_get("id")?,
+        stock: row.try_get("stock")?,
+        initial_stock: row.try_get("initial_stock")?,
+        last_token: row.try_get("last_token")?,
     })
 }
 
