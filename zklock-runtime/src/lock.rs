@@ -280,9 +280,11 @@ impl Lock {
     /// and `zklock show` report the idle node as the holder, and
     /// [`is_cached`](Self::is_cached) tells it apart. A single try in another process
     /// ([`try_acquire`](Self::try_acquire), a zero timeout, the attribute's `if_busy = "skip"`)
-    /// finds it busy, since the node goes only once that process's contender is seen: where
-    /// others try once, give them a short wait instead (`acquire_timeout` of a few
-    /// milliseconds), or do not cache. `Duration::ZERO` turns caching off.
+    /// may find it busy: the node goes once that process's contender is seen, which races
+    /// with the try's own look at the queue. Either way the try ends the linger. Where others
+    /// try once and must not miss an idle lock, give them a short wait instead
+    /// (`acquire_timeout` of a few milliseconds), or do not cache. `Duration::ZERO` turns
+    /// caching off.
     ///
     /// Errors: [`LockError::InvalidConfig`] for a linger over an hour, and for a read lock, a
     /// semaphore or an election (only mutexes and write locks queue in the process, where

@@ -1,13 +1,14 @@
 //! Who else is in a lock's directory beside a node of ours: the watch that tells a cached node
 //! ([`crate::engine::cache`]) that another contender arrived, or that the node itself is gone.
 //!
-//! One children watch on the directory, set with a listing and set again (with a new listing)
-//! after every change, for as long as the node is ours. The listing that sets it also proves
-//! the node still exists: [`Around::Alone`] means the last listing showed our node and nothing
-//! else, and no change has been reported since. Any change (another contender's create, our
-//! node's deletion, a connection loss) makes the state [`Around::Unknown`] until the next
-//! listing answers. Anything that stops the watch (the session over, a refused listing) ends
-//! in [`Around::Crowded`], which is final: a node is kept idle only while the watch vouches for
+//! One children watch on the directory, set with a listing, for as long as the node is ours.
+//! The listing that sets it also proves the node still exists: [`Around::Alone`] means the last
+//! listing showed our node and nothing else, and no change has been reported since. A change
+//! of the children (another contender's create, or our node's deletion: nothing else can
+//! change a directory that held our node alone) ends in [`Around::Crowded`] at once, without
+//! listing again. A connection loss makes the state [`Around::Unknown`] until a new listing
+//! answers. Anything that stops the watch (the session over, a refused listing) also ends in
+//! [`Around::Crowded`], which is final: a node is kept idle only while the watch vouches for
 //! it.
 
 use std::sync::Arc;
@@ -82,6 +83,12 @@ async fn follow(session: Arc<Session>, dir: String, ours: String, state: watch::
                 }
                 state.send_replace(Around::Alone);
                 let event = watcher.changed().await;
+                // The listing showed our node alone, so any change of the children is another
+                // contender's create or our node's deletion: either way the node is not kept,
+                // and telling so now spares the listing that would say it.
+                if event.event_type == zk::EventType::NodeChildrenChanged {
+                    break;
+                }
                 state.send_replace(Around::Unknown);
                 if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
                     break;
