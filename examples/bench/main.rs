@@ -146,6 +146,10 @@ enum Worker {
         section: String,
         connect: String,
         seconds: u64,
+        /// Writes the library's DEBUG log to stderr, with microsecond timestamps: every request
+        /// sent and answered on every session, for a per-step timeline of a round.
+        #[arg(long)]
+        trace: bool,
     },
 }
 
@@ -334,7 +338,17 @@ fn main() -> Result<(), BoxError> {
             ref section,
             ref connect,
             seconds,
-        }) => runtime.block_on(profile(section, connect, Duration::from_secs(seconds))),
+            trace,
+        }) => {
+            if trace {
+                tracing_subscriber::fmt()
+                    .with_max_level(tracing::Level::DEBUG)
+                    .with_ansi(false)
+                    .with_writer(std::io::stderr)
+                    .init();
+            }
+            runtime.block_on(profile(section, connect, Duration::from_secs(seconds)))
+        }
         None if args.seckill => runtime.block_on(run_seckill_only(args)),
         None if args.scale => runtime.block_on(run_scale_only(args)),
         None => runtime.block_on(run(args)),
