@@ -1,6 +1,7 @@
 //! A client's life against a real server: bad connect strings refused up front, an unknown host
 //! named as such, `close()` freeing every lock at once, a client outliving the runtime that made
-//! it, and `release()` reporting what became of the grant.
+//! it (or, on the caller's runtime, ending with it), and `release()` reporting what became of
+//! the grant.
 
 mod support;
 
@@ -182,6 +183,103 @@ fn a_client_outlives_the_runtime_that_made_it() {
         tokio::time::timeout(SOON, client.flush()).await.expect("flush hung");
         client.close().await;
     });
+}
+
+/// The other choice: a client whose sessions run on the caller's runtime
+/// (`LockClientBuilder::runtime`) ends with that runtime. Its hold is lost, not silently kept,
+/// the client answers `Closed` instead of hanging, and the lock frees once the server ends the
+/// session whose connection went with the runtime.
+#[test]
+fn a_client_on_the_callers_runtime_ends_with_it() {
+    let zk = server();
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let (client, guard) = first.block_on(async {
+        let client = LockClient::builder(zk.connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .runtime(tokio::runtime::Handle::current())
+            .connect()
+            .await
+            .unwrap();
+        let guard = client.mutex("runtime-owned").unwrap().acquire().await.unwrap();
+        (client, guard)
+    });
+    drop(first);
+
+    assert!(guard.is_lost(), "the hold outlived the runtime its session ran on");
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        let again = tokio::time::timeout(SOON, client.mutex("runtime-owned").unwrap().acquire())
+            .await
+            .expect("an acquisition on a client whose runtime is gone hung");
+        assert!(matches!(again, Err(LockError::Closed { .. })), "not Closed: {again:?}");
+        assert_eq!(client.status(), SessionStatus::Closed);
+        assert!(
+            matches!(guard.release().await, Err(LockError::Lost { .. })),
+            "the release of a hold lost with its runtime did not say so"
+        );
+        let other = support::client(&zk.connect_string()).await;
+        other
+            .mutex("runtime-owned")
+            .unwrap()
+            .acquire_timeout(SOON)
+            .await
+            .expect("the lock stayed taken after its holder's runtime ended")
+            .release()
+            .await
+            .unwrap();
+    });
+}
+
+/// A client on the caller's runtime and a client on a thread of its own contend for one lock
+/// from several tasks each: never two holders at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_the_callers_runtime_excludes_like_any_other() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let zk = server();
+    let on_caller = LockClient::builder(zk.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .runtime(tokio::runtime::Handle::current())
+        .connect()
+        .await
+        .unwrap();
+    let own_thread = client(&zk.connect_string()).await;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for c in [
+        &on_caller,
+        &own_thread,
+        &on_caller,
+        &own_thread,
+        &on_caller,
+        &own_thread,
+    ] {
+        let lock = c.mutex("runtime-shared").unwrap();
+        let (inside, most, granted) = (inside.clone(), most.clone(), granted.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..15 {
+                let guard = lock.acquire_timeout(SOON).await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                granted.fetch_add(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(granted.load(Ordering::SeqCst), 90);
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two holders at once");
+    on_caller.close().await;
+    own_thread.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

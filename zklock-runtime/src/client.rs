@@ -45,7 +45,8 @@ const DEFAULT_NAMESPACE: &str = "/zklock";
 /// gone. So one client can serve a whole test suite of `#[tokio::test]`s, each of which has a
 /// runtime of its own, or a process whose runtimes come and go; no runtime needs to run between
 /// uses. The price is one mostly idle thread per client, and a hop to that thread and back
-/// for each request. The futures you await (acquire, release, …) run on your runtime and use
+/// for each request; a service whose runtime lives as long as the client can have the
+/// sessions run there instead, with [`LockClientBuilder::runtime`]. The futures you await (acquire, release, …) run on your runtime and use
 /// its timers; a runtime with the time driver enabled is needed there, as for any tokio timer.
 ///
 /// ```no_run
@@ -116,6 +117,9 @@ pub(crate) struct Config {
     pub default_cache: Option<Duration>,
     /// TLS and SASL settings, checked.
     pub security: Secured,
+    /// The runtime the sessions run on, when the caller gave one
+    /// ([`LockClientBuilder::runtime`]); a driver thread of the client's own otherwise.
+    pub runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Config {
@@ -152,7 +156,8 @@ pub(crate) struct ClientInner {
     status: watch::Sender<SessionStatus>,
     /// The client's place in the session gauges; moved with `status`.
     session_gauge: SessionGauge,
-    /// The thread this client's sessions run on, started with the first session.
+    /// Where this client's sessions run: a thread of its own, started with the first session,
+    /// or the runtime the caller gave.
     driver: tokio::sync::OnceCell<Arc<Driver>>,
     /// Whether a session timeout cut by the server was reported (once per client).
     cut_reported: AtomicBool,
@@ -190,6 +195,7 @@ pub struct LockClientBuilder {
     default_timeout: Duration,
     default_max_hold: Option<Duration>,
     default_cache: Option<Duration>,
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// Shows the settings, never a credential: digest auth appears as its scheme only.
@@ -211,6 +217,7 @@ impl std::fmt::Debug for LockClientBuilder {
             .field("default_timeout", &self.default_timeout)
             .field("default_max_hold", &self.default_max_hold)
             .field("default_cache", &self.default_cache)
+            .field("runtime", &self.runtime.as_ref().map(|_| "the caller's"))
             .finish()
     }
 }
@@ -503,6 +510,34 @@ impl LockClientBuilder {
         self
     }
 
+    /// Runs this client's sessions (the client library's connection, the engine's session
+    /// monitor, watches and background releases) on `runtime` instead of on a thread of the
+    /// client's own (see [`LockClient`]). A request and its answer then stay on that runtime
+    /// instead of crossing to the client's thread and back: on a small machine, where that
+    /// crossing is a thread wake-up each way, this is most of the client's CPU per acquisition
+    /// (docs/benchmarks.md, "Where the time goes").
+    ///
+    /// The runtime must outlive the client. Once it shuts down, the client's sessions end with
+    /// it, and the client answers [`LockError::Closed`] from then on (a new client is needed).
+    /// So it suits a service whose `#[tokio::main]` runtime runs for the life of the process
+    /// (`runtime(tokio::runtime::Handle::current())`), not a client shared by `#[tokio::test]`s,
+    /// each of which has a runtime of its own. The futures you await run on your runtime
+    /// either way.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
+    /// let client = zklock_runtime::LockClient::builder("zk1:2181")
+    ///     .runtime(tokio::runtime::Handle::current())
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn runtime(mut self, runtime: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
     /// Validates the configuration and opens the first session.
     ///
     /// Errors: [`LockError::InvalidConfig`] for a bad configuration (before any network
@@ -581,6 +616,7 @@ impl LockClientBuilder {
             default_timeout: self.default_timeout,
             default_max_hold: self.default_max_hold,
             default_cache: self.default_cache,
+            runtime: self.runtime,
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -653,6 +689,7 @@ impl LockClient {
             default_timeout: DEFAULT_TIMEOUT,
             default_max_hold: None,
             default_cache: None,
+            runtime: None,
         }
     }
 
@@ -958,15 +995,16 @@ impl LockClient {
         }
     }
 
-    /// `Err(Closed)` once the client cannot be used any more: it was closed, or its driver
-    /// thread stopped under a session (which closes it for good).
+    /// `Err(Closed)` once the client cannot be used any more: it was closed, or the runtime its
+    /// sessions run on (its driver thread, or [`LockClientBuilder::runtime`]) stopped under a
+    /// session (which closes it for good).
     pub(crate) fn check_open(&self) -> Result<(), LockError> {
         // Asked on every acquisition, reentrant ones too: read in place, without cloning the
         // session's handle or taking a lock.
         let latest = self.inner.latest.read().unwrap_or_else(|e| e.into_inner());
         if latest.as_ref().is_some_and(|s| s.runtime_gone()) {
             drop(latest);
-            self.mark_closed("its driver thread stopped under its ZooKeeper session; open a new client");
+            self.mark_closed("the runtime its ZooKeeper session ran on stopped; open a new client");
         }
         match self.inner.closed.get() {
             Some(reason) => Err(LockError::closed(reason.clone())),
@@ -985,7 +1023,17 @@ impl LockClient {
         let config = &self.inner.config;
         self.inner.set_status(SessionStatus::Connecting);
         connect_string::resolve(&config.connect, self.inner.contact.servers()).await?;
-        let driver = self.inner.driver.get_or_try_init(Driver::start).await?.clone();
+        let driver = self
+            .inner
+            .driver
+            .get_or_try_init(|| async {
+                match &config.runtime {
+                    Some(runtime) => Ok(Driver::on(runtime.clone())),
+                    None => Driver::start().await,
+                }
+            })
+            .await?
+            .clone();
         debug!(connect = %config.connect, "opening zookeeper session");
         // On the driver: the client library's connection task is spawned where it connects.
         let client = self.clone();
@@ -995,7 +1043,7 @@ impl LockClient {
         });
         let zk = connecting
             .await
-            .ok_or_else(|| LockError::connection("the client's driver thread stopped"))?
+            .ok_or_else(|| LockError::connection("the runtime the client's sessions run on stopped"))?
             .map_err(|e| match e {
                 zk::Error::AuthFailed => config.security.auth_failed(),
                 e @ zk::Error::BadArguments(_) => {

@@ -11,8 +11,11 @@
 //! which work across runtimes, and use the caller's runtime only for their own timers.
 //!
 //! The cost: one mostly idle OS thread per client, and every request crosses from the caller's
-//! thread to the driver's and its answer back, the hop a multi-thread runtime often makes
-//! anyway. `docs/benchmarks.md` measures the engine with it.
+//! thread to the driver's and its answer back: a thread wake-up each way, which on a small
+//! machine is most of the client's CPU per acquisition (`docs/benchmarks.md`, "Where the time
+//! goes"). A caller whose runtime outlives the client can spare that: with
+//! [`LockClientBuilder::runtime`](crate::LockClientBuilder::runtime) the driver is that
+//! runtime ([`Driver::on`]), and no thread is started.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -28,8 +31,9 @@ use crate::error::LockError;
 /// its runtime stops.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-/// A client's driver thread. Dropping the last reference stops it, once the sessions it ran
-/// have closed (or after [`CLOSE_GRACE`]).
+/// Where a client's sessions run: a thread of the client's own, or the caller's runtime.
+/// Dropping the last reference to a driver thread stops it, once the sessions it ran have
+/// closed (or after [`CLOSE_GRACE`]).
 pub(crate) struct Driver {
     handle: Handle,
     /// Sessions that ran here, so that stopping waits for their close requests to go out.
@@ -79,6 +83,16 @@ impl Driver {
         }))
     }
 
+    /// A driver on the caller's `runtime`, which the caller keeps running for as long as the
+    /// client: no thread of its own, nothing to stop.
+    pub fn on(runtime: Handle) -> Arc<Driver> {
+        Arc::new(Driver {
+            handle: runtime,
+            sessions: Arc::default(),
+            stop: None,
+        })
+    }
+
     /// The driver's runtime, for tasks that must outlive the caller's.
     pub fn handle(&self) -> &Handle {
         &self.handle
@@ -97,8 +111,12 @@ impl Driver {
         (&mut task.0).await.ok()
     }
 
-    /// Notes a session opened on this driver, whose close stopping the driver waits for.
+    /// Notes a session opened on this driver, whose close stopping the driver waits for (a
+    /// driver of its own thread; one on the caller's runtime keeps no list).
     pub fn adopt(&self, states: zk::StateWatcher) {
+        if self.stop.is_none() {
+            return;
+        }
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|s| !s.peek_state().is_terminated());
         sessions.push(states);
