@@ -65,6 +65,9 @@ pub struct ContenderConfig {
     /// How long this process keeps an idle lock (lock caching, `default_cache`); zero: not at
     /// all.
     pub cache: Duration,
+    /// Whether the client runs its sessions on this process's runtime
+    /// (`LockClientBuilder::runtime`) instead of on a thread of its own.
+    pub on_caller_runtime: bool,
     /// Seed of this process's pseudo-random choices.
     pub seed: u64,
 }
@@ -106,6 +109,10 @@ impl ContenderConfig {
                 u8::from(self.short_holds).to_string(),
             ),
             ("ZKLOCK_CHAOS_CACHE_MS".into(), self.cache.as_millis().to_string()),
+            (
+                "ZKLOCK_CHAOS_ON_CALLER_RUNTIME".into(),
+                u8::from(self.on_caller_runtime).to_string(),
+            ),
             ("ZKLOCK_CHAOS_SEED".into(), self.seed.to_string()),
         ]
     }
@@ -133,6 +140,7 @@ impl ContenderConfig {
             lock_delay: Duration::from_millis(num("ZKLOCK_CHAOS_LOCK_DELAY_MS")?),
             short_holds: num::<u8>("ZKLOCK_CHAOS_SHORT_HOLDS")? == 1,
             cache: Duration::from_millis(num("ZKLOCK_CHAOS_CACHE_MS")?),
+            on_caller_runtime: num::<u8>("ZKLOCK_CHAOS_ON_CALLER_RUNTIME")? == 1,
             seed: num("ZKLOCK_CHAOS_SEED")?,
         })
     }
@@ -384,6 +392,10 @@ async fn connect(config: &ContenderConfig, mode: watch::Receiver<Mode>) -> Resul
         if !config.cache.is_zero() {
             // Idle locks stay with this process until another one asks (lock caching).
             builder = builder.default_cache(config.cache);
+        }
+        if config.on_caller_runtime {
+            // This process's runtime runs until it exits: no driver thread, no hop to one.
+            builder = builder.runtime(tokio::runtime::Handle::current());
         }
         let attempt = builder.connect().await;
         match attempt {

@@ -421,6 +421,10 @@ fn spawn_contender(
         lock_delay: config.lock_delay,
         short_holds: config.short_holds,
         cache: config.cache.filter(|_| index.is_multiple_of(2)).unwrap_or_default(),
+        // Both places a client's sessions can run, under every fault kind: a thread of its own
+        // (processes 0, 3, 4, 7, …) and the process's own runtime (1, 2, 5, 6, …). Beside the
+        // cache on even processes, four processes cover the four pairings.
+        on_caller_runtime: (index + index / 2) % 2 == 1,
         seed: config.seed.wrapping_add(index as u64 * 7919),
     };
     let mut child = Command::new(&config.child.program)
