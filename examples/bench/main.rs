@@ -45,7 +45,7 @@ use stats::{ratio, round, Summary};
 use zklock_examples::seckill::bench::{seckill_section, Sale, SeckillPlan};
 use zklock_examples::seckill::driver::Launcher;
 use zklock_examples::seckill::service::{self, ServeArgs};
-use zklock_side::Phases;
+use zklock_side::{Phases, Sessions};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -142,7 +142,7 @@ enum Worker {
     /// (`perf record -g -- bench profile distinct 127.0.0.1:2181 20`); prints the rate and this
     /// process's CPU time per acquisition.
     Profile {
-        #[arg(value_parser = ["uncontended", "floor", "cached", "cached-wait", "reentrant", "curator-reentrant", "distinct", "distinct-floor", "distinct-floor-list", "curator-distinct"])]
+        #[arg(value_parser = ["uncontended", "floor", "cached", "cached-wait", "reentrant", "curator-reentrant", "distinct", "distinct-caller-runtime", "distinct-floor", "distinct-floor-list", "curator-distinct"])]
         section: String,
         connect: String,
         seconds: u64,
@@ -241,7 +241,7 @@ impl Plan {
         3 + 3 * self.in_process.len()
             + 3 * self.cross_process.len()
             + self.fairness_bounds.len()
-            + 5 * self.distinct_rounds
+            + 6 * self.distinct_rounds
             + 2
             + 3
             + 1
@@ -905,9 +905,14 @@ async fn profile(section: &str, connect: &str, length: Duration) -> Result<(), B
                 run.p50_us
             )
         }
-        "distinct" => {
+        "distinct" | "distinct-caller-runtime" => {
+            let sessions = if section == "distinct" {
+                Sessions::OwnThread
+            } else {
+                Sessions::CallerRuntime
+            };
             // A namespace of this process's own, so that the cold phase is cold on a reused server.
-            let run = zklock_side::distinct_keys(connect, std::process::id() as usize, 64, 10_000, phases);
+            let run = zklock_side::distinct_keys(connect, std::process::id() as usize, 64, 10_000, phases, sessions);
             per_key(costed(run, phases, no_server, true).await?)
         }
         "curator-distinct" => {
@@ -991,17 +996,17 @@ async fn per_key_section(
     // colder server than everyone after it.
     progress.note("distinct keys: warming up the server (zklock and Curator, not counted)");
     let short = Phases::after(Duration::from_millis(200), plan.window / 4);
-    zklock_side::distinct_keys(connect, 0, tasks, keys, short).await?;
+    zklock_side::distinct_keys(connect, 0, tasks, keys, short, Sessions::OwnThread).await?;
     let peer = curator_side::peer(connect).await?;
     let short = Phases::after(Duration::from_millis(200), plan.window / 4);
     curator_side::distinct_keys(&peer, 0, tasks, keys, short).await?;
     drop(peer);
-    let mut runs: [Vec<Value>; 5] = Default::default();
+    let mut runs: [Vec<Value>; 6] = Default::default();
     for round in 1..=plan.distinct_rounds {
         let order = if round % 2 == 1 {
-            [0, 1, 4, 2, 3]
+            [0, 5, 1, 4, 2, 3]
         } else {
-            [4, 1, 0, 3, 2]
+            [4, 1, 5, 0, 3, 2]
         };
         for who in order {
             let what = [
@@ -1010,6 +1015,7 @@ async fn per_key_section(
                 "raw floor",
                 "raw floor with listing",
                 "zookeeper-client's recipe",
+                "zklock, sessions on the bench's runtime",
             ][who];
             progress.step(&format!(
                 "distinct keys, round {round}/{}: {what}, {tasks} tasks over {keys} keys",
@@ -1017,8 +1023,13 @@ async fn per_key_section(
             ));
             let timing = phases();
             let run = match who {
-                0 => {
-                    let run = zklock_side::distinct_keys(connect, round, tasks, keys, timing);
+                0 | 5 => {
+                    let sessions = if who == 0 {
+                        Sessions::OwnThread
+                    } else {
+                        Sessions::CallerRuntime
+                    };
+                    let run = zklock_side::distinct_keys(connect, round, tasks, keys, timing, sessions);
                     costed(run, timing, || server.cpu(), true).await?
                 }
                 1 => {
@@ -1081,9 +1092,10 @@ async fn costed(
 }
 
 /// The per-key section's entry: per phase, each contender's median rate and CPU over the
-/// rounds (`runs`: zklock, Curator, floor, floor with listing, zookeeper-client's recipe), the
-/// ratios of the medians, and every round's figures.
-fn distinct_entry(runs: &[Vec<Value>; 5], phase: Duration) -> Value {
+/// rounds (`runs`: zklock, Curator, floor, floor with listing, zookeeper-client's recipe, zklock
+/// with its sessions on the bench's runtime), the ratios of the medians, and every round's
+/// figures.
+fn distinct_entry(runs: &[Vec<Value>; 6], phase: Duration) -> Value {
     let mut entry = json!({
         "tasks": runs[0][0]["threads"],
         "keys": runs[0][0]["keys"],
@@ -1107,12 +1119,16 @@ fn distinct_entry(runs: &[Vec<Value>; 5], phase: Duration) -> Value {
             })
         };
         let rows = runs.each_ref().map(|r| row(r));
-        let [z, c, f, fl, k] = rows
+        let [z, c, f, fl, k, zr] = rows
             .each_ref()
             .map(|r| r["acquisitions_per_sec"].as_f64().unwrap_or(0.0));
-        let [zklock, curator, floor, floor_with_listing, zkclient] = rows;
+        let [zklock, curator, floor, floor_with_listing, zkclient, zklock_caller_runtime] = rows;
         entry[name] = json!({
             "zklock": zklock,
+            "zklock_on_caller_runtime": zklock_caller_runtime,
+            "zklock_on_caller_runtime_vs_floor": ratio(zr, f),
+            "zklock_on_caller_runtime_vs_zkclient": ratio(zr, k),
+            "zklock_on_caller_runtime_vs_curator": ratio(zr, c),
             "curator": curator,
             "zkclient": zkclient,
             "floor": floor,

@@ -430,18 +430,32 @@ pub async fn distinct_keys(
     tasks: usize,
     keys: usize,
     phases: Phases,
+    sessions: Sessions,
 ) -> Result<Value, BoxError> {
-    let client = LockClient::builder(connect)
-        .namespace(format!("/zklock-distinct-{round}"))
-        .session_timeout(Duration::from_secs(10))
-        .connect()
-        .await?;
+    let builder = LockClient::builder(connect).session_timeout(Duration::from_secs(10));
+    // A namespace of each kind's own, so that each one's cold phase is cold.
+    let builder = match sessions {
+        Sessions::OwnThread => builder.namespace(format!("/zklock-distinct-{round}")),
+        Sessions::CallerRuntime => builder
+            .namespace(format!("/zklock-distinct-rt-{round}"))
+            .runtime(tokio::runtime::Handle::current()),
+    };
+    let client = builder.connect().await?;
     let counts = per_key_cycles(tasks, keys, phases, move |key| {
         let client = client.clone();
         async move { client.mutex(&format!("key-{key}"))?.acquire().await?.release().await }
     })
     .await?;
     Ok(phases.report(counts, tasks, keys))
+}
+
+/// Where a bench client runs its ZooKeeper sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sessions {
+    /// The default: a driver thread of the client's own.
+    OwnThread,
+    /// The bench's own runtime (`LockClientBuilder::runtime`), which outlives the client.
+    CallerRuntime,
 }
 
 /// `tasks` tasks each run `cycle(key)` on random keys below `keys` from the phases' begin to

@@ -703,10 +703,13 @@ pub fn router(inventory: Arc<Inventory>) -> Router {
 /// connecting) the lock client.
 pub async fn inventory(args: &ServeArgs) -> Result<Inventory, Box<dyn std::error::Error + Send + Sync>> {
     let store = Store::open(&args.database).await?;
+    // A service instance's runtime runs for the life of its process, so the lock client's
+    // sessions run on it too: no thread of the client's own, and no hop to one per request.
     let locks = LockClient::builder(args.zk.clone())
         .session_timeout(args.zk_timeout)
         .connect_timeout(args.zk_timeout)
         .default_cache(args.lock_args.lock_cache)
+        .runtime(tokio::runtime::Handle::current())
         .build()?;
     let inventory = Inventory::new(store, locks, !args.unsafe_no_lock, args.race_window);
     if args.unsafe_no_lock {
