@@ -1435,6 +1435,7 @@ fn print_table(r: &Value) {
         );
         for (label, key) in [
             ("zklock", "zklock"),
+            ("zklock, caller's runtime", "zklock_on_caller_runtime"),
             ("Curator", "curator"),
             ("zookeeper-client's recipe", "zkclient"),
             ("floor: create + delete", "floor"),

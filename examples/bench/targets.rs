@@ -154,7 +154,7 @@ fn caching_targets(f: &Figures) -> serde_json::Map<String, Value> {
                 wait["uncached_handoff"]["p99_us"],
                 wait["rounds"]
             ),
-            "behind a cached node the contender's own create, the keeper's notification and its delete come before the notification that an uncached handoff is made of",
+            "behind a cached node two writes commit in a row, the contender's create and then the keeper's delete (which the keeper can send only once the create's notification reaches it), each followed by a notification; an uncached handoff is one write and one notification. So no lock cache that grants without a round trip gets below about 2 x on ZooKeeper, less the costs both paths share (docs/benchmarks.md, Lock caching)",
         ),
     );
     targets
