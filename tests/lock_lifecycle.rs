@@ -194,12 +194,7 @@ fn a_client_on_the_callers_runtime_ends_with_it() {
     let zk = server();
     let first = tokio::runtime::Runtime::new().unwrap();
     let (client, guard) = first.block_on(async {
-        let client = LockClient::builder(zk.connect_string())
-            .session_timeout(Duration::from_secs(4))
-            .runtime(tokio::runtime::Handle::current())
-            .connect()
-            .await
-            .unwrap();
+        let client = on_this_runtime(&zk).await;
         let guard = client.mutex("runtime-owned").unwrap().acquire().await.unwrap();
         (client, guard)
     });
@@ -240,12 +235,7 @@ async fn a_client_on_the_callers_runtime_excludes_like_any_other() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let zk = server();
-    let on_caller = LockClient::builder(zk.connect_string())
-        .session_timeout(Duration::from_secs(4))
-        .runtime(tokio::runtime::Handle::current())
-        .connect()
-        .await
-        .unwrap();
+    let on_caller = on_this_runtime(&zk).await;
     let own_thread = client(&zk.connect_string()).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
@@ -280,6 +270,16 @@ async fn a_client_on_the_callers_runtime_excludes_like_any_other() {
     assert_eq!(most.load(Ordering::SeqCst), 1, "two holders at once");
     on_caller.close().await;
     own_thread.close().await;
+}
+
+/// A client of `zk` whose sessions run on the runtime this is called from.
+async fn on_this_runtime(zk: &ZkServer) -> LockClient {
+    LockClient::builder(zk.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .runtime(tokio::runtime::Handle::current())
+        .connect()
+        .await
+        .expect("connect a client on this runtime")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
