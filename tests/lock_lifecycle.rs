@@ -272,6 +272,30 @@ async fn a_client_on_the_callers_runtime_excludes_like_any_other() {
     own_thread.close().await;
 }
 
+/// A runtime given to `LockClientBuilder::runtime` without tokio's time driver cannot run a
+/// session's timers: connecting answers a connection error that says why, instead of opening a
+/// session whose tasks then fail, and the caller does not panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_without_drivers_for_the_sessions_is_refused_with_the_reason() {
+    let zk = server();
+    let bare = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let connecting = LockClient::builder(zk.connect_string())
+        .runtime(bare.handle().clone())
+        .connect();
+    let connected = tokio::time::timeout(SOON, connecting).await.expect("connecting hung");
+    match connected {
+        Err(err @ LockError::Connection { .. }) => assert!(
+            err.to_string().contains("enable_time"),
+            "the error does not say what the runtime lacks: {err}"
+        ),
+        other => panic!("not a connection error: {:?}", other.map(|_| "connected")),
+    }
+    bare.shutdown_background();
+}
+
 /// A client of `zk` whose sessions run on the runtime this is called from.
 async fn on_this_runtime(zk: &ZkServer) -> LockClient {
     LockClient::builder(zk.connect_string())

@@ -522,7 +522,10 @@ impl LockClientBuilder {
     /// So it suits a service whose `#[tokio::main]` runtime runs for the life of the process
     /// (`runtime(tokio::runtime::Handle::current())`), not a client shared by `#[tokio::test]`s,
     /// each of which has a runtime of its own. The futures you await run on your runtime
-    /// either way.
+    /// either way. The runtime needs tokio's time driver
+    /// ([`enable_all`](tokio::runtime::Builder::enable_all), as `#[tokio::main]` has it);
+    /// without it no session opens, and connecting answers [`LockError::Connection`] saying
+    /// so.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), zklock_runtime::LockError> {
@@ -1034,6 +1037,10 @@ impl LockClient {
             })
             .await?
             .clone();
+        driver
+            .check_timers()
+            .await
+            .map_err(|why| LockError::connection(format!("the runtime the client's sessions run on: {why}")))?;
         debug!(connect = %config.connect, "opening zookeeper session");
         // On the driver: the client library's connection task is spawned where it connects.
         let client = self.clone();
@@ -1043,7 +1050,7 @@ impl LockClient {
         });
         let zk = connecting
             .await
-            .ok_or_else(|| LockError::connection("the runtime the client's sessions run on stopped"))?
+            .map_err(|why| LockError::connection(format!("the runtime the client's sessions run on: {why}")))?
             .map_err(|e| match e {
                 zk::Error::AuthFailed => config.security.auth_failed(),
                 e @ zk::Error::BadArguments(_) => {

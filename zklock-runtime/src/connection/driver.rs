@@ -99,8 +99,10 @@ impl Driver {
     }
 
     /// Runs `work` on the driver and awaits its output from wherever the caller runs. Dropping
-    /// the returned future stops `work`.
-    pub async fn run<T: Send + 'static>(&self, work: impl Future<Output = T> + Send + 'static) -> Option<T> {
+    /// the returned future stops `work`. Errs with why the driver did not run it to the end:
+    /// its runtime shut down, or `work` panicked there (on a caller's runtime built without
+    /// tokio's time driver, a timer panics).
+    pub async fn run<T: Send + 'static>(&self, work: impl Future<Output = T> + Send + 'static) -> Result<T, String> {
         struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
         impl<T> Drop for AbortOnDrop<T> {
             fn drop(&mut self) {
@@ -108,7 +110,31 @@ impl Driver {
             }
         }
         let mut task = AbortOnDrop(self.handle.spawn(work));
-        (&mut task.0).await.ok()
+        (&mut task.0).await.map_err(|err| match err.try_into_panic() {
+            Ok(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_owned());
+                format!(
+                    "it could not run them ({why}); a runtime given to LockClientBuilder::runtime needs \
+                     tokio's time driver (Builder::enable_time, or enable_all)"
+                )
+            }
+            Err(_) => "it stopped".to_owned(),
+        })
+    }
+
+    /// Checks that the driver can run a session's timers: a caller's runtime built without
+    /// tokio's time driver cannot, and would fail the session's tasks one by one once it is
+    /// open. Its own thread's runtime always can.
+    pub async fn check_timers(&self) -> Result<(), String> {
+        if self.stop.is_some() {
+            return Ok(());
+        }
+        // Made inside the task: a timer is bound to the runtime it is made on.
+        self.run(async { tokio::time::sleep(Duration::ZERO).await }).await
     }
 
     /// Notes a session opened on this driver, whose close stopping the driver waits for (a
