@@ -46,8 +46,9 @@ const DEFAULT_NAMESPACE: &str = "/zklock";
 /// runtime of its own, or a process whose runtimes come and go; no runtime needs to run between
 /// uses. The price is one mostly idle thread per client, and a hop to that thread and back
 /// for each request; a service whose runtime lives as long as the client can have the
-/// sessions run there instead, with [`LockClientBuilder::runtime`]. The futures you await (acquire, release, …) run on your runtime and use
-/// its timers; a runtime with the time driver enabled is needed there, as for any tokio timer.
+/// sessions run there instead, with [`LockClientBuilder::runtime`]. The futures you await
+/// (acquire, release, …) run on your runtime and use its timers; a runtime with the time
+/// driver enabled is needed there, as for any tokio timer.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), zklock_runtime::LockError> {

@@ -118,8 +118,8 @@ impl Driver {
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a panic".to_owned());
                 format!(
-                    "it could not run them ({why}); a runtime given to LockClientBuilder::runtime needs \
-                     tokio's time driver (Builder::enable_time, or enable_all)"
+                    "it could not run them ({why}); a runtime given to LockClientBuilder::runtime \
+                     needs tokio's time driver (Builder::enable_time, or enable_all)"
                 )
             }
             Err(_) => "it stopped".to_owned(),
