@@ -1038,14 +1038,14 @@ impl LockClient {
             })
             .await?
             .clone();
-        driver
-            .check_timers()
-            .await
-            .map_err(|why| LockError::connection(format!("the runtime the client's sessions run on: {why}")))?;
         debug!(connect = %config.connect, "opening zookeeper session");
         // On the driver: the client library's connection task is spawned where it connects.
         let client = self.clone();
         let connecting = driver.run(async move {
+            // The session's monitor and pulse need the driver's timers, which the connect
+            // itself does not: a caller's runtime built without them fails here, before a
+            // session opens whose tasks would fail one by one.
+            tokio::time::sleep(Duration::ZERO).await;
             let config = &client.inner.config;
             config.security.connect(client.connector(), &config.connect).await
         });

@@ -126,17 +126,6 @@ impl Driver {
         })
     }
 
-    /// Checks that the driver can run a session's timers: a caller's runtime built without
-    /// tokio's time driver cannot, and would fail the session's tasks one by one once it is
-    /// open. Its own thread's runtime always can.
-    pub async fn check_timers(&self) -> Result<(), String> {
-        if self.stop.is_some() {
-            return Ok(());
-        }
-        // Made inside the task: a timer is bound to the runtime it is made on.
-        self.run(async { tokio::time::sleep(Duration::ZERO).await }).await
-    }
-
     /// Notes a session opened on this driver, whose close stopping the driver waits for (a
     /// driver of its own thread; one on the caller's runtime keeps no list).
     pub fn adopt(&self, states: zk::StateWatcher) {

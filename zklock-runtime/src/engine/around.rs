@@ -71,8 +71,8 @@ impl Drop for DirWatch {
     }
 }
 
-/// Lists `dir` with a watch until it holds something besides `ours` (or lacks it), telling
-/// `state` what each listing showed.
+/// Lists `dir` with a watch until it holds something besides `ours` (or lacks it) or its
+/// children change, telling `state` what each listing showed.
 async fn follow(session: Arc<Session>, dir: String, ours: String, state: watch::Sender<Around>) {
     loop {
         let Ok(zk) = session.zk() else { break };
