@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{cancellation_storm, client, eventually, raw, requests_received, Rng};
+use support::{cancellation_storm, client, client_with, eventually, raw, requests_received, Rng};
 use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
 use zklock_testing::FaultProxy;
 
@@ -190,6 +190,55 @@ async fn a_foreign_create_and_delete_during_the_hold_forces_a_listing() {
     assert_eq!(fast(&c) - base, 1, "the count changed behind our back: must list");
     lock.acquire().await.unwrap().release().await.unwrap();
     assert_eq!(fast(&c) - base, 2, "alone again: back to the fast path");
+}
+
+/// A waiter whose predecessor is gone by the time it watches it costs no request more: the
+/// watch is a read, which on a missing node leaves no watch behind, so nothing has to be
+/// removed. The waiter talks through a proxy that delays every message by 400 ms; the holder
+/// releases as soon as the server has received the waiter's create and listing (a standalone
+/// server handles requests in the order they come), at least 800 ms before the watch, sent
+/// once the listing's answer is back, can reach the server. Each round is the waiter's create,
+/// listing, watch and release: four requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_predecessor_gone_before_it_is_watched_costs_no_request_more() {
+    const LATENCY: Duration = Duration::from_millis(400);
+    // A long session for the waiter, so that it sends no pings while the test counts.
+    let zk = zklock_testing::ZkServer::builder()
+        .config("maxSessionTimeout", "60000")
+        .start()
+        .expect("start ZooKeeper (run scripts/install-deps.sh)");
+    let holder = client(&zk.connect_string()).await;
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let waiter = client_with(&proxy.connect_string(), Duration::from_secs(60)).await;
+    let (held, waited) = (holder.mutex("gone-first").unwrap(), waiter.mutex("gone-first").unwrap());
+    held.acquire().await.unwrap().release().await.unwrap();
+    let session = waiter.session_id().unwrap();
+    proxy.set_latency(LATENCY);
+    let rounds = 3u64;
+    let before = requests_received(&zk, session);
+    for _ in 0..rounds {
+        let guard = held.acquire().await.unwrap();
+        let round_start = requests_received(&zk, session);
+        let waiting = tokio::spawn({
+            let waited = waited.clone();
+            async move { waited.acquire_timeout(Duration::from_secs(20)).await }
+        });
+        // The server has the waiter's create and its listing: the listing shows the holder.
+        let listed = eventually(Duration::from_secs(10), || async {
+            requests_received(&zk, session) >= round_start + 2
+        })
+        .await;
+        assert!(listed, "the waiter's create and listing never reached the server");
+        guard.release().await.unwrap();
+        waiting.await.unwrap().unwrap().release().await.unwrap();
+    }
+    proxy.set_latency(Duration::ZERO);
+    let sent = requests_received(&zk, session) - before;
+    assert_eq!(
+        sent,
+        4 * rounds,
+        "{sent} requests for {rounds} grants behind a holder gone before it was watched"
+    );
 }
 
 /// A contender another client left in the directory is ahead of our next node: we wait for

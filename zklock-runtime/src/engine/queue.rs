@@ -199,12 +199,15 @@ pub(crate) async fn attempt(
         let blocker = format!("{dir}/{}", queue[on].name);
         debug!(node = %granted.node_path, waits_for = %blocker, "waiting");
         vanished.waiting_for(recipe.lock_delay, session, &granted.node_path, &blocker);
-        let watched = handle(session)?.check_and_watch_stat(&blocker).await;
+        // A read with a watch, not an existence check: on a node already gone a read leaves
+        // no watch behind, where an existence check would leave one for the node's creation,
+        // which the client library then removes with a request of its own.
+        let watched = handle(session)?.get_and_watch_data(&blocker).await;
         let gone = match watched {
             // Gone before it could be watched: like a contender that arrives after a holder
             // vanished, this one saw nothing and has no lock-delay to wait out.
-            Ok((None, _)) => true,
-            Ok((Some(_), watcher)) => {
+            Err(zk::Error::NoNode) => true,
+            Ok((_, _, watcher)) => {
                 // The event first: a deletion that arrived by the deadline still counts.
                 tokio::select! {
                     biased;
@@ -229,7 +232,7 @@ pub(crate) async fn attempt(
                 }
             }
             Err(err) => {
-                retry_after(session, "exists", err).await?;
+                retry_after(session, "watch", err).await?;
                 false
             }
         };
