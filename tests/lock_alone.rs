@@ -192,6 +192,85 @@ async fn a_foreign_create_and_delete_during_the_hold_forces_a_listing() {
     assert_eq!(fast(&c) - base, 2, "alone again: back to the fast path");
 }
 
+/// Contention that comes and goes does not churn the directory watch: a foreign create and
+/// delete between two of our holds makes the next create's number unexpected, which costs a
+/// listing, and nothing more; the watch set before stays, so being alone again costs no new
+/// watch, and no request removes the old one. Each round is then the listed grant (create,
+/// listing, delete) and a lone one (create, delete): five requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_between_lone_grants_keeps_the_directory_watch() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let other = raw(&zk.connect_string()).await;
+    let lock = c.mutex("comes-and-goes").unwrap();
+    let base = warm_up(&lock, &c).await;
+    let session = c.session_id().unwrap();
+    let rounds = 20u64;
+    let before = requests_received(&zk, session);
+    for _ in 0..rounds {
+        let (_, seq) = other
+            .create("/zklock/comes-and-goes/_c_x-lock-", b"", &sequential())
+            .await
+            .unwrap();
+        other
+            .delete(&format!("/zklock/comes-and-goes/_c_x-lock-{seq}"), None)
+            .await
+            .unwrap();
+        lock.acquire().await.unwrap().release().await.unwrap();
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let sent = requests_received(&zk, session) - before;
+    assert_eq!(
+        fast(&c) - base,
+        rounds,
+        "the second grant of each round went without listing"
+    );
+    // A ping or two may come in between (one every third of the 4 s session).
+    assert!(
+        (5 * rounds..5 * rounds + 5).contains(&sent),
+        "{sent} requests for {rounds} rounds of a listed and a lone grant"
+    );
+}
+
+/// Two sessions taking a lock in turn, as fast as they can, send at most four requests per
+/// grant: the create, the listing sent with it, at most one watch on the holder ahead, and the
+/// delete. Neither a predecessor that is already gone when it is watched nor a directory that
+/// is alone one moment and contended the next may cost a request more (a watch to remove).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_taking_turns_send_at_most_four_requests_a_grant() {
+    let zk = server();
+    let a = client(&zk.connect_string()).await;
+    let b = client(&zk.connect_string()).await;
+    for c in [&a, &b] {
+        c.mutex("turns")
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let sessions = [a.session_id().unwrap(), b.session_id().unwrap()];
+    let before = sessions.map(|s| requests_received(&zk, s));
+    let grants = 300u64;
+    let take_turns = |c: LockClient| async move {
+        let lock = c.mutex("turns").unwrap();
+        for _ in 0..grants {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+    };
+    tokio::join!(take_turns(a.clone()), take_turns(b.clone()));
+    for (i, session) in sessions.into_iter().enumerate() {
+        let sent = requests_received(&zk, session) - before[i];
+        // Pings: one every third of the 4 s session.
+        assert!(
+            sent <= 4 * grants + 5,
+            "session {i} sent {sent} requests for {grants} grants"
+        );
+    }
+}
+
 /// A waiter whose predecessor is gone by the time it watches it costs no request more: the
 /// watch is a read, which on a missing node leaves no watch behind, so nothing has to be
 /// removed. The waiter talks through a proxy that delays every message by 400 ms; the holder

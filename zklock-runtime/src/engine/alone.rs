@@ -201,20 +201,26 @@ impl Alone {
     }
 
     /// Our create in `dir` (sent after [`expect`](Self::expect) gave `expected`) made `node`
-    /// with number `sequence`. True when that proves the node alone; otherwise the directory
-    /// is forgotten and the caller must list.
+    /// with number `sequence`. True when that proves the node alone; otherwise the caller must
+    /// list. Another number means another contender came (the lock is contended, not the
+    /// directory replaced): the count is forgotten but an intact watch is kept, so that being
+    /// alone again costs no new watch and no request removing the old one. A fired watch
+    /// forgets the directory.
     pub fn confirm(&mut self, dir: &str, expected: i64, node: &str, sequence: i64) -> bool {
-        let proven = self
-            .dirs
-            .get_mut(dir)
-            .is_some_and(|known| sequence == expected && known.node.is_none() && known.watch.intact());
-        if proven {
-            if let Some(known) = self.dirs.get_mut(dir) {
-                known.node = Some(node.to_owned());
-                known.sequence = sequence;
-            }
-        } else {
+        let Some(known) = self.dirs.get_mut(dir) else {
+            return false;
+        };
+        if !known.watch.intact() {
             self.forget(dir);
+            return false;
+        }
+        let proven = sequence == expected && known.node.is_none();
+        if proven {
+            known.node = Some(node.to_owned());
+            known.sequence = sequence;
+        } else {
+            known.node = None;
+            known.expected = None;
         }
         proven
     }
