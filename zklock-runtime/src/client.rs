@@ -1003,11 +1003,18 @@ impl LockClient {
     /// sessions run on (its driver thread, or [`LockClientBuilder::runtime`]) stopped under a
     /// session (which closes it for good).
     pub(crate) fn check_open(&self) -> Result<(), LockError> {
-        // Asked on every acquisition, reentrant ones too: read in place, without cloning the
-        // session's handle or taking a lock.
+        // Read in place, without cloning the session's handle.
         let latest = self.inner.latest.read().unwrap_or_else(|e| e.into_inner());
-        if latest.as_ref().is_some_and(|s| s.runtime_gone()) {
-            drop(latest);
+        let runtime_gone = latest.as_ref().is_some_and(|s| s.runtime_gone());
+        drop(latest);
+        self.check_open_in(runtime_gone)
+    }
+
+    /// [`check_open`](Self::check_open) for an acquisition that already has a session at hand
+    /// (a reentrant one, in its hold's session), which answers whether its runtime stopped:
+    /// no lock taken.
+    pub(crate) fn check_open_in(&self, runtime_gone: bool) -> Result<(), LockError> {
+        if runtime_gone {
             self.mark_closed("the runtime its ZooKeeper session ran on stopped; open a new client");
         }
         match self.inner.closed.get() {

@@ -566,7 +566,7 @@ impl Lock {
     /// re-enters.
     fn reenter(&self) -> Option<Result<LockGuard, LockError>> {
         let hold = reentrancy::reentry(self.client.inner.id, &self.dir, self.kind)?;
-        if let Err(closed) = self.client.check_open() {
+        if let Err(closed) = self.client.check_open_in(hold.session.runtime_gone()) {
             return Some(Err(closed));
         }
         if hold.is_lost() {

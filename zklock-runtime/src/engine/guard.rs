@@ -652,8 +652,10 @@ impl LockGuard {
     /// in the background. [`release`](Self::release) awaits it at once; a multi-lock starts all
     /// its releases before awaiting them together.
     pub(crate) fn start_release(self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-        let (lost, outcome) = match Arc::try_unwrap(self.hold) {
-            Ok(mut hold) => {
+        // One atomic step for a share of a reentrant hold: `into_inner` answers the last
+        // owner only, however many shares end at once.
+        let (lost, outcome) = match Arc::into_inner(self.hold) {
+            Some(mut hold) => {
                 let lost = hold.is_lost().then(|| hold.lost_error());
                 let pending = hold.end(true);
                 let (cleanup, session) = (hold.cleanup.clone(), hold.session.clone());
@@ -666,8 +668,8 @@ impl LockGuard {
                 let outcome = pending.map(|pending| Box::pin(cleanup.finish(&session, pending)));
                 (lost, outcome)
             }
-            // Other guards share the hold (a reentrant acquisition): only this share ends.
-            Err(_shared) => (None, None),
+            // Other guards share the hold (a reentrant acquisition): only this share ended.
+            None => (None, None),
         };
         async move {
             let deleted = match outcome {
