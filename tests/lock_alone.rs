@@ -242,14 +242,8 @@ async fn two_sessions_taking_turns_send_at_most_four_requests_a_grant() {
     let a = client(&zk.connect_string()).await;
     let b = client(&zk.connect_string()).await;
     for c in [&a, &b] {
-        c.mutex("turns")
-            .unwrap()
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        let lock = c.mutex("turns").unwrap();
+        lock.acquire().await.unwrap().release().await.unwrap();
     }
     let sessions = [a.session_id().unwrap(), b.session_id().unwrap()];
     let before = sessions.map(|s| requests_received(&zk, s));
