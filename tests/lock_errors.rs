@@ -304,6 +304,53 @@ async fn a_try_opens_a_session_when_there_is_none_or_it_expired() {
     assert_ne!(lazy.session_id(), Some(first_session));
 }
 
+/// A holder's node this client may not read (the holder's credentials guard it; the lock's
+/// directory is open to all) is reported at once as ZooKeeper's `NoAuth`, and the contender
+/// node already created is removed. Waiting on it would never end: the server sends a session
+/// no notification of a node it may not read, so an existence watch on the holder's node
+/// (which needs no permission to set) never fires when the holder goes. The waiter watches
+/// with a read, which the server refuses.
+#[tokio::test]
+async fn a_holder_node_the_acl_keeps_from_reading_is_an_error_at_once_not_a_silent_wait() {
+    let zk = server();
+    let admin = support::raw(&zk.connect_string()).await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.mkdir("/zklock/guarded", &open).await.unwrap();
+    let owner = LockClient::builder(zk.connect_string())
+        .digest("shop", "s3cret")
+        .connect()
+        .await
+        .unwrap();
+    let guard = owner.mutex("guarded").unwrap().acquire().await.unwrap();
+    assert_eq!(
+        admin.get_data(guard.node_path()).await.unwrap_err(),
+        zk::Error::NoAuth,
+        "the holder's node is not readable without its credentials"
+    );
+    let anonymous = client(&zk.connect_string()).await;
+
+    let started = Instant::now();
+    let err = anonymous
+        .mutex("guarded")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(15))
+        .await
+        .unwrap_err();
+    assert_eq!(err.zookeeper_error(), Some(&zk::Error::NoAuth), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "waited for {:?}",
+        started.elapsed()
+    );
+    anonymous.flush().await;
+    assert_eq!(
+        admin.list_children("/zklock/guarded").await.unwrap(),
+        vec![guard.node_path().rsplit('/').next().unwrap().to_owned()],
+        "only the holder's node is left"
+    );
+    guard.release().await.unwrap();
+}
+
 /// Permissions for anyone, for a node made by the test's admin session.
 fn anyone(perms: zk::Permission) -> Vec<zk::Acl> {
     vec![zk::Acl::new(perms, zk::AuthId::anyone())]
