@@ -257,9 +257,11 @@ async fn two_sessions_taking_turns_send_at_most_four_requests_a_grant() {
     tokio::join!(take_turns(a.clone()), take_turns(b.clone()));
     for (i, session) in sessions.into_iter().enumerate() {
         let sent = requests_received(&zk, session) - before[i];
-        // Pings: one every third of the 4 s session.
+        // Pings (one every third of the 4 s session), and the watch on a node of ours held
+        // past 100 ms (a grant the machine stalled before its release): one in 20 grants at
+        // most. The watch churn this test is about cost 1 281 requests for 300 grants.
         assert!(
-            sent <= 4 * grants + 5,
+            sent <= 4 * grants + grants / 20,
             "session {i} sent {sent} requests for {grants} grants"
         );
     }
@@ -292,9 +294,10 @@ async fn a_predecessor_gone_before_it_is_watched_costs_no_request_more() {
     for _ in 0..rounds {
         let guard = held.acquire().await.unwrap();
         let round_start = requests_received(&zk, session);
+        // Released as soon as granted, by the task that acquired.
         let waiting = tokio::spawn({
             let waited = waited.clone();
-            async move { waited.acquire_timeout(Duration::from_secs(20)).await }
+            async move { waited.acquire_timeout(Duration::from_secs(20)).await?.release().await }
         });
         // The server has the waiter's create and its listing: the listing shows the holder.
         let listed = eventually(Duration::from_secs(10), || async {
@@ -303,13 +306,15 @@ async fn a_predecessor_gone_before_it_is_watched_costs_no_request_more() {
         .await;
         assert!(listed, "the waiter's create and listing never reached the server");
         guard.release().await.unwrap();
-        waiting.await.unwrap().unwrap().release().await.unwrap();
+        waiting.await.unwrap().unwrap();
     }
     proxy.set_latency(Duration::ZERO);
     let sent = requests_received(&zk, session) - before;
-    assert_eq!(
-        sent,
-        4 * rounds,
+    // A grant not released within 100 ms (a stalled test machine) has its own node watched:
+    // one request more, at most once or twice here. The watch removal this test is about
+    // costs one per round: 15.
+    assert!(
+        (4 * rounds..4 * rounds + 3).contains(&sent),
         "{sent} requests for {rounds} grants behind a holder gone before it was watched"
     );
 }
