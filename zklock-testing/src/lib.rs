@@ -74,6 +74,7 @@ mod ensemble;
 mod error;
 mod four_letter;
 mod java;
+mod orphans;
 mod ports;
 mod postgres;
 pub mod process;

@@ -14,6 +14,7 @@ use super::certs::TestIdentity;
 use super::error::TestingError;
 use super::four_letter::{four_letter_word, mode_of};
 use super::java::{server_classpath, tail_of_file, JvmProcess};
+use super::orphans;
 use super::ports::free_port;
 
 /// How long a four-letter word may take before the server counts as unresponsive.
@@ -26,6 +27,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const PORT_ATTEMPTS: usize = 3;
 /// When set, server directories (configuration, data, log) are kept for a post-mortem.
 pub(crate) const KEEP_DIRS_ENV: &str = "ZKLOCK_TESTING_KEEP_DIRS";
+/// How a server's temporary directory is named (and how the sweep of orphaned ones finds them).
+const DIR_PREFIX: &str = "zklock-zk-";
 /// Lines of server log quoted in errors.
 const LOG_LINES_IN_ERRORS: usize = 40;
 
@@ -211,11 +214,16 @@ impl ZkServer {
         port: u16,
         secure_port: Option<u16>,
     ) -> Result<ZkServer, TestingError> {
+        orphans::sweep(DIR_PREFIX);
+        let keep = std::env::var_os(KEEP_DIRS_ENV).is_some();
         let dir = tempfile::Builder::new()
-            .prefix("zklock-zk-")
-            .disable_cleanup(std::env::var_os(KEEP_DIRS_ENV).is_some())
+            .prefix(DIR_PREFIX)
+            .disable_cleanup(keep)
             .tempdir()
             .map_err(|e| TestingError::io("create a temporary server directory", e))?;
+        if !keep {
+            orphans::claim(dir.path());
+        }
         let name = match &role {
             Role::Standalone => format!("ZooKeeper server 127.0.0.1:{port}"),
             Role::Member { myid, .. } => format!("ensemble member {} (127.0.0.1:{port})", myid - 1),
