@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{cancellation_storm, client, client_with, eventually, raw, requests_received, Rng};
+use support::{cancellation_storm, client, client_with, eventually, last_operation, raw, requests_received, Rng};
 use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
 use zklock_testing::FaultProxy;
 
@@ -270,10 +270,10 @@ async fn two_sessions_taking_turns_send_at_most_four_requests_a_grant() {
 /// A waiter whose predecessor is gone by the time it watches it costs no request more: the
 /// watch is a read, which on a missing node leaves no watch behind, so nothing has to be
 /// removed. The waiter talks through a proxy that delays every message by 400 ms; the holder
-/// releases as soon as the server has received the waiter's create and listing (a standalone
-/// server handles requests in the order they come), at least 800 ms before the watch, sent
-/// once the listing's answer is back, can reach the server. Each round is the waiter's create,
-/// listing, watch and release: four requests.
+/// releases as soon as the server has answered the waiter's create and listing (its `cons`
+/// report says so), at least 800 ms before the watch, sent once the listing's answer is back,
+/// can reach the server. Each round is the waiter's create, listing, watch and release: four
+/// requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_predecessor_gone_before_it_is_watched_costs_no_request_more() {
     const LATENCY: Duration = Duration::from_millis(400);
@@ -299,12 +299,14 @@ async fn a_predecessor_gone_before_it_is_watched_costs_no_request_more() {
             let waited = waited.clone();
             async move { waited.acquire_timeout(Duration::from_secs(20)).await?.release().await }
         });
-        // The server has the waiter's create and its listing: the listing shows the holder.
+        // The server has answered the waiter's create and its listing, which shows the holder
+        // (received is not enough: the holder's delete, from another connection, could still
+        // be handled first). The watch is at least 800 ms away.
         let listed = eventually(Duration::from_secs(10), || async {
-            requests_received(&zk, session) >= round_start + 2
+            requests_received(&zk, session) >= round_start + 2 && last_operation(&zk, session) == "GETC"
         })
         .await;
-        assert!(listed, "the waiter's create and listing never reached the server");
+        assert!(listed, "the server never answered the waiter's listing");
         guard.release().await.unwrap();
         waiting.await.unwrap().unwrap();
     }

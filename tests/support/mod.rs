@@ -85,15 +85,30 @@ pub async fn session_is_open(server: &ZkServer, session: i64) -> bool {
 /// How many requests the server has received on `session`'s connection, from its `cons`
 /// report (`recved=`; pings count too).
 pub fn requests_received(server: &ZkServer, session: i64) -> u64 {
+    connection_field(server, session, "recved")
+        .parse()
+        .unwrap_or_else(|err| panic!("no request count for session {session:#x}: {err}"))
+}
+
+/// The last operation the server answered on `session`'s connection, from its `cons` report
+/// (`lop=`: `CREA`, `GETC`, `GETD`, `DELE`, `PING`, …). A request is answered once handled, so
+/// this tells what the server has done, where [`requests_received`] tells what has arrived.
+pub fn last_operation(server: &ZkServer, session: i64) -> String {
+    connection_field(server, session, "lop")
+}
+
+/// One `name=value` field of `session`'s connection in the server's `cons` report.
+fn connection_field(server: &ZkServer, session: i64, name: &str) -> String {
     let dump = tokio::task::block_in_place(|| server.four_letter_word("cons")).expect("cons answers");
     let line = dump
         .lines()
         .find(|l| l.contains(&format!("sid=0x{session:x}")))
         .unwrap_or_else(|| panic!("session {session:#x} has no connection: {dump}"));
-    let count = line.split("recved=").nth(1).and_then(|rest| rest.split(',').next());
-    count
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no request count in {line}"))
+    let value = line
+        .split(&format!("{name}="))
+        .nth(1)
+        .and_then(|rest| rest.split([',', ')']).next());
+    value.unwrap_or_else(|| panic!("no {name} in {line}")).to_owned()
 }
 
 /// Polls `cond` every 20 ms until it holds or `within` passes; returns whether it held.
