@@ -74,6 +74,16 @@ async fn take_each_in_turn(c: &LockClient, names: usize) {
     }
 }
 
+/// A foreign contender comes to the lock directory `dir` and goes: a create and a delete
+/// through `other`, which raise the directory's count by one.
+async fn comes_and_goes(other: &zk::Client, dir: &str) {
+    let (_, seq) = other
+        .create(&format!("{dir}/_c_x-lock-"), b"", &sequential())
+        .await
+        .unwrap();
+    other.delete(&format!("{dir}/_c_x-lock-{seq}"), None).await.unwrap();
+}
+
 fn sequential() -> zk::CreateOptions<'static> {
     zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
 }
@@ -177,14 +187,7 @@ async fn a_foreign_create_and_delete_during_the_hold_forces_a_listing() {
     let base = warm_up(&lock, &c).await;
     let guard = lock.acquire().await.unwrap();
     assert_eq!(fast(&c) - base, 1);
-    let (_, seq) = other
-        .create("/zklock/visited/_c_x-lock-", b"", &sequential())
-        .await
-        .unwrap();
-    other
-        .delete(&format!("/zklock/visited/_c_x-lock-{seq}"), None)
-        .await
-        .unwrap();
+    comes_and_goes(&other, "/zklock/visited").await;
     guard.release().await.unwrap();
     lock.acquire().await.unwrap().release().await.unwrap();
     assert_eq!(fast(&c) - base, 1, "the count changed behind our back: must list");
@@ -208,14 +211,7 @@ async fn contention_between_lone_grants_keeps_the_directory_watch() {
     let rounds = 20u64;
     let before = requests_received(&zk, session);
     for _ in 0..rounds {
-        let (_, seq) = other
-            .create("/zklock/comes-and-goes/_c_x-lock-", b"", &sequential())
-            .await
-            .unwrap();
-        other
-            .delete(&format!("/zklock/comes-and-goes/_c_x-lock-{seq}"), None)
-            .await
-            .unwrap();
+        comes_and_goes(&other, "/zklock/comes-and-goes").await;
         lock.acquire().await.unwrap().release().await.unwrap();
         lock.acquire().await.unwrap().release().await.unwrap();
     }
@@ -715,11 +711,7 @@ async fn a_listed_grant_and_release_send_three_requests() {
         // A contender came and went: the next node is number 1, which proves nothing alone.
         let dir = format!("/zklock/listed-{n}");
         admin.create(&dir, b"", &persistent).await.unwrap();
-        let (_, seq) = admin
-            .create(&format!("{dir}/_c_x-lock-"), b"", &sequential())
-            .await
-            .unwrap();
-        admin.delete(&format!("{dir}/_c_x-lock-{seq}"), None).await.unwrap();
+        comes_and_goes(&admin, &dir).await;
     }
     let c = client(&zk.connect_string()).await;
     let session = c.session_id().unwrap();

@@ -5,17 +5,13 @@ mod support;
 
 use std::time::Duration;
 
-use support::{raw, server};
+use support::{raw, server, shop_client};
 use zklock_runtime::{zk, LockClient, LockError, SessionStatus};
 
 #[tokio::test]
 async fn digest_credentials_protect_lock_nodes() {
     let zk = server();
-    let owner = LockClient::builder(zk.connect_string())
-        .digest("shop", "s3cret")
-        .connect()
-        .await
-        .unwrap();
+    let owner = shop_client(&zk.connect_string()).await;
     let guard = owner.mutex("guarded").unwrap().acquire().await.unwrap();
     let anonymous = raw(&zk.connect_string()).await;
     let (acl, _) = owner
@@ -42,11 +38,7 @@ async fn digest_credentials_protect_lock_nodes() {
         zk::Error::NoAuth
     );
     // Another client with the same credentials contends normally.
-    let peer = LockClient::builder(zk.connect_string())
-        .digest("shop", "s3cret")
-        .connect()
-        .await
-        .unwrap();
+    let peer = shop_client(&zk.connect_string()).await;
     let lock = peer.mutex("guarded").unwrap();
     assert!(lock.try_acquire().await.unwrap().is_none());
     guard.release().await.unwrap();

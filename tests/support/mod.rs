@@ -58,6 +58,16 @@ pub async fn client_with(connect: &str, session_timeout: Duration) -> LockClient
         .expect("connect lock client")
 }
 
+/// A client authenticated as the digest user `shop`: its lock nodes are `creator_all`, which
+/// nobody without those credentials may read or delete.
+pub async fn shop_client(connect: &str) -> LockClient {
+    LockClient::builder(connect)
+        .digest("shop", "s3cret")
+        .connect()
+        .await
+        .expect("connect the digest client")
+}
+
 /// A raw ZooKeeper session, to look at what the engine left on the server.
 pub async fn raw(connect: &str) -> zk::Client {
     zk::Client::connector()

@@ -201,7 +201,10 @@ pub(crate) async fn attempt(
         vanished.waiting_for(recipe.lock_delay, session, &granted.node_path, &blocker);
         // A read with a watch, not an existence check: on a node already gone a read leaves
         // no watch behind, where an existence check would leave one for the node's creation,
-        // which the client library then removes with a request of its own.
+        // which the client library then removes with a request of its own. And a node this
+        // session may not read is refused (NoAuth, an error at once): an existence watch on it
+        // would be set but never fire, as ZooKeeper notifies no session of a node it may not
+        // read.
         let watched = handle(session)?.get_and_watch_data(&blocker).await;
         let gone = match watched {
             // Gone before it could be watched: like a contender that arrives after a holder
