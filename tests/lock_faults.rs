@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{client, contenders, eventually, raw, server};
-use zklock_runtime::{zk, LockClient, LockError, LockGuard, SessionStatus};
+use zklock_runtime::{zk, Lock, LockClient, LockError, LockGuard, SessionStatus};
 use zklock_testing::{FaultProxy, ZkEnsemble};
 
 const SESSION: Duration = Duration::from_secs(4);
@@ -293,6 +293,57 @@ async fn connection_loss_during_create_finds_the_protected_node() {
     );
     assert_eq!(queued().await.len(), 1, "an orphan was left behind");
     guard.release().await.unwrap();
+}
+
+/// A scope entered while its hold was sound stops re-entering once the session is reported
+/// lost during the scope (the connection cut for longer than `loss_after`): a re-entry then
+/// answers `Lost`, although it re-entered at once before the cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_session_is_lost_during_its_scope_is_not_reentered() {
+    let zk = server();
+    let proxy = FaultProxy::start(zk.addr()).unwrap();
+    let c = client_via(&proxy).await;
+    let lock = c.mutex("lost-session-in-scope").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    guard
+        .scope(async {
+            let share = lock
+                .acquire_timeout(Duration::from_secs(5))
+                .await
+                .expect("re-enters a sound hold");
+            assert_eq!(share.fencing_token(), guard.fencing_token());
+            drop(share);
+            proxy.blackhole();
+            tokio::time::timeout(Duration::from_secs(20), guard.lost())
+                .await
+                .expect("the holder learns of the loss");
+            refused_as_lost(&lock).await;
+            // Reconnecting does not make the hold sound again.
+            proxy.pass();
+            let mut status = c.watch_status();
+            let settled = tokio::time::timeout(
+                Duration::from_secs(20),
+                status.wait_for(|s| matches!(s, SessionStatus::Connected | SessionStatus::Expired)),
+            )
+            .await;
+            assert!(
+                settled.is_ok(),
+                "the client neither reconnected nor expired: {:?}",
+                c.status()
+            );
+            refused_as_lost(&lock).await;
+        })
+        .await;
+    drop(guard);
+    c.close().await;
+}
+
+/// Asserts that acquiring `lock` (inside the scope of its lost hold) answers `Lost` at once.
+async fn refused_as_lost(lock: &Lock) {
+    match lock.acquire_timeout(Duration::from_secs(5)).await {
+        Err(LockError::Lost { .. }) => {}
+        other => panic!("a lost hold was re-entered: {other:?}"),
+    }
 }
 
 /// After a session expiry, held locks are lost and never count as held again; new

@@ -460,6 +460,38 @@ async fn nested_locked_call_reenters_while_the_server_is_frozen() {
     assert_eq!(after.acquired, before.acquired + 1, "one grant through ZooKeeper");
 }
 
+/// A scope entered while its hold was sound stops re-entering once the hold is lost during
+/// the scope (here its node deleted by someone else): a re-entry then answers `Lost`, however
+/// many re-entries succeeded before. (Re-entry reads what is known of the hold without asking
+/// the server; what it learned since the scope began must count.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_lost_during_its_scope_is_not_reentered() {
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let view = raw(&zk.connect_string()).await;
+    let lock = c.mutex("lost-in-scope").unwrap();
+    let guard = lock.acquire_timeout(SOON).await.unwrap();
+    guard
+        .scope(async {
+            for _ in 0..3 {
+                let share = lock.acquire_timeout(BLOCKED).await.expect("re-enters a sound hold");
+                assert_eq!(share.fencing_token(), guard.fencing_token());
+                share.release().await.expect("a share ends quietly");
+            }
+            view.delete(guard.node_path(), None).await.unwrap();
+            tokio::time::timeout(SOON, guard.lost())
+                .await
+                .expect("the holder learns its node was deleted");
+            match lock.acquire_timeout(BLOCKED).await {
+                Err(LockError::Lost { reason, .. }) => assert!(reason.contains("deleted by someone else"), "{reason}"),
+                other => panic!("a lost hold was re-entered: {other:?}"),
+            }
+        })
+        .await;
+    drop(guard);
+    c.close().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Other holders: moved guards, spawn_blocking jobs, spawned tasks, sibling futures
 // ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ use crate::engine::local_queue::{Turn, Warm};
 use crate::engine::lock_delay::{Vanished, MAX_LOCK_DELAY};
 use crate::engine::own_node::OwnNode;
 use crate::engine::queue::{self, Failed, Granted, Recipe};
-use crate::engine::reentrancy;
+use crate::engine::reentrancy::{self, Reentry};
 use crate::engine::rules::{LockKind, Rule, LEASES_DIR, LEASE_NODE, LOCKS_DIR};
 use crate::engine::token::FencingToken;
 use crate::error::LockError;
@@ -565,11 +565,11 @@ impl Lock {
     /// A reentrant acquisition, answered in place: `None` outside the scope of a hold it
     /// re-enters.
     fn reenter(&self) -> Option<Result<LockGuard, LockError>> {
-        let hold = reentrancy::reentry(self.client.inner.id, &self.dir, self.kind)?;
+        let Reentry { hold, known_sound } = reentrancy::reentry(self.client.inner.id, &self.dir, self.kind)?;
         if let Err(closed) = self.client.check_open_in(hold.session.runtime_gone()) {
             return Some(Err(closed));
         }
-        if hold.is_lost() {
+        if !known_sound && hold.is_lost() {
             return Some(Err(hold.lost_error()));
         }
         let metrics = &self.client.inner.metrics;

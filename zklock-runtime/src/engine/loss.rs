@@ -102,6 +102,16 @@ impl LossSignal {
         }
     }
 
+    /// Whether nothing has been told to this signal since it was made (or since the signal it
+    /// was cloned from was made): no change of the session's health, nothing learned of the
+    /// node. Two atomic reads, no lock; what [`is_lost`](Self::is_lost) answered when the
+    /// signal was made still holds while this is true.
+    pub(crate) fn unchanged(&self) -> bool {
+        // A closed channel (`Err`) counts as a change.
+        let quiet = |changed: Result<bool, watch::error::RecvError>| matches!(changed, Ok(false));
+        quiet(self.rx.has_changed()) && self.node.as_ref().is_none_or(|n| quiet(n.rx.has_changed()))
+    }
+
     /// Whether the hold has been lost.
     pub fn is_lost(&self) -> bool {
         self.rx.borrow().invalidates(self.losses_at_grant) || self.node.as_ref().is_some_and(NodeSignal::deleted)

@@ -33,6 +33,8 @@ struct Entry {
     kind: LockKind,
     token: FencingToken,
     loss: LossSignal,
+    /// The hold was sound when `loss` was made: while `loss` is unchanged, it still is.
+    sound_at_entry: bool,
 }
 
 tokio::task_local! {
@@ -56,17 +58,30 @@ fn reenters(held: LockKind, wanted: LockKind) -> bool {
     }
 }
 
+/// A hold found to re-enter, and what is known of it without asking.
+pub(crate) struct Reentry {
+    pub hold: Arc<Holding>,
+    /// The hold was sound when its scope was entered, and nothing that could make it lost
+    /// (a change of its session's health, news of its node) has happened since: checking
+    /// [`Holding::is_lost`] would answer false. When false, nothing is known; ask.
+    pub known_sound: bool,
+}
+
 /// The hold an acquisition of `kind` on `dir` through `client` re-enters: the innermost
 /// matching hold whose scope the current future runs in, if it is still alive. A hold taken
 /// through another client never matches, whatever its path: that client may talk to another
 /// ensemble or chroot, and even on the same one it is another holder, as another process is.
-pub(crate) fn reentry(client: ClientId, dir: &str, kind: LockKind) -> Option<Arc<Holding>> {
+pub(crate) fn reentry(client: ClientId, dir: &str, kind: LockKind) -> Option<Reentry> {
     with_scope(|entries| {
-        entries
+        let entry = entries
             .iter()
             .rev()
-            .find(|e| e.client == client && &*e.dir == dir && reenters(e.kind, kind))
-            .and_then(|e| e.hold.upgrade())
+            .find(|e| e.client == client && &*e.dir == dir && reenters(e.kind, kind))?;
+        let hold = entry.hold.upgrade()?;
+        Some(Reentry {
+            hold,
+            known_sound: entry.sound_at_entry && entry.loss.unchanged(),
+        })
     })
 }
 
@@ -111,6 +126,9 @@ async fn within<F: Future>(own: Vec<Entry>, fut: F) -> F::Output {
 
 impl Entry {
     fn of(hold: &Arc<Holding>) -> Entry {
+        // The signal first, then the check: a change in between marks the signal changed, so
+        // `sound_at_entry` is never taken for a state the signal has not seen.
+        let loss = hold.loss_signal();
         Entry {
             hold: Arc::downgrade(hold),
             client: hold.client,
@@ -118,7 +136,8 @@ impl Entry {
             dir: hold.dir.clone(),
             kind: hold.kind,
             token: hold.token,
-            loss: hold.loss_signal(),
+            sound_at_entry: !hold.is_lost(),
+            loss,
         }
     }
 }
@@ -225,6 +244,7 @@ pub(crate) fn model_scope<F: Future>(locks: &[(&str, FencingToken)], fut: F) -> 
             kind: LockKind::Mutex,
             token,
             loss: LossSignal::never(name),
+            sound_at_entry: true,
         })
         .collect();
     within(own, fut)
