@@ -104,6 +104,10 @@ enum Worker {
         /// Contend with zookeeper-client's lock recipe instead of zklock.
         #[arg(long)]
         zkclient: bool,
+        /// Run zklock's sessions on this process's runtime (`LockClientBuilder::runtime`), as
+        /// the recipe runs on it, instead of on the client's driver thread.
+        #[arg(long, conflicts_with = "zkclient")]
+        caller_runtime: bool,
     },
     /// The memory-per-key measurement, in a process of its own (started by the bench itself).
     #[command(hide = true)]
@@ -239,7 +243,7 @@ impl Plan {
 
     fn steps(&self) -> usize {
         3 + 3 * self.in_process.len()
-            + 3 * self.cross_process.len()
+            + 4 * self.cross_process.len()
             + self.fairness_bounds.len()
             + 6 * self.distinct_rounds
             + 2
@@ -284,12 +288,18 @@ fn main() -> Result<(), BoxError> {
             start_ms,
             end_ms,
             zkclient,
+            caller_runtime,
         }) => runtime.block_on(async {
             let result = if zkclient {
                 let client = zkclient_side::client(connect).await?;
                 zkclient_side::contended(&client, &format!("/bench-zkclient/{name}"), tasks, start_ms, end_ms).await?
             } else {
-                let client = zklock_side::client(connect).await?;
+                let sessions = if caller_runtime {
+                    Sessions::CallerRuntime
+                } else {
+                    Sessions::OwnThread
+                };
+                let client = zklock_side::client_with(connect, sessions).await?;
                 zklock_side::contended(&client, name, tasks, start_ms, end_ms).await?
             };
             println!("{result}");
@@ -463,7 +473,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
         progress.step(&format!(
             "cross-process contention: zklock, {procs} processes x {tasks} tasks"
         ));
-        let z = contend_in_processes(&connect, procs, tasks, plan.window, false).await?;
+        let z = contend_in_processes(&connect, procs, tasks, plan.window, Contender::Zklock).await?;
+        progress.step(&format!(
+            "cross-process contention: zklock with its sessions on each process's runtime, {procs} processes x {tasks} tasks"
+        ));
+        let zr = contend_in_processes(&connect, procs, tasks, plan.window, Contender::ZklockCallerRuntime).await?;
         progress.step(&format!(
             "cross-process contention: Curator, {procs} JVMs x {tasks} threads"
         ));
@@ -478,8 +492,10 @@ async fn run(args: Args) -> Result<(), BoxError> {
         progress.step(&format!(
             "cross-process contention: zookeeper-client's recipe, {procs} processes x {tasks} tasks"
         ));
-        let k = contend_in_processes(&connect, procs, tasks, plan.window, true).await?;
-        cross_process.push(contention_entry(procs * tasks, procs, tasks, [&z, &c, &k], plan.window));
+        let k = contend_in_processes(&connect, procs, tasks, plan.window, Contender::Zkclient).await?;
+        let mut entry = contention_entry(procs * tasks, procs, tasks, [&z, &c, &k], plan.window);
+        with_caller_runtime_side(&mut entry, &zr, plan.window);
+        cross_process.push(entry);
     }
 
     // (d) herd.
@@ -544,6 +560,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "cross_process_throughput_zklock_vs_curator": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "curator")),
         "in_process_throughput_zklock_vs_curator": ratio(rate(in_headline, "zklock"), rate(in_headline, "curator")),
         "cross_process_throughput_zklock_vs_zkclient": ratio(rate(cross_headline, "zklock"), rate(cross_headline, "zkclient")),
+        "cross_process_throughput_zklock_on_caller_runtime_vs_zkclient": ratio(rate(cross_headline, "zklock_on_caller_runtime"), rate(cross_headline, "zkclient")),
         "in_process_throughput_zklock_vs_zkclient": ratio(rate(in_headline, "zklock"), rate(in_headline, "zkclient")),
         "reentrant_cost_zklock_vs_curator": ratio(zk_re, cur_re),
         "cached_reacquire_rate_vs_floor": ratio(cached_re.per_sec, floor.per_sec),
@@ -945,29 +962,42 @@ where
     Ok((cycles, started.elapsed()))
 }
 
-/// Runs `procs` worker processes of this binary, each with `tasks` tasks on its own client:
-/// zklock's, or with `zkclient` zookeeper-client's lock recipe.
+/// What the worker processes of a cross-process point contend with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contender {
+    /// zklock with its defaults: each client's sessions on a driver thread of its own.
+    Zklock,
+    /// zklock with its sessions on the worker's runtime, where the recipe's run.
+    ZklockCallerRuntime,
+    /// zookeeper-client's lock recipe.
+    Zkclient,
+}
+
+/// Runs `procs` worker processes of this binary, each with `tasks` tasks on its own client of
+/// `who`.
 async fn contend_in_processes(
     connect: &str,
     procs: usize,
     tasks: usize,
     length: Duration,
-    zkclient: bool,
+    who: Contender,
 ) -> Result<Vec<Value>, BoxError> {
     // Room for the workers to start and open their sessions before the window opens.
     let (start, end) = workers::window(Duration::from_millis(2000), length);
-    let who = if zkclient { "zkclient" } else { "zklock" };
-    let name = format!("bench-cross-{who}-{procs}x{tasks}");
+    let (label, flag) = match who {
+        Contender::Zklock => ("zklock", None),
+        Contender::ZklockCallerRuntime => ("zklock-rt", Some("--caller-runtime")),
+        Contender::Zkclient => ("zkclient", Some("--zkclient")),
+    };
+    let name = format!("bench-cross-{label}-{procs}x{tasks}");
     let mut workers = Vec::new();
     for _ in 0..procs {
         let mut args = vec!["contend".to_string(), connect.to_string(), name.clone()];
         args.extend([tasks.to_string(), start.to_string(), end.to_string()]);
-        if zkclient {
-            args.push("--zkclient".into());
-        }
+        args.extend(flag.map(str::to_owned));
         workers.push(args);
     }
-    workers::collect(workers::spawn(&workers::this_binary, &workers)?, who).await
+    workers::collect(workers::spawn(&workers::this_binary, &workers)?, label).await
 }
 
 /// Runs the memory-per-key measurement in a fresh process of this binary.
@@ -1147,18 +1177,7 @@ fn distinct_entry(runs: &[Vec<Value>; 6], phase: Duration) -> Value {
 /// A contention point: each contender's summed figures (`runs`: zklock, Curator,
 /// zookeeper-client's recipe, one answer per process) and zklock's ratios to its peers.
 fn contention_entry(contenders: usize, procs: usize, per_proc: usize, runs: [&[Value]; 3], window: Duration) -> Value {
-    let side = |runs: &[Value]| {
-        let total: u64 = runs.iter().filter_map(|r| r["acquisitions"].as_u64()).sum();
-        let overlaps: u64 = runs.iter().filter_map(|r| r["overlaps"].as_u64()).sum();
-        json!({
-            "acquisitions": total,
-            "acquisitions_per_sec": round(total as f64 / window.as_secs_f64()),
-            "overlaps_seen": overlaps,
-            "per_process": runs,
-        })
-    };
-    let [z, c, k] = runs.map(side);
-    let rate = |v: &Value| v["acquisitions_per_sec"].as_f64().unwrap_or(0.0);
+    let [z, c, k] = runs.map(|runs| contention_side(runs, window));
     json!({
         "contenders": contenders,
         "processes": procs,
@@ -1170,6 +1189,31 @@ fn contention_entry(contenders: usize, procs: usize, per_proc: usize, runs: [&[V
         "curator": c,
         "zkclient": k,
     })
+}
+
+/// One contender's side of a contention point: its acquisitions over all its processes.
+fn contention_side(runs: &[Value], window: Duration) -> Value {
+    let total: u64 = runs.iter().filter_map(|r| r["acquisitions"].as_u64()).sum();
+    let overlaps: u64 = runs.iter().filter_map(|r| r["overlaps"].as_u64()).sum();
+    json!({
+        "acquisitions": total,
+        "acquisitions_per_sec": round(total as f64 / window.as_secs_f64()),
+        "overlaps_seen": overlaps,
+        "per_process": runs,
+    })
+}
+
+fn rate(side: &Value) -> f64 {
+    side["acquisitions_per_sec"].as_f64().unwrap_or(0.0)
+}
+
+/// Adds to a cross-process `entry` the side of zklock with its sessions on each worker
+/// process's runtime, and its ratios to the peers.
+fn with_caller_runtime_side(entry: &mut Value, runs: &[Value], window: Duration) {
+    let side = contention_side(runs, window);
+    entry["zklock_on_caller_runtime_vs_curator"] = json!(ratio(rate(&side), rate(&entry["curator"])));
+    entry["zklock_on_caller_runtime_vs_zkclient"] = json!(ratio(rate(&side), rate(&entry["zkclient"])));
+    entry["zklock_on_caller_runtime"] = side;
 }
 
 fn find(entries: &[Value], contenders: usize, procs: usize) -> Option<&Value> {
@@ -1380,6 +1424,17 @@ fn print_table(r: &Value) {
                 e["zkclient"]["acquisitions_per_sec"].to_string(),
                 e["zklock_vs_zkclient"].to_string()
             );
+            if let Some(rt) = e["zklock_on_caller_runtime"]["acquisitions_per_sec"].as_f64() {
+                println!(
+                    "  {:<12} {:>14} {:>14} {:>8} {:>16} {:>8}",
+                    "  (runtime)",
+                    rt,
+                    "",
+                    e["zklock_on_caller_runtime_vs_curator"].to_string(),
+                    "",
+                    e["zklock_on_caller_runtime_vs_zkclient"].to_string()
+                );
+            }
         }
     }
     println!();

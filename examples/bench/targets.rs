@@ -234,8 +234,14 @@ fn sections_behind_a_peer(f: &Figures) -> Vec<String> {
             let z = e["zklock"]["acquisitions_per_sec"].as_f64().unwrap_or(0.0);
             for peer in ["curator", "zkclient"] {
                 if let Some(p) = e[peer]["acquisitions_per_sec"].as_f64().filter(|p| *p > z) {
+                    // Cross-process points also ran zklock with its sessions on each
+                    // process's runtime, where the recipe runs its own.
+                    let on_runtime = e["zklock_on_caller_runtime"]["acquisitions_per_sec"]
+                        .as_f64()
+                        .map(|r| format!(" ({r:.0} with its sessions on the process's runtime)"))
+                        .unwrap_or_default();
                     behind.push(format!(
-                        "{section} {} x {}: {peer} {p:.0} acq/s, zklock {z:.0}",
+                        "{section} {} x {}: {peer} {p:.0} acq/s, zklock {z:.0}{on_runtime}",
                         e["processes"], e["per_process"]
                     ));
                 }

@@ -14,10 +14,17 @@ use crate::server::{notifications_sent, watch_summary, watchers_of};
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub async fn client(connect: &str) -> Result<LockClient, BoxError> {
-    Ok(LockClient::builder(connect)
-        .session_timeout(Duration::from_secs(10))
-        .connect()
-        .await?)
+    client_with(connect, Sessions::OwnThread).await
+}
+
+/// A bench client whose sessions run where `sessions` says.
+pub async fn client_with(connect: &str, sessions: Sessions) -> Result<LockClient, BoxError> {
+    let builder = LockClient::builder(connect).session_timeout(Duration::from_secs(10));
+    let builder = match sessions {
+        Sessions::OwnThread => builder,
+        Sessions::CallerRuntime => builder.runtime(tokio::runtime::Handle::current()),
+    };
+    Ok(builder.connect().await?)
 }
 
 /// Back-to-back acquire + release of one uncontended zklock mutex.

@@ -118,6 +118,37 @@ async fn zkclient_contended_tasks_never_overlap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zklock_contended_tasks_with_sessions_on_the_callers_runtime_never_overlap() {
+    let zk = server().await;
+    let client = zklock_side::client_with(&zk.connect_string(), zklock_side::Sessions::CallerRuntime)
+        .await
+        .expect("connect");
+    let start = zklock_side::epoch_ms();
+    let run = zklock_side::contended(&client, "bench-smoke-runtime", 4, start, start + 500)
+        .await
+        .expect("contended run");
+    assert_eq!(run["overlaps"], 0, "two holders at once: {run}");
+    assert!(run["acquisitions"].as_u64().is_some_and(|n| n > 0), "{run}");
+    // The lock's directory, as a grant names it: it holds only that grant's node.
+    let guard = client
+        .mutex("bench-smoke-runtime")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("acquire");
+    let (dir, node) = guard.node_path().rsplit_once('/').expect("a node path");
+    let (dir, node) = (dir.to_owned(), node.to_owned());
+    let view = zkclient_side::client(&zk.connect_string()).await.expect("connect");
+    assert_eq!(
+        children(&view, &dir).await,
+        vec![node],
+        "lock nodes left behind in {dir}"
+    );
+    guard.release().await.expect("release");
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zkclient_per_key_run_reports_both_phases() {
     let zk = server().await;
     let phases = zklock_side::Phases::after(Duration::ZERO, Duration::from_millis(300));
