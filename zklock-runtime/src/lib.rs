@@ -35,7 +35,8 @@
 //!   leading).
 //! - `connection/`: `connect_string.rs`, `secure.rs` (TLS, SASL, and telling a misconfigured
 //!   connection from an unreachable one), `driver.rs`, `session.rs` (one session and its
-//!   health); `client.rs` holds the configuration and the current session.
+//!   health); `client/` is the client services keep: `builder.rs` (its settings and their
+//!   checks), `config.rs` (the settings as kept) and `sessions.rs` (the session it hands out).
 //! - Below the engine: `node_data.rs` (what a contender node says about its holder: what
 //!   zklock writes, what it reads back) and `telemetry/` (`metrics.rs`, the counters and
 //!   histograms; `gauges.rs`, what is held, waited for and led now).
@@ -65,7 +66,8 @@ mod telemetry;
 #[cfg(test)]
 mod test_server;
 
-pub use client::{LockClient, LockClientBuilder, DEFAULT_TIMEOUT};
+pub use client::builder::{LockClientBuilder, DEFAULT_TIMEOUT};
+pub use client::LockClient;
 #[cfg(feature = "tls")]
 pub use connection::secure::TlsConfig;
 pub use connection::session::SessionStatus;
