@@ -19,7 +19,8 @@
 //!
 //! # Where to look
 //!
-//! - `lock.rs`: the acquire path, the orchestrator that calls down, in order, into the core.
+//! - `lock/`: the `Lock` handle (`mod.rs`) and the acquire path behind it (`acquire.rs`), the
+//!   orchestrator that calls down, in order, into the core.
 //! - `engine/`: the lock core. `queue.rs` (the ZooKeeper recipe every lock kind shares),
 //!   `rules.rs` (the lock kinds and the rule each judges the queue by), `local_queue.rs`
 //!   (in-process waiters and node handoff), `reentrancy.rs` (the call scope a hold re-enters
