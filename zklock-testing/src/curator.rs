@@ -38,7 +38,7 @@ use tokio::sync::watch;
 
 use crate::certs::TestCa;
 use crate::class_sharing::ClassSharing;
-use crate::java::{java_binary, DEBIAN_NETTY_EXTRA_JARS};
+use crate::java::{java_binary, spawn_tied_to_process, DEBIAN_NETTY_EXTRA_JARS};
 
 mod latch;
 
@@ -302,8 +302,8 @@ impl CuratorPeer {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        die_with_parent(&mut cmd);
-        let mut child = spawn_from_keeper_thread(cmd).map_err(|e| {
+        // Killed by the kernel with this process, however it dies.
+        let mut child = spawn_tied_to_process(cmd).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 PeerError::Missing("`java` is not installed".into())
             } else {
@@ -777,58 +777,6 @@ fn cache_root() -> PathBuf {
         Some(target) => PathBuf::from(target).join("curator-peer"),
         None => std::env::temp_dir().join("zklock-testing-curator-peer"),
     }
-}
-
-/// Spawns `cmd` from one thread that lives as long as the process.
-///
-/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process; a
-/// child forked from a pooled thread (tokio's blocking pool retires idle threads after 10 s)
-/// would be killed mid-test. Forking from a thread that never exits ties the JVM to the
-/// process instead.
-fn spawn_from_keeper_thread(cmd: Command) -> std::io::Result<Child> {
-    type Request = (Command, std::sync::mpsc::SyncSender<std::io::Result<Child>>);
-    static KEEPER: OnceLock<Mutex<std::sync::mpsc::Sender<Request>>> = OnceLock::new();
-    let keeper = KEEPER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<Request>();
-        std::thread::Builder::new()
-            .name("curator-peer-spawner".into())
-            .spawn(move || {
-                for (mut cmd, reply) in rx {
-                    let _ = reply.send(cmd.spawn());
-                }
-            })
-            .expect("spawn the Curator peer spawner thread");
-        Mutex::new(tx)
-    });
-    let (reply, answer) = std::sync::mpsc::sync_channel(1);
-    keeper
-        .lock()
-        .unwrap()
-        .send((cmd, reply))
-        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
-    answer
-        .recv()
-        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
-}
-
-/// Makes the child die with the thread that spawned it (Linux `PR_SET_PDEATHSIG`), so a test
-/// process killed mid-run does not leave a JVM behind.
-fn die_with_parent(cmd: &mut Command) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = cmd;
 }
 
 #[cfg(test)]
