@@ -294,31 +294,8 @@ pub async fn seckill_section(
         faults.insert(sale.name(), entry);
     }
 
-    let rate = |name: &str| section[name]["throughput_rps"].as_f64().unwrap_or(0.0);
-    // Three decimals, as the bench's other ratios: the targets are checked on these, and a
-    // ratio of 0.996 rounded to 1.00 would pass a target of 1.
-    let ratio = |a: f64, b: f64| (b > 0.0).then(|| (a / b * 1000.0).round() / 1000.0);
-    let (z, zc, zi, zci) = (
-        rate("zklock"),
-        rate("zklock_cached"),
-        rate("zklock_by_item"),
-        rate("zklock_cached_by_item"),
-    );
-    let (d, r, n) = (rate("database"), rate("redis"), rate("none"));
-    section.insert(
-        "ratios".into(),
-        json!({
-            "throughput_zklock_vs_none": ratio(z, n),
-            "throughput_zklock_vs_database": ratio(z, d),
-            "throughput_zklock_vs_redis": ratio(z, r),
-            "throughput_database_vs_none": ratio(d, n),
-            "throughput_redis_vs_none": ratio(r, n),
-            "throughput_zklock_cached_by_item_vs_none": ratio(zci, n),
-            "throughput_zklock_cached_by_item_vs_database": ratio(zci, d),
-            "throughput_zklock_cached_by_item_vs_zklock_by_item": ratio(zci, zi),
-            "throughput_zklock_cached_vs_zklock": ratio(zc, z),
-        }),
-    );
+    let ratios = ratios(&section);
+    section.insert("ratios".into(), ratios);
     section.insert("fault_round".into(), Value::Object(faults));
     section.insert(
         "settings".into(),
@@ -343,6 +320,37 @@ pub async fn seckill_section(
     );
     drop(servers);
     Ok(Value::Object(section))
+}
+
+/// The throughput ratios the seckill targets are checked on, from the medians in `section`.
+/// Three decimals, as the bench's other ratios: a ratio of 0.996 rounded to 1.00 would pass a
+/// target of 1.
+fn ratios(section: &serde_json::Map<String, Value>) -> Value {
+    let rate = |name: &str| {
+        section
+            .get(name)
+            .and_then(|e| e["throughput_rps"].as_f64())
+            .unwrap_or(0.0)
+    };
+    let ratio = |a: f64, b: f64| (b > 0.0).then(|| (a / b * 1000.0).round() / 1000.0);
+    let (z, zc, zi, zci) = (
+        rate("zklock"),
+        rate("zklock_cached"),
+        rate("zklock_by_item"),
+        rate("zklock_cached_by_item"),
+    );
+    let (d, r, n) = (rate("database"), rate("redis"), rate("none"));
+    json!({
+        "throughput_zklock_vs_none": ratio(z, n),
+        "throughput_zklock_vs_database": ratio(z, d),
+        "throughput_zklock_vs_redis": ratio(z, r),
+        "throughput_database_vs_none": ratio(d, n),
+        "throughput_redis_vs_none": ratio(r, n),
+        "throughput_zklock_cached_by_item_vs_none": ratio(zci, n),
+        "throughput_zklock_cached_by_item_vs_database": ratio(zci, d),
+        "throughput_zklock_cached_by_item_vs_zklock_by_item": ratio(zci, zi),
+        "throughput_zklock_cached_vs_zklock": ratio(zc, z),
+    })
 }
 
 /// One run's figures.
@@ -405,4 +413,23 @@ fn lock_entry(rounds: &[Value]) -> Value {
 
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figures of the run of 9df2455: cached by item sold 2 975.5 req/s against the
+    /// database lock's 2 986.7, which is behind it, not level with it.
+    #[test]
+    fn a_ratio_just_below_one_stays_below_one() {
+        let mut section = serde_json::Map::new();
+        section.insert("zklock_cached_by_item".into(), json!({ "throughput_rps": 2975.5 }));
+        section.insert("database".into(), json!({ "throughput_rps": 2986.7 }));
+        let ratios = ratios(&section);
+        let ahead = ratios["throughput_zklock_cached_by_item_vs_database"].as_f64();
+        assert_eq!(ahead, Some(0.996));
+        assert!(ahead < Some(1.0));
+        assert_eq!(ratios["throughput_zklock_vs_none"], Value::Null, "no figures, no ratio");
+    }
 }
