@@ -967,7 +967,7 @@ where
 enum Contender {
     /// zklock with its defaults: each client's sessions on a driver thread of its own.
     Zklock,
-    /// zklock with its sessions on the worker's runtime, where the recipe's run.
+    /// zklock with its sessions on the worker's runtime, where the recipe runs its own.
     ZklockCallerRuntime,
     /// zookeeper-client's lock recipe.
     Zkclient,
