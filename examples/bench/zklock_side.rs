@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
-use zklock::{zk, Lock, LockClient};
+use zklock::{zk, Lock, LockClient, LockClientBuilder};
 
 use crate::server::{notifications_sent, watch_summary, watchers_of};
 
@@ -20,11 +20,7 @@ pub async fn client(connect: &str) -> Result<LockClient, BoxError> {
 /// A bench client whose sessions run where `sessions` says.
 pub async fn client_with(connect: &str, sessions: Sessions) -> Result<LockClient, BoxError> {
     let builder = LockClient::builder(connect).session_timeout(Duration::from_secs(10));
-    let builder = match sessions {
-        Sessions::OwnThread => builder,
-        Sessions::CallerRuntime => builder.runtime(tokio::runtime::Handle::current()),
-    };
-    Ok(builder.connect().await?)
+    Ok(sessions.apply(builder).connect().await?)
 }
 
 /// Back-to-back acquire + release of one uncontended zklock mutex.
@@ -441,13 +437,11 @@ pub async fn distinct_keys(
 ) -> Result<Value, BoxError> {
     let builder = LockClient::builder(connect).session_timeout(Duration::from_secs(10));
     // A namespace of each kind's own, so that each one's cold phase is cold.
-    let builder = match sessions {
-        Sessions::OwnThread => builder.namespace(format!("/zklock-distinct-{round}")),
-        Sessions::CallerRuntime => builder
-            .namespace(format!("/zklock-distinct-rt-{round}"))
-            .runtime(tokio::runtime::Handle::current()),
+    let namespace = match sessions {
+        Sessions::OwnThread => format!("/zklock-distinct-{round}"),
+        Sessions::CallerRuntime => format!("/zklock-distinct-rt-{round}"),
     };
-    let client = builder.connect().await?;
+    let client = sessions.apply(builder.namespace(namespace)).connect().await?;
     let counts = per_key_cycles(tasks, keys, phases, move |key| {
         let client = client.clone();
         async move { client.mutex(&format!("key-{key}"))?.acquire().await?.release().await }
@@ -463,6 +457,16 @@ pub enum Sessions {
     OwnThread,
     /// The bench's own runtime (`LockClientBuilder::runtime`), which outlives the client.
     CallerRuntime,
+}
+
+impl Sessions {
+    /// `builder`, set to run its client's sessions here (called on the bench's runtime).
+    fn apply(self, builder: LockClientBuilder) -> LockClientBuilder {
+        match self {
+            Sessions::OwnThread => builder,
+            Sessions::CallerRuntime => builder.runtime(tokio::runtime::Handle::current()),
+        }
+    }
 }
 
 /// `tasks` tasks each run `cycle(key)` on random keys below `keys` from the phases' begin to
