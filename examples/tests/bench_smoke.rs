@@ -17,7 +17,7 @@ mod scale;
 #[allow(dead_code)]
 #[path = "../bench/server.rs"]
 mod server;
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../bench/stats.rs"]
 mod stats;
 #[allow(dead_code)]
