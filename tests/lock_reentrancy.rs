@@ -492,6 +492,46 @@ async fn a_hold_lost_during_its_scope_is_not_reentered() {
     c.close().await;
 }
 
+/// A reentrant guard's `max_hold` counts from its re-entry, not from the outer grant; and it
+/// runs out no more than a few milliseconds early (its start is read from the coarse clock).
+/// Time is the subject here: the sleeps are the work being bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_guards_max_hold_counts_from_its_reentry() {
+    const BOUND: Duration = Duration::from_millis(400);
+    let zk = server();
+    let c = client(&zk.connect_string()).await;
+    let lock = c.mutex("max-hold-from-reentry").unwrap();
+    let guard = lock.acquire_timeout(SOON).await.unwrap();
+    guard
+        .scope(async {
+            // The outer hold is now older than the bound.
+            tokio::time::sleep(BOUND + Duration::from_millis(100)).await;
+            let share = lock.acquire_timeout(BLOCKED).await.expect("re-enters");
+            let short = share
+                .run_for(BOUND, async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    7
+                })
+                .await;
+            assert_eq!(short.expect("counted from the re-entry, the bound is far off"), 7);
+            let share = lock.acquire_timeout(BLOCKED).await.expect("re-enters");
+            let entered = std::time::Instant::now();
+            match share.run_for(BOUND, std::future::pending::<()>()).await {
+                Err(LockError::MaxHoldExceeded { max_hold, .. }) => assert_eq!(max_hold, BOUND),
+                other => panic!("hung work under a share was not stopped: {other:?}"),
+            }
+            let ran = entered.elapsed();
+            assert!(
+                ran >= BOUND - Duration::from_millis(30),
+                "the bound ran out {:?} early",
+                BOUND - ran
+            );
+        })
+        .await;
+    guard.release().await.unwrap();
+    c.close().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Other holders: moved guards, spawn_blocking jobs, spawned tasks, sibling futures
 // ---------------------------------------------------------------------------------------------

@@ -116,7 +116,8 @@
 //!   unless a `timeout` is given, then waits up to that long before skipping. The `Ok` type
 //!   must implement `Default` (a compile error on the return type says so otherwise); other
 //!   errors (unreachable ZooKeeper, a loss) still come back as errors.
-//! * **`max_hold`**: the longest the body may run under the lock, counted from the grant.
+//! * **`max_hold`**: the longest the body may run under the lock, counted from the grant (for
+//!   a nested call that re-enters, from the re-entry, a few milliseconds early at most).
 //!   Past it, the body's future is dropped at its next `.await`, the lock is released, and
 //!   the function returns `LockError::MaxHoldExceeded`, whatever `on_lost` says. It guards
 //!   against hung work (a stuck network call, a lost wake-up), as lock4j's `expire` or

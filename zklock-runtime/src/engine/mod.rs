@@ -9,9 +9,9 @@
 //! loss, a revocation, `max_hold`);
 //! [`own_node`] the watch on a held node, across the holds it is handed through (deleted by
 //! someone else, revocation asked); [`cache`] keeps an idle node for this process (opt-in lock
-//! caching) while [`around`] watches its directory for anyone else; and
-//! [`token`] the fencing token a grant carries. [`alone`] is the uncontended fast path and
-//! [`cleanup`] the one path by which contender nodes are deleted.
+//! caching) while [`around`] watches its directory for anyone else; [`token`] is the fencing
+//! token a grant carries and [`clock`] the stamp `max_hold` counts from. [`alone`] is the
+//! uncontended fast path and [`cleanup`] the one path by which contender nodes are deleted.
 //!
 //! Nothing here reaches up into the orchestrator ([`crate::lock`]), the recipes built on it, or
 //! the client: they call down, and hand in what the core needs (a session, a deadline, a rule).
@@ -20,6 +20,7 @@ pub(crate) mod alone;
 pub(crate) mod around;
 pub(crate) mod cache;
 pub(crate) mod cleanup;
+pub(crate) mod clock;
 mod fenced;
 pub(crate) mod guard;
 #[cfg(test)]

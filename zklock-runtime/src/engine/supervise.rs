@@ -76,7 +76,9 @@ pub struct Supervision {
     /// What a revocation request does to the work (default: nothing).
     pub on_revoke: OnRevoke,
     /// Stop the work once the lock has been held this long, counted from the acquisition
-    /// (default: no bound); [`LockError::MaxHoldExceeded`] then.
+    /// (default: no bound); [`LockError::MaxHoldExceeded`] then. For a reentrant acquisition,
+    /// counted from the re-entry as the system's coarse clock reads it: a clock tick or two (a
+    /// few milliseconds) early at most, never late.
     pub max_hold: Option<Duration>,
 }
 

@@ -63,7 +63,7 @@ impl Lock {
         }
         let metrics = &self.client.inner.metrics;
         metrics.record_cached(Event::Reentered, self.labels(), &hold.reentries);
-        let guard = LockGuard::new(hold);
+        let guard = LockGuard::reentered(hold);
         debug!(lock = %self.name, depth = guard.hold_count(), "reentrant acquire");
         Some(Ok(guard))
     }

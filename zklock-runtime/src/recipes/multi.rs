@@ -22,6 +22,7 @@ use futures_util::future;
 use tracing::debug;
 
 use crate::client::LockClient;
+use crate::engine::clock::Stamp;
 use crate::engine::guard::LockGuard;
 use crate::engine::reentrancy;
 use crate::engine::rules::LockKind;
@@ -259,7 +260,7 @@ impl MultiLock {
             let Some((name, err)) = lost else {
                 return Ok(MultiGuard {
                     guards,
-                    acquired_at: Instant::now(),
+                    acquired_at: Stamp::now(),
                 });
             };
             let out_of_time = timeout.is_some_and(|t| started.elapsed() >= t);
@@ -347,7 +348,7 @@ async fn still_held(part: &LockGuard) -> Result<(), LockError> {
 pub struct MultiGuard {
     /// In path order.
     guards: Vec<LockGuard>,
-    acquired_at: Instant,
+    acquired_at: Stamp,
 }
 
 impl MultiGuard {
