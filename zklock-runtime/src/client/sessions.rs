@@ -76,6 +76,7 @@ impl LockClient {
     /// [`check_open`](Self::check_open) for an acquisition that already has a session at hand
     /// (a reentrant one, in its hold's session), which answers whether its runtime stopped:
     /// no lock taken.
+    #[inline]
     pub(crate) fn check_open_in(&self, runtime_gone: bool) -> Result<(), LockError> {
         if runtime_gone {
             self.mark_closed("the runtime its ZooKeeper session ran on stopped; open a new client");

@@ -62,17 +62,22 @@ mod tests {
 
     use super::Stamp;
 
+    /// Time since a stamp and since the `Instant`s read just before and just after it, each
+    /// measured after the stamp's: `(since after, since the stamp, since before)`, 10 000 times.
+    fn readings_around(stamp: fn() -> Stamp) -> impl Iterator<Item = (Duration, Duration, Duration)> {
+        (0..10_000).map(move |_| {
+            let before = Instant::now();
+            let stamp = stamp();
+            let after = Instant::now();
+            (after.elapsed(), stamp.elapsed(), before.elapsed())
+        })
+    }
+
     /// Time measured from a coarse stamp is never short (the stamp is not ahead of the moment
     /// it was taken) and never long by more than the coarse clock's lag.
     #[test]
     fn a_coarse_stamp_is_never_late_and_only_a_few_milliseconds_early() {
-        for _ in 0..10_000 {
-            let before = Instant::now();
-            let stamp = Stamp::coarse();
-            let after = Instant::now();
-            let since_after = after.elapsed();
-            let since_stamp = stamp.elapsed();
-            let since_before = before.elapsed();
+        for (since_after, since_stamp, since_before) in readings_around(Stamp::coarse) {
             assert!(
                 since_stamp >= since_after,
                 "a stamp ahead of its moment: {since_stamp:?} < {since_after:?}"
@@ -88,13 +93,7 @@ mod tests {
     /// short nor long by more than the readings around it.
     #[test]
     fn a_precise_stamp_matches_the_instants_around_it() {
-        for _ in 0..10_000 {
-            let before = Instant::now();
-            let stamp = Stamp::now();
-            let after = Instant::now();
-            let since_after = after.elapsed();
-            let since_stamp = stamp.elapsed();
-            let since_before = before.elapsed();
+        for (since_after, since_stamp, since_before) in readings_around(Stamp::now) {
             assert!(
                 since_after <= since_stamp && since_stamp <= since_before,
                 "{since_after:?} {since_stamp:?} {since_before:?}"

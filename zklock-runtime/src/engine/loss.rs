@@ -106,6 +106,7 @@ impl LossSignal {
     /// was cloned from was made): no change of the session's health, nothing learned of the
     /// node. Two atomic reads, no lock; what [`is_lost`](Self::is_lost) answered when the
     /// signal was made still holds while this is true.
+    #[inline]
     pub(crate) fn unchanged(&self) -> bool {
         // A closed channel (`Err`) counts as a change.
         let quiet = |changed: Result<bool, watch::error::RecvError>| matches!(changed, Ok(false));

@@ -71,6 +71,7 @@ pub(crate) struct Reentry {
 /// matching hold whose scope the current future runs in, if it is still alive. A hold taken
 /// through another client never matches, whatever its path: that client may talk to another
 /// ensemble or chroot, and even on the same one it is another holder, as another process is.
+#[inline]
 pub(crate) fn reentry(client: ClientId, dir: &str, kind: LockKind) -> Option<Reentry> {
     with_scope(|entries| {
         let entry = entries

@@ -53,6 +53,7 @@ impl Lock {
 
     /// A reentrant acquisition, answered in place: `None` outside the scope of a hold it
     /// re-enters.
+    #[inline]
     fn reenter(&self) -> Option<Result<LockGuard, LockError>> {
         let Reentry { hold, known_sound } = reentrancy::reentry(self.client.inner.id, &self.dir, self.kind)?;
         if let Err(closed) = self.client.check_open_in(hold.session.runtime_gone()) {

@@ -153,6 +153,7 @@ impl Metrics {
     /// Counts `event` like [`record`](Self::record), exporting it through the handle `cache`
     /// keeps: for an event counted again and again under the same labels (the re-entries of
     /// one hold), whose exported key would otherwise be built and looked up every time.
+    #[inline]
     pub fn record_cached(&self, event: Event, labels: Labels<'_>, cache: &CounterCache) {
         self.counter(event).fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
