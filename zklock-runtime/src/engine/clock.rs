@@ -26,11 +26,14 @@ impl Stamp {
         }
     }
 
-    /// Now, from the coarse clock: a few milliseconds early at most, never late.
+    /// Now, from the coarse clock: a few milliseconds early at most, never late. (Where the
+    /// kernel has no coarse clock, the precise one.)
     pub(crate) fn coarse() -> Stamp {
-        Stamp {
-            nanos: read(libc::CLOCK_MONOTONIC_COARSE),
-        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let clock = libc::CLOCK_MONOTONIC_COARSE;
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let clock = libc::CLOCK_MONOTONIC;
+        Stamp { nanos: read(clock) }
     }
 
     /// Time since the stamp, by the precise clock: never less than the true time.
