@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 /// A reading of the monotonic clock (`CLOCK_MONOTONIC`), precise or coarse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Stamp {
     nanos: u64,
 }

@@ -685,6 +685,8 @@ impl LockGuard {
         drop(hold);
         // Awaited by the caller; dropped midway, the deletion still finishes in the background.
         let outcome = pending.map(|pending| cleanup.finish(&session, pending));
+        // Nothing to wait for (a node the cache keeps, a hold already ended) and nothing to
+        // report: no allocation on the cached re-acquire path either.
         if lost.is_none() && outcome.is_none() {
             return Release(None);
         }
